@@ -1,0 +1,41 @@
+# entrena — the two commands a new user needs: `make demo` and `make test`.
+# Both install first when needed (into .venv); `make install` is a no-op once done.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.entrena-installed
+# The torch build is pinned here (not in pyproject.toml, which keeps ranges): these two
+# wheels are the ones on the team's machines and in CI.
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+
+.PHONY: install demo demo-data test test-slow lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(TORCH_PINS)
+	$(BIN)/python -m pip install --quiet -e '.[examples,dev]' $(TORCH_PINS)
+	touch $(STAMP)
+
+examples/reviews/data/train.csv: | $(STAMP)
+	$(BIN)/python examples/reviews/prepare_data.py
+
+demo-data: examples/reviews/data/train.csv
+
+demo: demo-data
+	$(BIN)/entrena train examples/reviews/config.yaml
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
+
+clean:
+	rm -rf runs examples/reviews/data .pytest_cache

@@ -1,0 +1,31 @@
+"""entrena: plan, train and ship PyTorch models efficiently on whatever hardware you have.
+
+The verbs are plain functions (``entrena.train(config)`` …). They are imported lazily so that
+``import entrena`` and ``entrena --help`` stay fast and never import torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+__all__ = ["__version__", "train", "TrainResult", "load_config"]
+
+_LAZY = {
+    "train": ("entrena.api", "train"),
+    "TrainResult": ("entrena.api", "TrainResult"),
+    "load_config": ("entrena.config", "load_config"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attribute = _LAZY[name]
+        return getattr(importlib.import_module(module), attribute)
+    raise AttributeError(f"module 'entrena' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

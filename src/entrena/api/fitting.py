@@ -1,0 +1,193 @@
+"""The torch side of ``entrena.train``: encode, build, fit, test, save, track."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from entrena.callbacks.checkpoint import ModelCheckpoint, unwrap
+from entrena.callbacks.early_stopping import EarlyStopping
+from entrena.callbacks.lr_schedule import LRSchedule
+from entrena.callbacks.monitor import Monitor
+from entrena.callbacks.progress import ProgressBar
+from entrena.config import LoadedConfig
+from entrena.core.rundir import RunPaths
+from entrena.data.encoding import choose_max_length, encode_texts
+from entrena.data.loaders import TextBatches
+from entrena.data.tables import LabelledSplits
+from entrena.engine.backend import configure_threads, create_backend
+from entrena.engine.loop import FitSettings, fit, predict
+from entrena.tasks.metrics import classification_metrics
+from entrena.tasks.text_classification import (build_classifier, build_tokenizer,
+                                               model_length_limit, save_classifier)
+from entrena.tracking.events import EventLog
+from entrena.tracking.mlflow_tracker import MLflowTracker, default_tracking_uri
+
+__all__ = ["run_fit", "build_optimizer"]
+
+log = logging.getLogger("entrena")
+
+
+def build_optimizer(model: torch.nn.Module, learning_rate: float,
+                    weight_decay: float) -> torch.optim.Optimizer:
+    """AdamW with no weight decay on biases and normalisation weights (1-D tensors), as in
+    BERT (Devlin et al., 2019) and the Hugging Face Trainer."""
+    decay, no_decay = [], []
+    for _, param in model.named_parameters():
+        if param.requires_grad:
+            (no_decay if param.ndim < 2 else decay).append(param)
+    groups = [{"params": decay, "weight_decay": weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=learning_rate)
+
+
+def _peak_memory_bytes(accelerator: str) -> int | None:
+    if accelerator == "cuda":
+        return int(torch.cuda.max_memory_allocated())
+    try:
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
+    except (ImportError, OSError):  # pragma: no cover
+        return None
+
+
+def _console(console: Any) -> Any:
+    if console is not None:
+        return console
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
+            splits: LabelledSplits, console: Any = None) -> dict[str, Any]:
+    """Encode the splits, fit, restore the best weights, test, save the model, write metrics.
+
+    Returns:
+        The metrics written to ``metrics.json``.
+    """
+    wall_start = time.perf_counter()
+    cfg = loaded.config
+    tcfg = cfg.train
+    threads = configure_threads(tcfg.num_threads)
+    backend = create_backend(accelerator=tcfg.accelerator, devices=tcfg.devices,
+                             precision=tcfg.precision, seed=tcfg.seed,
+                             deterministic=tcfg.deterministic)
+    log.info("device %s, precision %s, %d CPU threads", backend.device, backend.precision, threads)
+
+    tokenizer = build_tokenizer(sources["tokenizer"])
+    model = build_classifier(
+        num_labels=len(splits.labels), pretrained=sources.get("weights"),
+        architecture=cfg.model.architecture.model_dump() if cfg.model.architecture else None,
+        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id or 0,
+        pooling=cfg.model.pooling, dropout=cfg.model.dropout)
+    limit = model_length_limit(unwrap(model).encoder.config, tokenizer)
+
+    encode_start = time.perf_counter()
+    encoded = {}
+    cached_count = 0
+    for role, split in (("train", splits.train), ("validation", splits.validation),
+                        ("test", splits.test)):
+        if split is not None:
+            encoded[role], cached = encode_texts(split.texts, tokenizer, limit, paths.cache)
+            cached_count += cached
+    encode_s = time.perf_counter() - encode_start
+    train_lengths = encoded["train"].lengths()
+    if cfg.model.max_length == "auto":
+        max_length = choose_max_length(train_lengths, limit)
+        log.info("max_length auto: %d tokens (95th percentile of training lengths, model limit "
+                 "%d); %.1f%% of training texts are truncated", max_length, limit,
+                 100 * float(np.mean(train_lengths > max_length)))
+    else:
+        max_length = min(cfg.model.max_length, limit)
+    log.info("encoded %d splits in %.1fs (%d from cache)", len(encoded), encode_s, cached_count)
+
+    eval_batch = tcfg.eval_batch_size or 2 * tcfg.batch_size
+    pad_id = tokenizer.pad_token_id or 0
+
+    def batches(role: str, shuffle: bool) -> TextBatches:
+        split = getattr(splits, role)
+        return TextBatches(encoded[role], split.labels, max_length=max_length,
+                           batch_size=tcfg.batch_size if shuffle else eval_batch, pad_id=pad_id,
+                           shuffle=shuffle, group_by_length=tcfg.group_by_length, seed=tcfg.seed)
+
+    train_data = batches("train", shuffle=True)
+    validation_data = batches("validation", shuffle=False)
+    optimizer = build_optimizer(model, tcfg.learning_rate, tcfg.weight_decay)
+    model, optimizer = backend.setup(model, optimizer)
+
+    def evaluate(current_model: Any) -> dict[str, float]:
+        logits, labels, loss = predict(backend, current_model, validation_data)
+        scores = classification_metrics(labels, logits.argmax(-1), splits.labels)
+        return {"loss": loss, **scores}
+
+    es = tcfg.early_stopping
+    monitor = Monitor(es.monitor, es.mode, es.min_delta)
+    early_stopping = EarlyStopping(monitor, es.patience) if es.enabled else None
+    schedule = LRSchedule(tcfg.scheduler, tcfg.warmup_fraction, monitor,
+                          factor=tcfg.plateau_factor, patience=tcfg.plateau_patience)
+    checkpoint = ModelCheckpoint(paths.checkpoints, monitor)
+    tracker = None
+    if cfg.tracking.enabled:
+        tracker = MLflowTracker(default_tracking_uri(paths.runs_root, cfg.tracking.uri),
+                                cfg.tracking.experiment, cfg.name,
+                                paths.runs_root / "mlartifacts", tcfg.log_every_steps)
+        tracker.start(cfg.model_dump(mode="json"), tags={"entrena.run_dir": str(paths.root)})
+    callbacks = [schedule, *([early_stopping] if early_stopping else []), checkpoint,
+                 EventLog(paths.events, tcfg.log_every_steps), ProgressBar(_console(console)),
+                 *([tracker] if tracker else [])]
+    checkpoint.extra_state = lambda: {
+        "callbacks": {type(c).__name__: c.state_dict() for c in callbacks}}
+
+    settings = FitSettings(max_epochs=tcfg.max_epochs, max_steps=tcfg.max_steps,
+                           gradient_accumulation_steps=tcfg.gradient_accumulation_steps,
+                           gradient_clip_norm=tcfg.gradient_clip_norm,
+                           evals_per_epoch=tcfg.evals_per_epoch)
+    log.info("training on %d examples, validating on %d; %d labels: %s", len(splits.train),
+             len(splits.validation), len(splits.labels), ", ".join(splits.labels))
+    state = fit(backend=backend, model=model, optimizer=optimizer, train=train_data,
+                evaluate=evaluate, settings=settings, callbacks=callbacks)
+
+    metrics: dict[str, Any] = {}
+    metrics["validation"] = evaluate(model)  # with the restored best weights
+    if splits.test is not None:
+        logits, labels, loss = predict(backend, model, batches("test", shuffle=False))
+        metrics["test"] = {"loss": loss, **classification_metrics(
+            labels, logits.argmax(-1), splits.labels, detailed=True)}
+    metrics["fit"] = {
+        "epochs": state.epoch + (1 if state.batch_in_epoch else 0),
+        "steps": state.step,
+        "best_step": state.best_step,
+        "stop_reason": state.stop_reason,
+        "train_time_s": state.train_time_s,
+        "wall_time_s": time.perf_counter() - wall_start,
+        "throughput_samples_per_s": state.samples_seen / max(state.train_time_s, 1e-9),
+        "throughput_tokens_per_s": state.tokens_seen / max(state.train_time_s, 1e-9),
+        "padding_fraction": state.padding_fraction,
+        "max_length": max_length,
+        "precision": backend.precision,
+        "device": str(backend.device),
+        "peak_memory_bytes": _peak_memory_bytes(backend.accelerator),
+        "threads": threads,
+    }
+    metrics["data"] = {"train_rows": len(splits.train), "validation_rows": len(splits.validation),
+                       "test_rows": len(splits.test) if splits.test is not None else 0,
+                       "labels": splits.labels}
+    metrics["history"] = state.history
+
+    save_classifier(unwrap(model), tokenizer, paths.model, labels=splits.labels,
+                    max_length=max_length)
+    tmp = paths.metrics.with_name(".metrics.json.tmp")
+    tmp.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, paths.metrics)
+    if tracker is not None:
+        tracker.finish({k: v for k, v in metrics.items() if k != "history"},
+                       [paths.metrics, paths.config, paths.data_report])
+    return metrics

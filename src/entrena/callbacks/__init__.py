@@ -1,0 +1,9 @@
+"""Callbacks: early stopping, checkpoints, LR schedule, progress."""
+
+from entrena.callbacks.checkpoint import ModelCheckpoint
+from entrena.callbacks.early_stopping import EarlyStopping
+from entrena.callbacks.lr_schedule import LRSchedule
+from entrena.callbacks.monitor import Monitor
+from entrena.callbacks.progress import ProgressBar
+
+__all__ = ["EarlyStopping", "LRSchedule", "ModelCheckpoint", "Monitor", "ProgressBar"]

@@ -1,0 +1,223 @@
+"""Loading a config: YAML with line numbers, ``--set`` overrides, validation, path resolution.
+
+All problems of one config are collected and raised together as one :class:`ConfigError`,
+each line naming the file and line, the key, what was given, and how to fix it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from entrena.config.schema import Config
+from entrena.errors import ConfigError
+
+__all__ = ["LoadedConfig", "load_config", "parse_overrides", "apply_overrides", "validate_config"]
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A validated config and where it came from.
+
+    Attributes:
+        config: The validated config, every default filled in.
+        base_dir: Folder that relative data paths resolve against (the config file's folder).
+        source: The config file, or ``None`` for a dict given in Python.
+    """
+
+    config: Config
+    base_dir: Path
+    source: Path | None = None
+    lines: dict[tuple[str, ...], int] = field(default_factory=dict, compare=False)
+
+    def resolve_path(self, path: str) -> str:
+        """Resolve a data path against the config's folder (URLs and absolute paths unchanged)."""
+        if "://" in path or Path(path).is_absolute():
+            return path
+        return str((self.base_dir / path).resolve())
+
+
+def _line_map(node: yaml.Node, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
+    """Map each key path of a YAML mapping to its 1-based line number."""
+    lines: dict[tuple[str, ...], int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = (*prefix, str(key_node.value))
+            lines[key] = key_node.start_mark.line + 1
+            lines.update(_line_map(value_node, key))
+    return lines
+
+
+def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found; check the path (cwd is {Path.cwd()})")
+    text = path.read_text(encoding="utf-8-sig")
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{where}: invalid YAML: {problem}; fix the syntax") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}:1: the config must be a mapping of keys (name:, data:, ...)")
+    return data, (_line_map(node) if node is not None else {})
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, Any]:
+    """Parse ``--set dotted.key=value`` strings; values are YAML scalars (``1e-4``, ``true``).
+
+    Raises:
+        ConfigError: An item has no ``=`` or an empty key.
+    """
+    overrides: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(
+                f"--set {item!r}: expected dotted.key=value, e.g. --set train.max_epochs=2"
+            )
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        overrides[key.strip()] = value
+    return overrides
+
+
+def _fields_at(path: tuple[str, ...]) -> dict[str, Any] | None:
+    """The pydantic fields of the section at ``path`` (``None`` if it is not a section)."""
+    model: type[BaseModel] = Config
+    for part in path:
+        info = model.model_fields.get(part)
+        if info is None:
+            return None
+        candidates = [info.annotation, *getattr(info.annotation, "__args__", ())]
+        sub = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
+        if sub is None:
+            return None
+        model = sub
+    return dict(model.model_fields)
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of ``data`` with each dotted key set.
+
+    Raises:
+        ConfigError: A key names no config field (the message lists the closest valid keys).
+    """
+    result = _deep_copy(data)
+    problems = []
+    for dotted, value in overrides.items():
+        parts = tuple(dotted.split("."))
+        fields = _fields_at(parts[:-1])
+        if fields is None or parts[-1] not in fields:
+            problems.append(f"--set {dotted}: no such config key; {_suggest(parts)}")
+            continue
+        node = result
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[parts[-1]] = value
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return result
+
+
+def _deep_copy(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _deep_copy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_deep_copy(v) for v in data]
+    return data
+
+
+def _suggest(parts: tuple[str, ...]) -> str:
+    """'did you mean …?' for an unknown key, else the list of valid keys at that level."""
+    parent = parts[:-1]
+    fields = _fields_at(parent)
+    if fields is None:
+        return "see `entrena train --help` for the config keys"
+    prefix = ".".join(parent) + "." if parent else ""
+    close = difflib.get_close_matches(parts[-1], list(fields), n=1, cutoff=0.5)
+    if close:
+        return f"did you mean '{prefix}{close[0]}'?"
+    return f"valid keys here: {', '.join(prefix + f for f in fields)}"
+
+
+def _format_error(err: dict[str, Any], source: str, lines: dict[tuple[str, ...], int]) -> str:
+    loc = tuple(str(p) for p in err["loc"])
+    key = ".".join(loc)
+    line = None
+    for depth in range(len(loc), 0, -1):
+        line = lines.get(loc[:depth])
+        if line:
+            break
+    where = f"{source}:{line}" if line else source
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return f"{where}: unknown key '{key}'; {_suggest(loc)}"
+    if kind == "missing":
+        return f"{where}: missing required key '{key}'; add it to the config"
+    given = err.get("input")
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{where}: {key} = {given!r} is invalid: {msg}; fix the value"
+
+
+def validate_config(
+    data: dict[str, Any],
+    *,
+    source: str = "<config>",
+    lines: dict[tuple[str, ...], int] | None = None,
+) -> Config:
+    """Validate a config mapping, collecting every problem into one :class:`ConfigError`."""
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        messages = [_format_error(e, source, lines or {}) for e in exc.errors()]
+        raise ConfigError("\n".join(dict.fromkeys(messages))) from None
+
+
+def load_config(
+    source: str | Path | dict[str, Any] | Config,
+    overrides: list[str] | dict[str, Any] | None = None,
+) -> LoadedConfig:
+    """Load and validate a config from a YAML file, a dict or a :class:`Config`.
+
+    Args:
+        source: Path to a YAML file, a mapping with the same structure, or a config object.
+        overrides: ``--set`` strings (``"train.max_epochs=2"``) or a ``{dotted_key: value}`` dict.
+
+    Returns:
+        The validated config with the folder relative paths resolve against.
+
+    Raises:
+        ConfigError: The file is missing or not YAML, a key is unknown, a value is invalid.
+    """
+    if isinstance(overrides, list):
+        overrides = parse_overrides(overrides)
+    if isinstance(source, Config):
+        data, lines, origin, base = source.model_dump(), {}, None, Path.cwd()
+    elif isinstance(source, dict):
+        data, lines, origin, base = source, {}, None, Path.cwd()
+    else:
+        origin = Path(source)
+        data, lines = _read_yaml(origin)
+        base = origin.resolve().parent
+    if overrides:
+        data = apply_overrides(data, overrides)
+    config = validate_config(data, source=str(origin or "<config>"), lines=lines)
+    return LoadedConfig(config=config, base_dir=base, source=origin, lines=lines)

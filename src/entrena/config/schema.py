@@ -1,0 +1,210 @@
+"""The configuration schema: pydantic models, one per section.
+
+Each field's attribute docstring is its documentation: it is shown by ``entrena config-help``
+and in the README's config reference (a test keeps the two in step). Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "StrictModel",
+    "DataConfig",
+    "ArchitectureConfig",
+    "ModelConfig",
+    "EarlyStoppingConfig",
+    "TrainConfig",
+    "TrackingConfig",
+    "Config",
+]
+
+TASKS = ("text-classification",)
+
+
+class StrictModel(BaseModel):
+    """Base of every config section: unknown keys are errors, docstrings are descriptions."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+
+class DataConfig(StrictModel):
+    """Where the examples come from and which columns hold what."""
+
+    train: str
+    """Training data file: CSV, TSV, JSONL or Parquet. Relative paths resolve against the
+    config file's folder."""
+    validation: str | None = None
+    """Validation data file. When absent, `validation_fraction` of the training data is split
+    off (stratified by label, seeded by `train.seed`)."""
+    test: str | None = None
+    """Test data file, scored once with the best weights after training."""
+    text_column: str = "text"
+    """Column holding the input text."""
+    label_column: str = "label"
+    """Column holding the class label (strings or integers)."""
+    validation_fraction: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.1
+    """Share of the training data held out for validation when no validation file is given."""
+    max_train_samples: Annotated[int, Field(ge=1)] | None = None
+    """Use at most this many training rows (a seeded, stratified subsample) for quick runs."""
+    max_eval_samples: Annotated[int, Field(ge=1)] | None = None
+    """Use at most this many validation and test rows each (seeded subsample)."""
+    on_bad_rows: Literal["skip", "error"] = "skip"
+    """Rows with an empty text or label: `skip` drops and counts them; `error` refuses the
+    data and names the rows."""
+
+
+class ArchitectureConfig(StrictModel):
+    """A BERT-style encoder built from a config (random weights) instead of loaded weights."""
+
+    num_hidden_layers: Annotated[int, Field(ge=1)] = 2
+    """Number of transformer layers."""
+    hidden_size: Annotated[int, Field(ge=1)] = 32
+    """Width of the hidden states; must be a multiple of `num_attention_heads`."""
+    num_attention_heads: Annotated[int, Field(ge=1)] = 2
+    """Number of attention heads per layer."""
+    intermediate_size: Annotated[int, Field(ge=1)] = 64
+    """Width of the feed-forward layer."""
+    max_position_embeddings: Annotated[int, Field(ge=8)] = 512
+    """Longest sequence the position embeddings cover (tokens)."""
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> ArchitectureConfig:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "
+                f"({self.num_attention_heads})"
+            )
+        return self
+
+
+class ModelConfig(StrictModel):
+    """Which network to fine-tune and how inputs are cut."""
+
+    name: str | None = "minilm-l6"
+    """A model alias (`minilm-l6`), a local Hugging Face model directory, or a hub id
+    (`org/name`, needs internet). Ignored when `architecture` is set."""
+    architecture: ArchitectureConfig | None = None
+    """Build a randomly initialised BERT encoder of this shape instead of loading weights."""
+    tokenizer: str | None = None
+    """Tokenizer to use with `architecture` (an alias or directory); defaults to `name`'s."""
+    max_length: Literal["auto"] | Annotated[int, Field(ge=8)] = "auto"
+    """Longest input in tokens; longer texts are truncated. `auto` takes the 95th percentile
+    of the training texts' token lengths, rounded up to a multiple of 8 and capped by the
+    model; the choice is reported."""
+    pooling: Literal["mean", "cls"] = "mean"
+    """How token states become one vector: `mean` over real tokens (what sentence encoders such
+    as MiniLM were trained with) or the first (`[CLS]`) token."""
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.1
+    """Dropout before the classification head."""
+
+    @model_validator(mode="after")
+    def _name_or_architecture(self) -> ModelConfig:
+        if self.architecture is None and not self.name:
+            raise ValueError("set model.name (an alias or a model directory) or model.architecture")
+        return self
+
+
+class EarlyStoppingConfig(StrictModel):
+    """Stop when the monitored validation metric stops improving."""
+
+    enabled: bool = True
+    """Turn early stopping on or off."""
+    monitor: str = "validation.loss"
+    """Metric to watch: `validation.loss`, `validation.accuracy` or `validation.macro_f1`."""
+    mode: Literal["min", "max", "auto"] = "auto"
+    """Whether lower (`min`) or higher (`max`) is better; `auto` infers it from the metric."""
+    patience: Annotated[int, Field(ge=0)] = 2
+    """Evaluations without improvement before training stops."""
+    min_delta: Annotated[float, Field(ge=0.0)] = 0.0
+    """Smallest change that counts as an improvement."""
+
+    @field_validator("monitor")
+    @classmethod
+    def _known_monitor(cls, value: str) -> str:
+        allowed = ("validation.loss", "validation.accuracy", "validation.macro_f1")
+        if value not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return value
+
+
+class TrainConfig(StrictModel):
+    """How the fit runs."""
+
+    max_epochs: Annotated[int, Field(ge=1)] = 3
+    """Upper bound on passes over the training data (early stopping may end sooner)."""
+    max_steps: Annotated[int, Field(ge=1)] | None = None
+    """Upper bound on optimizer steps; overrides `max_epochs` when reached first."""
+    batch_size: Annotated[int, Field(ge=1)] = 32
+    """Examples per optimizer step per device (before gradient accumulation)."""
+    eval_batch_size: Annotated[int, Field(ge=1)] | None = None
+    """Examples per evaluation batch; defaults to twice `batch_size`."""
+    learning_rate: Annotated[float, Field(gt=0.0)] = 1e-4
+    """Peak learning rate of AdamW."""
+    weight_decay: Annotated[float, Field(ge=0.0)] = 0.01
+    """AdamW weight decay (not applied to biases and LayerNorm weights)."""
+    scheduler: Literal["linear", "cosine", "plateau", "constant"] = "linear"
+    """LR schedule: `linear` warmup then decay to 0, `cosine` warmup then cosine decay,
+    `plateau` = ReduceLROnPlateau on the early-stopping metric, `constant`."""
+    warmup_fraction: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.1
+    """Share of the planned steps spent warming the learning rate up from 0 (linear, cosine)."""
+    plateau_factor: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.5
+    """`plateau` scheduler: multiply the learning rate by this when the metric stalls."""
+    plateau_patience: Annotated[int, Field(ge=0)] = 0
+    """`plateau` scheduler: evaluations without improvement before the rate is cut."""
+    precision: Literal["auto", "bf16-mixed", "16-mixed", "32-true", "bf16-true"] = "auto"
+    """Numeric precision: `auto` picks bf16-mixed on GPUs that support it, 16-mixed on older
+    GPUs, 32-true on CPU."""
+    accelerator: Literal["auto", "cpu", "cuda", "mps", "tpu"] = "auto"
+    """Device type; `auto` takes the best one present."""
+    devices: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
+    """Number of devices to train on."""
+    seed: int = 42
+    """Seed for splits, shuffling, dropout and initialisation."""
+    deterministic: bool = False
+    """Use deterministic algorithms (slower on GPU; same results run to run)."""
+    early_stopping: EarlyStoppingConfig = EarlyStoppingConfig()
+    """Early stopping settings."""
+    gradient_clip_norm: Annotated[float, Field(gt=0.0)] | None = 1.0
+    """Clip the global gradient L2 norm to this; `null` turns clipping off."""
+    gradient_accumulation_steps: Annotated[int, Field(ge=1)] = 1
+    """Micro-batches whose gradients are summed before each optimizer step."""
+    evals_per_epoch: Annotated[int, Field(ge=1)] = 1
+    """Validation runs per epoch (early stopping and best weights see each of them)."""
+    group_by_length: bool = True
+    """Batch examples of similar token length together to cut padding."""
+    num_threads: Annotated[int, Field(ge=1)] | None = None
+    """CPU threads for torch; default: all physical cores."""
+    log_every_steps: Annotated[int, Field(ge=1)] = 10
+    """Write a step record to events.jsonl every this many optimizer steps."""
+
+
+class TrackingConfig(StrictModel):
+    """Experiment tracking with MLflow."""
+
+    enabled: bool = True
+    """Log params, metrics and artifacts to MLflow. Failures warn and never stop training."""
+    uri: str | None = None
+    """MLflow tracking URI; default: a SQLite store `runs/mlflow.db` beside the run directory.
+    The `MLFLOW_TRACKING_URI` environment variable wins when set."""
+    experiment: str = "entrena"
+    """MLflow experiment name."""
+
+
+class Config(StrictModel):
+    """A whole entrena run."""
+
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    """Run name: the run directory is `runs/<name>` (letters, digits, `.`, `_`, `-`)."""
+    task: Literal["text-classification"] = "text-classification"
+    """What is learned; `text-classification` for now."""
+    data: DataConfig
+    """Data section."""
+    model: ModelConfig = ModelConfig()
+    """Model section."""
+    train: TrainConfig = TrainConfig()
+    """Training section."""
+    tracking: TrackingConfig = TrackingConfig()
+    """Tracking section."""

@@ -1,0 +1,66 @@
+"""The one table of metric keys: name, unit, and whether higher is better.
+
+Logs, ``metrics.json``, MLflow and the docs read this table; a key used anywhere else must be
+listed here (a test checks that ``metrics.json`` of a real run uses only these keys).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["MetricKey", "METRIC_KEYS", "higher_is_better"]
+
+
+@dataclass(frozen=True)
+class MetricKey:
+    """One metric: its dotted key in ``metrics.json``, unit and meaning."""
+
+    key: str
+    unit: str
+    description: str
+    higher_is_better: bool | None = None
+
+
+_TABLE = [
+    MetricKey("train.loss", "nats", "mean cross-entropy of the last logged training steps", False),
+    MetricKey("validation.loss", "nats", "mean cross-entropy on the validation set", False),
+    MetricKey("validation.accuracy", "fraction", "share of validation examples right", True),
+    MetricKey("validation.macro_f1", "fraction", "unweighted mean of per-class F1", True),
+    MetricKey("test.loss", "nats", "mean cross-entropy on the test set", False),
+    MetricKey("test.accuracy", "fraction", "share of test examples right", True),
+    MetricKey("test.macro_f1", "fraction", "unweighted mean of per-class F1 on test", True),
+    MetricKey("test.per_class", "fraction", "precision, recall, F1 and support per class"),
+    MetricKey("test.confusion_matrix", "count", "rows: true label, columns: predicted label"),
+    MetricKey("fit.epochs", "epoch", "epochs started"),
+    MetricKey("fit.steps", "step", "optimizer steps taken"),
+    MetricKey("fit.best_step", "step", "step whose weights were restored"),
+    MetricKey("fit.stop_reason", "", "why training ended"),
+    MetricKey("fit.train_time_s", "s", "time in training steps, evaluation excluded"),
+    MetricKey("fit.wall_time_s", "s", "time of the whole train command"),
+    MetricKey("fit.throughput_samples_per_s", "samples/s", "training samples per second", True),
+    MetricKey("fit.throughput_tokens_per_s", "tokens/s", "real (unpadded) tokens per second", True),
+    MetricKey("fit.padding_fraction", "fraction", "share of token slots that were padding", False),
+    MetricKey("fit.max_length", "tokens", "truncation length used"),
+    MetricKey("fit.precision", "", "numeric precision used"),
+    MetricKey("fit.device", "", "device trained on"),
+    MetricKey("fit.peak_memory_bytes", "B", "peak resident memory (CPU RSS or CUDA allocator)"),
+    MetricKey("data.train_rows", "rows", "training rows used"),
+    MetricKey("data.validation_rows", "rows", "validation rows used"),
+    MetricKey("data.test_rows", "rows", "test rows used"),
+    MetricKey("data.skipped_rows", "rows", "rows skipped for empty text or label, per split"),
+    MetricKey("data.labels", "", "the label map, index order"),
+]
+
+METRIC_KEYS: dict[str, MetricKey] = {m.key: m for m in _TABLE}
+
+
+def higher_is_better(key: str) -> bool:
+    """Whether a larger value of ``key`` is an improvement.
+
+    Raises:
+        KeyError: The key is not in the table or has no direction.
+    """
+    direction = METRIC_KEYS[key].higher_is_better
+    if direction is None:
+        raise KeyError(f"metric {key!r} has no better direction")
+    return direction

@@ -1,0 +1,70 @@
+"""The mutable state of one fit, shared by the loop and its callbacks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["TrainState"]
+
+
+@dataclass
+class TrainState:
+    """What the loop knows at any point; callbacks read and may set the flagged fields.
+
+    Attributes:
+        epoch: Current epoch, 0-based.
+        step: Optimizer steps taken so far.
+        batch_in_epoch: Micro-batches consumed in the current epoch.
+        steps_per_epoch: Optimizer steps in one epoch.
+        max_steps: Planned optimizer steps for the whole fit.
+        loss: Training loss of the last micro-batch.
+        learning_rate: Current learning rate.
+        samples_seen / tokens_seen / padded_tokens_seen: Running counts over the fit
+            (tokens are real tokens; padded tokens include padding).
+        train_time_s: Seconds spent in training steps (evaluation excluded).
+        eval_metrics: The latest validation metrics (``{"loss": …, "accuracy": …}``).
+        history: One dict per evaluation (step, epoch, metrics).
+        should_stop: Set by a callback to end the fit after the current step.
+        stop_reason: Why the fit ended (``"max_epochs"``, ``"early_stopping"`` …).
+        best_score / best_step: Best monitored value so far and the step it was reached at.
+        model, optimizer, scheduler: The live objects (set by the loop).
+        extras: Free space for callbacks to share values.
+    """
+
+    epoch: int = 0
+    step: int = 0
+    batch_in_epoch: int = 0
+    steps_per_epoch: int = 0
+    max_steps: int = 0
+    max_epochs: int = 0
+    loss: float = float("nan")
+    learning_rate: float = 0.0
+    samples_seen: int = 0
+    tokens_seen: int = 0
+    padded_tokens_seen: int = 0
+    train_time_s: float = 0.0
+    eval_metrics: dict[str, float] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    should_stop: bool = False
+    stop_reason: str = ""
+    best_score: float | None = None
+    best_step: int | None = None
+    model: Any = None
+    optimizer: Any = None
+    scheduler: Any = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def padding_fraction(self) -> float:
+        """Share of processed token slots that were padding (0 when nothing was processed)."""
+        if not self.padded_tokens_seen:
+            return 0.0
+        return 1.0 - self.tokens_seen / self.padded_tokens_seen
+
+    def counters(self) -> dict[str, Any]:
+        """The resumable scalar counters (saved in checkpoints)."""
+        keys = ("epoch", "step", "batch_in_epoch", "samples_seen", "tokens_seen",
+                "padded_tokens_seen", "train_time_s", "best_score", "best_step", "history",
+                "stop_reason")
+        return {k: getattr(self, k) for k in keys}

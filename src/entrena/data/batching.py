@@ -1,0 +1,91 @@
+"""Batches of similar length with per-batch padding.
+
+``group_by_length`` is the technique (a pure function on lists); ``entrena.data.loaders`` only
+decides when it runs (each epoch, seeded by the epoch, so any epoch's plan can be rebuilt on
+resume); ``pad_batch`` pads one batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["group_by_length", "sequential_batches", "random_batches", "pad_batch",
+           "padding_fraction"]
+
+
+def group_by_length(lengths: Sequence[int], batch_size: int, seed: int,
+                    megabatch_factor: int = 50) -> list[list[int]]:
+    """Shuffle, then batch examples of similar length together.
+
+    The examples are shuffled, cut into mega-batches of ``megabatch_factor * batch_size``,
+    each mega-batch is sorted by length and cut into batches, and the batch order is shuffled.
+    Padding drops to a fraction of random batching while each batch stays a random draw from
+    a wide window (the scheme of the Hugging Face ``LengthGroupedSampler`` and fairseq's
+    bucketing).
+
+    Args:
+        lengths: Token length of each example, shape (N,).
+        batch_size: Examples per batch; the last batch of a mega-batch may be smaller.
+        seed: Seed of this epoch's shuffle (use ``base_seed + epoch``).
+        megabatch_factor: Mega-batch size in batches; 1 gives the least randomness.
+
+    Returns:
+        Batches of example indices; every index appears exactly once.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(lengths))
+    lengths = np.asarray(lengths)
+    span = max(1, megabatch_factor) * batch_size
+    batches: list[list[int]] = []
+    for start in range(0, len(order), span):
+        chunk = order[start:start + span]
+        chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
+        batches.extend(chunk[i:i + batch_size].tolist() for i in range(0, len(chunk), batch_size))
+    permutation = rng.permutation(len(batches))
+    return [batches[i] for i in permutation]
+
+
+def sequential_batches(lengths: Sequence[int], batch_size: int,
+                       sort_by_length: bool = True) -> list[list[int]]:
+    """Batches for evaluation: sorted by length (least padding), no randomness."""
+    order = np.argsort(-np.asarray(lengths), kind="stable") if sort_by_length \
+        else np.arange(len(lengths))
+    return [order[i:i + batch_size].tolist() for i in range(0, len(order), batch_size)]
+
+
+def random_batches(n: int, batch_size: int, seed: int) -> list[list[int]]:
+    """Plain shuffled batches (what ``group_by_length=False`` uses)."""
+    order = np.random.default_rng(seed).permutation(n)
+    return [order[i:i + batch_size].tolist() for i in range(0, n, batch_size)]
+
+
+def padding_fraction(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> float:
+    """Share of token slots that are padding when each batch is padded to its longest member."""
+    lengths = np.asarray(lengths)
+    real = sum(int(lengths[b].sum()) for b in batches)
+    slots = sum(int(lengths[b].max()) * len(b) for b in batches if len(b))
+    return 1.0 - real / slots if slots else 0.0
+
+
+def pad_batch(sequences: Sequence[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pad token id sequences to the longest one.
+
+    Args:
+        sequences: B arrays of token ids of varying length.
+        pad_id: Id written into the padding slots.
+
+    Returns:
+        ``(input_ids, attention_mask)``, both int64 of shape (B, T), T the longest length;
+        the mask is 1 on real tokens and 0 on padding.
+    """
+    longest = max(len(s) for s in sequences)
+    ids = np.full((len(sequences), longest), pad_id, dtype=np.int64)
+    mask = np.zeros((len(sequences), longest), dtype=np.int64)
+    for row, seq in enumerate(sequences):
+        ids[row, :len(seq)] = seq
+        mask[row, :len(seq)] = 1
+    return ids, mask

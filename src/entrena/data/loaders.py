@@ -1,0 +1,66 @@
+"""Batch sources for the loop: encoded texts + labels → padded tensors, per-batch padding."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from entrena.data.batching import group_by_length, pad_batch, random_batches, sequential_batches
+from entrena.data.encoding import EncodedTexts
+
+__all__ = ["TextBatches"]
+
+
+class TextBatches:
+    """Batches of one split, padded to their longest member.
+
+    Args:
+        encoded: Token ids of the split (untruncated up to the model limit).
+        labels: Label index per example, shape (N,).
+        max_length: Truncation length (tokens).
+        batch_size: Examples per batch.
+        pad_id: Padding token id.
+        shuffle: Training order (new each epoch, seeded ``seed + epoch``) or a fixed
+            evaluation order sorted by length.
+        group_by_length: With ``shuffle``, group similar lengths (see
+            :func:`~entrena.data.batching.group_by_length`).
+        seed: Base seed.
+    """
+
+    def __init__(self, encoded: EncodedTexts, labels: np.ndarray, *, max_length: int,
+                 batch_size: int, pad_id: int, shuffle: bool, group_by_length: bool = True,
+                 seed: int = 0):
+        self.encoded = encoded
+        self.labels = np.asarray(labels, dtype=np.int64)
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.pad_id = pad_id
+        self.shuffle = shuffle
+        self.group = group_by_length
+        self.seed = seed
+        self.lengths = encoded.lengths(max_length)
+        self._plans: dict[int, list[list[int]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def plan(self, epoch: int) -> list[list[int]]:
+        """The batches of ``epoch`` (cached; evaluation order is the same every epoch)."""
+        key = epoch if self.shuffle else 0
+        if key not in self._plans:
+            if not self.shuffle:
+                plan = sequential_batches(self.lengths, self.batch_size)
+            elif self.group:
+                plan = group_by_length(self.lengths, self.batch_size, self.seed + epoch)
+            else:
+                plan = random_batches(len(self.lengths), self.batch_size, self.seed + epoch)
+            self._plans = {key: plan}  # keep one epoch's plan; others are rebuilt on demand
+        return self._plans[key]
+
+    def collate(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        """``input_ids`` (B, T) int64, ``attention_mask`` (B, T) int64, ``labels`` (B,) int64."""
+        ids, mask = pad_batch([self.encoded.get(i, self.max_length) for i in indices], self.pad_id)
+        return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
+                "labels": torch.from_numpy(self.labels[list(indices)])}

@@ -1,0 +1,125 @@
+"""The only module that imports Lightning Fabric: devices, precision and strategies."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from entrena.errors import ResourceError
+
+__all__ = ["Backend", "choose_precision", "create_backend", "configure_threads"]
+
+log = logging.getLogger("entrena")
+
+
+def choose_precision(precision: str, accelerator: str) -> str:
+    """Resolve ``precision: auto`` for the device in use.
+
+    bf16-mixed on CUDA devices that support bfloat16 (compute capability 8.0 and newer),
+    16-mixed on older CUDA devices and on MPS, bf16-mixed on TPU, 32-true on CPU (bf16 autocast
+    on CPUs without AMX is slower than fp32).
+    """
+    if precision != "auto":
+        return precision
+    if accelerator == "cuda":
+        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+    if accelerator == "mps":
+        return "16-mixed"
+    if accelerator == "tpu":
+        return "bf16-mixed"
+    return "32-true"
+
+
+def _resolve_accelerator(accelerator: str) -> str:
+    if accelerator == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            return "mps"
+        return "cpu"
+    if accelerator == "cuda" and not torch.cuda.is_available():
+        raise ResourceError("train.accelerator = 'cuda' but no CUDA device is visible; "
+                            "use train.accelerator: auto or cpu")
+    if accelerator == "mps" and not (getattr(torch.backends, "mps", None)
+                                     and torch.backends.mps.is_available()):
+        raise ResourceError("train.accelerator = 'mps' but MPS is not available; "
+                            "use train.accelerator: auto or cpu")
+    return accelerator
+
+
+def configure_threads(num_threads: int | None) -> int:
+    """Set torch's intra-op threads (default: physical cores) and return the number used."""
+    if num_threads is None:
+        try:
+            import psutil
+
+            num_threads = psutil.cpu_count(logical=False) or torch.get_num_threads()
+        except ImportError:  # pragma: no cover
+            num_threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(num_threads)))
+    return torch.get_num_threads()
+
+
+@dataclass
+class Backend:
+    """A thin wrapper of :class:`lightning.fabric.Fabric` exposing what the loop needs."""
+
+    fabric: Any
+    accelerator: str
+    precision: str
+
+    @property
+    def device(self) -> torch.device:
+        return self.fabric.device
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.fabric.is_global_zero
+
+    @property
+    def world_size(self) -> int:
+        return self.fabric.world_size
+
+    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[Any, Any]:
+        return self.fabric.setup(model, optimizer)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.fabric.backward(loss)
+
+    def clip_gradients(self, model: Any, optimizer: Any, max_norm: float) -> torch.Tensor:
+        return self.fabric.clip_gradients(model, optimizer, max_norm=max_norm, error_if_nonfinite=False)
+
+    def no_backward_sync(self, model: Any, enabled: bool) -> Any:
+        return self.fabric.no_backward_sync(model, enabled=enabled)
+
+    def to_device(self, obj: Any) -> Any:
+        return self.fabric.to_device(obj)
+
+    def autocast(self) -> Any:
+        return self.fabric.autocast()
+
+
+def create_backend(*, accelerator: str, devices: int | str, precision: str, seed: int,
+                   deterministic: bool) -> Backend:
+    """Create and launch the Fabric backend.
+
+    Raises:
+        ResourceError: The requested accelerator is not present.
+    """
+    from lightning.fabric import Fabric
+
+    for name in ("lightning.fabric", "lightning.fabric.utilities.seed",
+                 "lightning.fabric.utilities.rank_zero", "lightning_fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    resolved = _resolve_accelerator(accelerator)
+    chosen = choose_precision(precision, resolved)
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    fabric = Fabric(accelerator=resolved, devices=devices, precision=chosen)
+    fabric.launch()
+    fabric.seed_everything(seed, workers=True, verbose=False)
+    return Backend(fabric=fabric, accelerator=resolved, precision=chosen)

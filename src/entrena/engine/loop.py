@@ -1,0 +1,170 @@
+"""The training loop: readable top to bottom, firing events (see ``entrena.core.events``).
+
+The loop knows nothing of configs, files or tasks: it gets a backend, a model returning logits,
+an optimizer, a :class:`BatchSource` for training and one for validation, and callbacks.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from entrena.core.callback import Callback
+from entrena.core.events import Event
+from entrena.core.state import TrainState
+
+__all__ = ["BatchSource", "FitSettings", "fit", "predict", "evaluation_points"]
+
+
+class BatchSource(Protocol):
+    """What the loop needs from data: a batch plan per epoch and a way to build a batch."""
+
+    def plan(self, epoch: int) -> list[list[int]]:
+        """Batches of example indices for ``epoch`` (deterministic for a given epoch)."""
+        ...
+
+    def collate(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        """Tensors of one batch: ``input_ids`` (B, T), ``attention_mask`` (B, T), ``labels`` (B,)."""
+        ...
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """Loop settings (plain values, built from ``train.*`` by the api layer)."""
+
+    max_epochs: int
+    max_steps: int | None = None
+    gradient_accumulation_steps: int = 1
+    gradient_clip_norm: float | None = 1.0
+    evals_per_epoch: int = 1
+
+
+class _Callbacks:
+    def __init__(self, callbacks: Sequence[Callback]):
+        self.callbacks = list(callbacks)
+
+    def fire(self, event: Event, state: TrainState) -> None:
+        for callback in self.callbacks:
+            getattr(callback, event.value)(state)
+
+
+def evaluation_points(batches_per_epoch: int, evals_per_epoch: int) -> set[int]:
+    """Batch counts (1-based, within an epoch) after which validation runs; always the last."""
+    evals = max(1, min(evals_per_epoch, batches_per_epoch))
+    return {math.ceil(batches_per_epoch * (k + 1) / evals) for k in range(evals)}
+
+
+@torch.no_grad()
+def predict(backend: Any, model: Any, source: BatchSource) -> tuple[np.ndarray, np.ndarray, float]:
+    """Run the model over every batch of ``source`` once.
+
+    Returns:
+        ``(logits (N, C) float32 in example order, labels (N,), mean cross-entropy)``.
+    """
+    was_training = model.training
+    model.eval()
+    batches = source.plan(0)
+    n = sum(len(b) for b in batches)
+    logits_out: np.ndarray | None = None
+    labels_out = np.zeros(n, dtype=np.int64)
+    total_loss = 0.0
+    for indices in batches:
+        batch = backend.to_device(source.collate(indices))
+        logits = model(batch["input_ids"], batch["attention_mask"]).float()
+        total_loss += F.cross_entropy(logits, batch["labels"], reduction="sum").item()
+        if logits_out is None:
+            logits_out = np.zeros((n, logits.shape[-1]), dtype=np.float32)
+        logits_out[indices] = logits.cpu().numpy()
+        labels_out[indices] = batch["labels"].cpu().numpy()
+    model.train(was_training)
+    assert logits_out is not None, "evaluation data is empty"
+    return logits_out, labels_out, total_loss / max(1, n)
+
+
+def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource,
+        evaluate: Callable[[Any], dict[str, float]], settings: FitSettings,
+        callbacks: Sequence[Callback], state: TrainState | None = None) -> TrainState:
+    """Train ``model`` and return the final state.
+
+    Args:
+        backend: The :class:`~entrena.engine.backend.Backend` (model and optimizer already set up).
+        model: Module mapping ``(input_ids (B, T), attention_mask (B, T))`` to logits (B, C).
+        optimizer: The optimizer.
+        train: Training batches.
+        evaluate: Called with the model at each evaluation point; returns validation metrics
+            (``{"loss": …, "accuracy": …}``) stored in ``state.eval_metrics``.
+        settings: Loop settings.
+        callbacks: Called at each event, in order.
+        state: A restored state to continue from (resume), or ``None`` to start fresh.
+
+    Returns:
+        The final state; ``state.stop_reason`` says why training ended.
+    """
+    state = state or TrainState()
+    state.model, state.optimizer = model, optimizer
+    state.max_epochs = settings.max_epochs
+    accumulation = settings.gradient_accumulation_steps
+    batches_per_epoch = len(train.plan(0))
+    state.steps_per_epoch = math.ceil(batches_per_epoch / accumulation)
+    planned = state.steps_per_epoch * settings.max_epochs
+    state.max_steps = min(planned, settings.max_steps) if settings.max_steps else planned
+    eval_points = evaluation_points(batches_per_epoch, settings.evals_per_epoch)
+    hooks = _Callbacks(callbacks)
+
+    model.train()
+    hooks.fire(Event.FIT_START, state)
+    while state.epoch < settings.max_epochs and not state.should_stop:
+        hooks.fire(Event.EPOCH_START, state)
+        plan = train.plan(state.epoch)
+        for position in range(state.batch_in_epoch, len(plan)):
+            indices = plan[position]
+            hooks.fire(Event.BATCH_START, state)
+            started = time.perf_counter()
+            batch = backend.to_device(train.collate(indices))
+            micro = position % accumulation
+            last_micro = micro == accumulation - 1 or position == len(plan) - 1
+            with backend.no_backward_sync(model, enabled=not last_micro):
+                logits = model(batch["input_ids"], batch["attention_mask"])
+                loss = F.cross_entropy(logits.float(), batch["labels"])
+                backend.backward(loss / accumulation)
+            hooks.fire(Event.AFTER_BACKWARD, state)
+            if last_micro:
+                if settings.gradient_clip_norm:
+                    backend.clip_gradients(model, optimizer, settings.gradient_clip_norm)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                state.step += 1
+            state.batch_in_epoch = position + 1
+            state.loss = loss.item()
+            state.learning_rate = optimizer.param_groups[0]["lr"]
+            state.samples_seen += len(indices)
+            state.tokens_seen += int(batch["attention_mask"].sum())
+            state.padded_tokens_seen += int(batch["attention_mask"].numel())
+            state.train_time_s += time.perf_counter() - started
+            state.extras["last_micro"] = last_micro
+            hooks.fire(Event.BATCH_END, state)
+            if last_micro and settings.max_steps and state.step >= settings.max_steps:
+                state.should_stop, state.stop_reason = True, state.stop_reason or "max_steps"
+            if position + 1 in eval_points or state.should_stop:
+                hooks.fire(Event.EVAL_START, state)
+                state.eval_metrics = evaluate(model)
+                state.history.append({"epoch": state.epoch, "step": state.step,
+                                      **state.eval_metrics})
+                hooks.fire(Event.EVAL_END, state)
+            if state.should_stop:
+                break
+        if not state.should_stop or state.batch_in_epoch >= len(plan):
+            state.epoch += 1
+            state.batch_in_epoch = 0
+        hooks.fire(Event.EPOCH_END, state)
+    if not state.stop_reason:
+        state.stop_reason = "max_epochs"
+    hooks.fire(Event.FIT_END, state)
+    return state

@@ -1,0 +1,60 @@
+"""The one exception hierarchy of entrena.
+
+Every error a user can cause is an :class:`EntrenaError`; the CLI turns it into a one-line
+message and an exit code. Classes also subclass the matching built-in, so ``except ValueError``
+keeps working for library users.
+
+Exit codes (see docs/architecture.md): 0 ok, 1 internal error, 2 bad input, 3 a check that ran
+and failed, 130 interrupted by the user, 143 stopped by a preemption signal.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "EntrenaError",
+    "ConfigError",
+    "DataError",
+    "ResourceError",
+    "CheckFailed",
+    "EXIT_OK",
+    "EXIT_INTERNAL",
+    "EXIT_BAD_INPUT",
+    "EXIT_CHECK_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_PREEMPTED",
+]
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_BAD_INPUT = 2
+EXIT_CHECK_FAILED = 3
+EXIT_INTERRUPTED = 130
+EXIT_PREEMPTED = 143
+
+
+class EntrenaError(Exception):
+    """Base class of every error entrena raises on purpose.
+
+    Attributes:
+        exit_code: The process exit code the CLI uses for this error.
+    """
+
+    exit_code: int = EXIT_BAD_INPUT
+
+
+class ConfigError(EntrenaError, ValueError):
+    """The configuration (YAML file, ``--set`` override or Python dict) is invalid."""
+
+
+class DataError(EntrenaError, ValueError):
+    """A data file is missing, unreadable, or does not match the configuration."""
+
+
+class ResourceError(EntrenaError, RuntimeError):
+    """The machine cannot run what was asked (device absent, out of memory, disk full)."""
+
+
+class CheckFailed(EntrenaError, RuntimeError):
+    """A check ran and failed; its outputs were still written."""
+
+    exit_code = EXIT_CHECK_FAILED

@@ -1,0 +1,156 @@
+"""Text classification: a pretrained (or config-built) encoder, a pooling step and a linear head.
+
+The saved model folder holds the fine-tuned encoder in Hugging Face format (``config.json`` +
+``model.safetensors``, loadable with ``AutoModel.from_pretrained``), the tokenizer, the head
+(``head.safetensors``) and ``entrena_model.json`` (labels, pooling, max_length);
+:func:`load_classifier` rebuilds the whole classifier from it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["TextClassifier", "build_tokenizer", "build_classifier", "save_classifier",
+           "load_classifier", "model_length_limit"]
+
+HEAD_FILE = "head.safetensors"
+META_FILE = "entrena_model.json"
+
+
+class TextClassifier(nn.Module):
+    """Encoder + pooling + dropout + linear head.
+
+    Args:
+        encoder: A Hugging Face encoder returning ``last_hidden_state`` of shape (B, T, H).
+        num_labels: Number of classes C.
+        pooling: ``"mean"`` (average of real tokens) or ``"cls"`` (first token).
+        dropout: Dropout probability before the head.
+    """
+
+    def __init__(self, encoder: nn.Module, num_labels: int, pooling: str = "mean",
+                 dropout: float = 0.1):
+        super().__init__()
+        if pooling not in ("mean", "cls"):
+            raise ValueError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
+        self.encoder = encoder
+        self.pooling = pooling
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(encoder.config.hidden_size, num_labels)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Class logits.
+
+        Args:
+            input_ids: Token ids, (B, T).
+            attention_mask: 1 for real tokens, 0 for padding, (B, T).
+
+        Returns:
+            Logits, (B, C).
+        """
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        if self.pooling == "cls":
+            pooled = hidden[:, 0]
+        else:
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        return self.head(self.dropout(pooled))
+
+
+def _quiet_transformers() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover - older transformers
+        pass
+
+
+def build_tokenizer(source: str) -> Any:
+    """Load a tokenizer from a model directory or hub id (fast tokenizer when available)."""
+    from transformers import AutoTokenizer
+
+    _quiet_transformers()
+    return AutoTokenizer.from_pretrained(source)
+
+
+def model_length_limit(encoder_config: Any, tokenizer: Any) -> int:
+    """Longest input the model accepts, in tokens (position embeddings and tokenizer limit)."""
+    limit = int(getattr(encoder_config, "max_position_embeddings", 512) or 512)
+    tokenizer_limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tokenizer_limit, int) and 0 < tokenizer_limit < limit:
+        limit = tokenizer_limit
+    return limit
+
+
+def build_classifier(*, num_labels: int, pretrained: str | None,
+                     architecture: dict[str, Any] | None, vocab_size: int, pad_token_id: int,
+                     pooling: str, dropout: float) -> TextClassifier:
+    """Build the classifier from pretrained weights or from an architecture.
+
+    Args:
+        num_labels: Number of classes.
+        pretrained: Model directory or hub id to load the encoder from (ignored when
+            ``architecture`` is given).
+        architecture: BERT shape (``num_hidden_layers``, ``hidden_size``, …) to build with random
+            weights.
+        vocab_size: Tokenizer vocabulary size (for a built encoder).
+        pad_token_id: Padding id (for a built encoder).
+        pooling: ``"mean"`` or ``"cls"``.
+        dropout: Head dropout.
+    """
+    from transformers import AutoModel, BertConfig
+
+    _quiet_transformers()
+    if architecture is not None:
+        config = BertConfig(vocab_size=vocab_size, pad_token_id=pad_token_id, **architecture)
+        encoder = AutoModel.from_config(config, add_pooling_layer=False)
+    else:
+        encoder = AutoModel.from_pretrained(pretrained, add_pooling_layer=False)
+    return TextClassifier(encoder, num_labels, pooling=pooling, dropout=dropout)
+
+
+def save_classifier(model: TextClassifier, tokenizer: Any, directory: Path, *, labels: list[str],
+                    max_length: int) -> None:
+    """Write the model folder (encoder, tokenizer, head, labels). Overwrites ``directory``."""
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    encoder = model.encoder
+    encoder.config.id2label = dict(enumerate(labels))
+    encoder.config.label2id = {name: i for i, name in enumerate(labels)}
+    encoder.save_pretrained(directory, safe_serialization=True)
+    tokenizer.save_pretrained(directory)
+    head = {k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()}
+    save_file(head, str(directory / HEAD_FILE))
+    meta = {"task": "text-classification", "labels": labels, "pooling": model.pooling,
+            "max_length": max_length, "dropout": model.dropout.p}
+    (directory / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def load_classifier(directory: str | Path) -> tuple[TextClassifier, Any, dict[str, Any]]:
+    """Rebuild a saved classifier.
+
+    Returns:
+        ``(model in eval mode, tokenizer, metadata)``; metadata has ``labels`` and ``max_length``.
+    """
+    from safetensors.torch import load_file
+    from transformers import AutoModel
+
+    _quiet_transformers()
+    directory = Path(directory)
+    meta = json.loads((directory / META_FILE).read_text())
+    encoder = AutoModel.from_pretrained(directory, add_pooling_layer=False)
+    model = TextClassifier(encoder, len(meta["labels"]), meta["pooling"], meta.get("dropout", 0.1))
+    model.head.load_state_dict(load_file(str(directory / HEAD_FILE)))
+    model.eval()
+    return model, build_tokenizer(str(directory)), meta

@@ -1,0 +1,3 @@
+"""Tracking: events.jsonl and MLflow."""
+
+__all__: list[str] = []

@@ -1,0 +1,69 @@
+"""``events.jsonl``: one JSON object per logged step, evaluation and epoch."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from entrena.core.callback import Callback
+from entrena.core.state import TrainState
+
+__all__ = ["EventLog"]
+
+
+class EventLog(Callback):
+    """Appends records to ``events.jsonl`` (the report and tests read it).
+
+    Record types: ``step`` (every ``every_steps`` optimizer steps: loss, learning rate,
+    throughput), ``eval`` (validation metrics), ``epoch``, ``fit_end``. Every record has
+    ``type``, ``time`` (Unix seconds), ``step`` and ``epoch``.
+
+    Args:
+        path: The file; appended to, so a resumed run continues it.
+        every_steps: Interval of ``step`` records.
+    """
+
+    def __init__(self, path: Path, every_steps: int = 10):
+        self.path = path
+        self.every_steps = every_steps
+        self._handle: Any = None
+        self._window_start = (0.0, 0, 0)
+
+    def write(self, record_type: str, state: TrainState, **fields: Any) -> None:
+        if self._handle is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle = self.path.open("a", encoding="utf-8")
+        record = {"type": record_type, "time": round(time.time(), 3), "step": state.step,
+                  "epoch": state.epoch, **fields}
+        self._handle.write(json.dumps(record) + "\n")
+        self._handle.flush()
+
+    def on_fit_start(self, state: TrainState) -> None:
+        self._window_start = (state.train_time_s, state.samples_seen, state.tokens_seen)
+        self.write("fit_start", state, max_steps=state.max_steps,
+                   steps_per_epoch=state.steps_per_epoch)
+
+    def on_batch_end(self, state: TrainState) -> None:
+        if not state.extras.get("last_micro", True) or state.step % self.every_steps:
+            return
+        t0, s0, k0 = self._window_start
+        elapsed = max(1e-9, state.train_time_s - t0)
+        self.write("step", state, loss=state.loss, learning_rate=state.learning_rate,
+                   throughput_samples_per_s=(state.samples_seen - s0) / elapsed,
+                   throughput_tokens_per_s=(state.tokens_seen - k0) / elapsed,
+                   padding_fraction=state.padding_fraction, samples_seen=state.samples_seen)
+        self._window_start = (state.train_time_s, state.samples_seen, state.tokens_seen)
+
+    def on_eval_end(self, state: TrainState) -> None:
+        self.write("eval", state, validation=dict(state.eval_metrics))
+
+    def on_epoch_end(self, state: TrainState) -> None:
+        self.write("epoch", state, train_time_s=state.train_time_s)
+
+    def on_fit_end(self, state: TrainState) -> None:
+        self.write("fit_end", state, stop_reason=state.stop_reason, best_step=state.best_step)
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None

@@ -1,0 +1,146 @@
+"""MLflow tracking. Every failure warns once and switches tracking off; training goes on."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from entrena.core.callback import Callback
+from entrena.core.state import TrainState
+
+__all__ = ["MLflowTracker", "default_tracking_uri", "flatten"]
+
+log = logging.getLogger("entrena")
+
+
+def default_tracking_uri(runs_root: Path, configured: str | None) -> str:
+    """``MLFLOW_TRACKING_URI`` if set, else ``tracking.uri``, else ``sqlite:///<runs>/mlflow.db``."""
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        return env
+    if configured:
+        return configured
+    return f"sqlite:///{(runs_root / 'mlflow.db').resolve()}"
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` → ``{"a.b": 1}``."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+class MLflowTracker(Callback):
+    """Logs params, step and validation metrics, final metrics and run files to MLflow.
+
+    Step metrics are buffered and sent in batches at each evaluation, so tracking adds no
+    per-step latency.
+
+    Args:
+        uri: Tracking URI.
+        experiment: Experiment name.
+        run_name: MLflow run name (the entrena run name).
+        artifact_root: Where a new experiment stores artifacts (file store under ``runs/``).
+        every_steps: Interval of step metrics.
+    """
+
+    def __init__(self, uri: str, experiment: str, run_name: str, artifact_root: Path,
+                 every_steps: int = 10):
+        self.uri = uri
+        self.experiment = experiment
+        self.run_name = run_name
+        self.artifact_root = artifact_root
+        self.every_steps = every_steps
+        self.enabled = True
+        self.run_id: str | None = None
+        self._client: Any = None
+        self._buffer: list[Any] = []
+
+    def _fail(self, what: str, exc: BaseException) -> None:
+        if self.enabled:
+            log.warning("MLflow tracking off: %s failed (%s: %s); training goes on",
+                        what, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+        self.enabled = False
+
+    def start(self, params: dict[str, Any], tags: dict[str, str] | None = None) -> None:
+        """Create (or reopen) the MLflow run and log the flattened config as params."""
+        if not self.enabled:
+            return
+        try:
+            os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+            from mlflow.tracking import MlflowClient
+
+            for name in ("mlflow", "alembic"):
+                logging.getLogger(name).setLevel(logging.WARNING)
+
+            self._client = MlflowClient(tracking_uri=self.uri)
+            found = self._client.get_experiment_by_name(self.experiment)
+            if found is None:
+                self.artifact_root.mkdir(parents=True, exist_ok=True)
+                experiment_id = self._client.create_experiment(
+                    self.experiment, artifact_location=self.artifact_root.resolve().as_uri())
+            else:
+                experiment_id = found.experiment_id
+            run = self._client.create_run(experiment_id, run_name=self.run_name, tags=tags or {})
+            self.run_id = run.info.run_id
+            from mlflow.entities import Param
+
+            items = [Param(k, str(v)[:6000]) for k, v in flatten(params).items()]
+            for start in range(0, len(items), 100):
+                self._client.log_batch(self.run_id, params=items[start:start + 100])
+        except Exception as exc:  # noqa: BLE001 - tracking must never stop training
+            self._fail("starting the run", exc)
+
+    def _queue(self, metrics: dict[str, Any], step: int) -> None:
+        if not self.enabled or self.run_id is None:
+            return
+        from mlflow.entities import Metric
+        import time
+
+        now = int(time.time() * 1000)
+        for key, value in metrics.items():
+            if isinstance(value, int | float) and not isinstance(value, bool) and value == value:
+                self._buffer.append(Metric(key, float(value), now, step))
+
+    def flush(self) -> None:
+        if not self.enabled or not self._buffer or self.run_id is None:
+            self._buffer.clear()
+            return
+        try:
+            for start in range(0, len(self._buffer), 1000):
+                self._client.log_batch(self.run_id, metrics=self._buffer[start:start + 1000])
+        except Exception as exc:  # noqa: BLE001
+            self._fail("logging metrics", exc)
+        self._buffer.clear()
+
+    def on_batch_end(self, state: TrainState) -> None:
+        if state.extras.get("last_micro", True) and state.step % self.every_steps == 0:
+            self._queue({"train.loss": state.loss, "train.learning_rate": state.learning_rate},
+                        state.step)
+
+    def on_eval_end(self, state: TrainState) -> None:
+        self._queue({f"validation.{k}": v for k, v in state.eval_metrics.items()}, state.step)
+        self.flush()
+
+    def finish(self, metrics: dict[str, Any], artifacts: list[Path], status: str = "FINISHED") -> None:
+        """Log final metrics and files, and close the run."""
+        if not self.enabled or self.run_id is None:
+            return
+        self._queue(flatten(metrics), step=int(metrics.get("fit", {}).get("steps", 0) or 0))
+        self.flush()
+        try:
+            for path in artifacts:
+                if path.is_file():
+                    self._client.log_artifact(self.run_id, str(path))
+                elif path.is_dir():
+                    self._client.log_artifacts(self.run_id, str(path), artifact_path=path.name)
+            self._client.set_terminated(self.run_id, status=status)
+        except Exception as exc:  # noqa: BLE001
+            self._fail("logging artifacts", exc)
