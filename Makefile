@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.entrena-installed
 # wheels are the ones on the team's machines and in CI.
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo demo-data test test-slow lint bench clean
+.PHONY: install demo demo-data test test-slow lint clean
 
 install: $(STAMP)
 

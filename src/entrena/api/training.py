@@ -132,8 +132,6 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
         shutil.rmtree(paths.root)
     if _status(paths) == "finished":
         metrics = json.loads(paths.metrics.read_text()) if paths.metrics.is_file() else {}
-        log.info("run %s is already finished (test accuracy %s); use --restart to train again",
-                 paths.root, metrics.get("test", {}).get("accuracy", "n/a"))
         return TrainResult(paths.root, metrics, already_finished=True)
     if paths.root.exists() and any(paths.root.iterdir()):
         log.warning("run directory %s holds an unfinished run; starting it over "

@@ -1,7 +1,8 @@
 """The configuration schema: pydantic models, one per section.
 
-Each field's attribute docstring is its documentation: it is shown by ``entrena config-help``
-and in the README's config reference (a test keeps the two in step). Nothing here imports torch.
+Each field's attribute docstring is its documentation: ``python -m entrena.config.reference``
+renders it into the README's config reference (a test keeps the two in step). Nothing here
+imports torch.
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ class ModelConfig(StrictModel):
 
     name: str | None = "minilm-l6"
     """A model alias (`minilm-l6`), a local Hugging Face model directory, or a hub id
-    (`org/name`, needs internet). Ignored when `architecture` is set."""
+    (`org/name`, needs internet). With `architecture` set, only its tokenizer is used (unless
+    `tokenizer` is set)."""
     architecture: ArchitectureConfig | None = None
     """Build a randomly initialised BERT encoder of this shape instead of loading weights."""
     tokenizer: str | None = None
@@ -155,8 +157,8 @@ class TrainConfig(StrictModel):
     plateau_patience: Annotated[int, Field(ge=0)] = 0
     """`plateau` scheduler: evaluations without improvement before the rate is cut."""
     precision: Literal["auto", "bf16-mixed", "16-mixed", "32-true", "bf16-true"] = "auto"
-    """Numeric precision: `auto` picks bf16-mixed on GPUs that support it, 16-mixed on older
-    GPUs, 32-true on CPU."""
+    """Numeric precision: `auto` picks bf16-mixed on GPUs that support it and on TPUs,
+    16-mixed on older GPUs and Apple MPS, 32-true on CPU."""
     accelerator: Literal["auto", "cpu", "cuda", "mps", "tpu"] = "auto"
     """Device type; `auto` takes the best one present."""
     devices: Annotated[int, Field(ge=1)] | Literal["auto"] = 1

@@ -22,7 +22,6 @@ class MetricKey:
 
 
 _TABLE = [
-    MetricKey("train.loss", "nats", "mean cross-entropy of the last logged training steps", False),
     MetricKey("validation.loss", "nats", "mean cross-entropy on the validation set", False),
     MetricKey("validation.accuracy", "fraction", "share of validation examples right", True),
     MetricKey("validation.macro_f1", "fraction", "unweighted mean of per-class F1", True),
@@ -36,7 +35,9 @@ _TABLE = [
     MetricKey("fit.best_step", "step", "step whose weights were restored"),
     MetricKey("fit.stop_reason", "", "why training ended"),
     MetricKey("fit.train_time_s", "s", "time in training steps, evaluation excluded"),
-    MetricKey("fit.wall_time_s", "s", "time of the whole train command"),
+    MetricKey("fit.wall_time_s", "s", "time from device set-up to the end of the fit, "
+              "evaluation included (reading data and saving the model excluded)"),
+    MetricKey("fit.threads", "threads", "CPU threads torch used"),
     MetricKey("fit.throughput_samples_per_s", "samples/s", "training samples per second", True),
     MetricKey("fit.throughput_tokens_per_s", "tokens/s", "real (unpadded) tokens per second", True),
     MetricKey("fit.padding_fraction", "fraction", "share of token slots that were padding", False),
@@ -47,8 +48,8 @@ _TABLE = [
     MetricKey("data.train_rows", "rows", "training rows used"),
     MetricKey("data.validation_rows", "rows", "validation rows used"),
     MetricKey("data.test_rows", "rows", "test rows used"),
-    MetricKey("data.skipped_rows", "rows", "rows skipped for empty text or label, per split"),
     MetricKey("data.labels", "", "the label map, index order"),
+    MetricKey("history", "", "one entry per evaluation: epoch, step and validation metrics"),
 ]
 
 METRIC_KEYS: dict[str, MetricKey] = {m.key: m for m in _TABLE}

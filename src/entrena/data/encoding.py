@@ -8,6 +8,7 @@ second run (or another ``max_length``) reuses it without tokenizing again.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Sequence
@@ -65,7 +66,10 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     digest = hashlib.sha256(type(tokenizer).__name__.encode())
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
-        digest.update(backend.to_str().encode())
+        # Truncation and padding settings change with each call; they are not the tokenizer.
+        spec = {k: v for k, v in json.loads(backend.to_str()).items()
+                if k not in ("truncation", "padding")}
+        digest.update(json.dumps(spec, sort_keys=True).encode())
     else:
         digest.update(repr(sorted(tokenizer.get_vocab().items())).encode())
     return digest.hexdigest()[:16]

@@ -16,7 +16,7 @@ __all__ = ["EventLog"]
 class EventLog(Callback):
     """Appends records to ``events.jsonl`` (the report and tests read it).
 
-    Record types: ``step`` (every ``every_steps`` optimizer steps: loss, learning rate,
+    Record types: ``fit_start`` (planned steps), ``step`` (every ``every_steps`` optimizer steps: loss, learning rate,
     throughput), ``eval`` (validation metrics), ``epoch``, ``fit_end``. Every record has
     ``type``, ``time`` (Unix seconds), ``step`` and ``epoch``.
 
