@@ -188,7 +188,15 @@ def validate_config(
         return Config.model_validate(data)
     except ValidationError as exc:
         messages = [_format_error(e, source, lines or {}) for e in exc.errors()]
+        messages.sort(key=_line_of)
         raise ConfigError("\n".join(dict.fromkeys(messages))) from None
+
+
+def _line_of(message: str) -> int:
+    """Sort key: the line number after ``file:`` (messages without one go last)."""
+    head = message.split(": ", 1)[0]
+    number = head.rsplit(":", 1)[-1]
+    return int(number) if number.isdigit() else 1 << 30
 
 
 def load_config(
