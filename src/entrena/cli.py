@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from entrena import __version__
-from entrena.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EntrenaError
+from entrena.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EntrenaError, Interrupted
 
 __all__ = ["app", "main"]
 
@@ -78,19 +78,31 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
 def train(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
           restart: Annotated[bool, typer.Option("--restart", help="Delete the run directory "
                                                 "and train from scratch.")] = False,
+          resume_with_changes: Annotated[bool, typer.Option(
+              "--resume-with-changes", help="Resume an unfinished run even though the config "
+              "changed since its checkpoint.")] = False,
           json_output: Annotated[bool, typer.Option("--json", help="Print metrics.json to "
                                                     "stdout.")] = False,
           verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
-    """Fine-tune a model as CONFIG says; writes runs/<name>/ (model, metrics, events, log)."""
+    """Fine-tune a model as CONFIG says; writes runs/<name>/ (model, metrics, events, log).
+
+    An unfinished run directory is resumed from its newest checkpoint; SIGTERM/SIGUSR1 save
+    one and exit 143, Ctrl-C saves one and exits 130.
+    """
     _setup_logging(verbose)
     try:
         from entrena.api import train as train_fn
 
-        result = train_fn(config, run_dir=run_dir, overrides=set_ or [], restart=restart)
+        result = train_fn(config, run_dir=run_dir, overrides=set_ or [], restart=restart,
+                          resume_with_changes=resume_with_changes)
+    except Interrupted as exc:  # a checkpoint was saved: not an error
+        sys.stderr.write(f"{exc}\n")
+        raise typer.Exit(exc.exit_code) from None
     except EntrenaError as exc:
         _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
+        sys.stderr.write("interrupted without saving; the next `entrena train` resumes from "
+                         "the newest checkpoint\n")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except typer.Exit:
         raise
@@ -102,6 +114,146 @@ def train(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
         typer.echo(json.dumps(result.metrics, indent=2))
     else:
         _print_summary(result)
+
+
+RunArg = Annotated[Path, typer.Argument(metavar="RUN", help="A finished run directory (runs/<name>).",
+                                        show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as one JSON document "
+                                       "on stdout (everything else goes to stderr).")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logs; tracebacks of "
+                                          "internal errors.")]
+
+
+def _call_verb(call: Any, verbose: bool) -> Any:
+    """Run a verb (export, predict); errors become exit codes as for ``train``."""
+    try:
+        return call()
+    except EntrenaError as exc:
+        _fail(str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted; nothing was written\n")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except typer.Exit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the one place internal errors become exit 1
+        if verbose:
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
+        _fail(f"internal error: {type(exc).__name__}: {exc}"
+              + ("" if verbose else "; rerun with --verbose for the traceback"), EXIT_INTERNAL)
+
+
+@app.command()
+def export(run: RunArg,
+           format_: Annotated[str, typer.Option("--format", help="onnx or torchscript.")] = "onnx",
+           quantize: Annotated[str | None, typer.Option(
+               "--quantize", help="int8: ONNX Runtime dynamic quantisation (ONNX only).")] = None,
+           opset: Annotated[int | None, typer.Option(
+               "--opset", help="ONNX opset (default 18).", show_default=False)] = None,
+           output: Annotated[Path | None, typer.Option(
+               "--output", "-o", help="Bundle folder (default: RUN/export/<format>[-int8]).",
+               show_default=False)] = None,
+           parity_data: Annotated[Path | None, typer.Option(
+               "--parity-data", help="Check parity on this file instead of the run's test "
+               "split.", show_default=False)] = None,
+           atol: Annotated[float, typer.Option(
+               "--atol", help="Full precision: largest allowed |exported - PyTorch| logit "
+               "difference.")] = 1e-4,
+           latency_calls: Annotated[int, typer.Option(
+               "--latency-calls", help="Timed calls per engine and batch size.")] = 50,
+           json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+    """Export RUN's model as a bundle (model, tokenizer, labels, model card) and check parity
+    and latency; exits 3 when the parity check fails (the bundle is still written)."""
+    _setup_logging(verbose)
+
+    def call() -> Any:
+        from entrena.api import ParityFailed
+        from entrena.api import export as export_fn
+
+        try:
+            return export_fn(run, format=format_, quantize=quantize, opset=opset, output=output,
+                             parity_data=parity_data, atol=atol, latency_calls=latency_calls)
+        except ParityFailed as exc:
+            _print_export(exc.result, json_output)
+            raise
+
+    result = _call_verb(call, verbose)
+    _print_export(result, json_output)
+
+
+def _print_export(result: Any, json_output: bool) -> None:
+    if json_output:
+        typer.echo(json.dumps({"bundle": str(result.bundle_dir), **result.report}, indent=2))
+        return
+    from rich.table import Table
+
+    report = result.report
+    parity = report["parity"]
+    table = Table(title=f"bundle {result.bundle_dir}", show_header=True)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_row("format", f"{report['format']} ({report['program']}"
+                  + (f", {report['quantize']}" if report.get("quantize") else "") + ")")
+    table.add_row(f"parity ({parity['examples']} {parity['dataset']} examples)",
+                  "passed" if parity["passed"] else "FAILED")
+    table.add_row("parity.max_abs_diff", f"{parity['max_abs_diff']:.2e}")
+    table.add_row("parity.label_agreement", f"{parity['label_agreement']:.4f}")
+    if "accuracy_exported" in parity:
+        table.add_row("accuracy (PyTorch / exported)",
+                      f"{parity['accuracy_pytorch']:.4f} / {parity['accuracy_exported']:.4f}")
+    for engine, figures in report["latency"].items():
+        if isinstance(figures, dict):
+            for batch, stats in figures.items():
+                table.add_row(f"latency {engine} {batch.replace('_', ' ')} p50 / p95 (ms)",
+                              f"{stats['p50_ms']:.2f} / {stats['p95_ms']:.2f}")
+    sizes = report["size_bytes"]
+    table.add_row("size: model file / PyTorch weights (MB)",
+                  f"{sizes['model_file'] / 1e6:.1f} / {sizes['pytorch_weights'] / 1e6:.1f}")
+    _stderr_console().print(table)
+
+
+@app.command()
+def predict(source: Annotated[Path, typer.Argument(
+                metavar="RUN_OR_BUNDLE", help="A finished run directory or an export bundle.",
+                show_default=False)],
+            input_: Annotated[Path, typer.Option("--input", "-i", help="CSV, TSV, JSONL or "
+                                                 "Parquet file to predict.",
+                                                 show_default=False)],
+            output: Annotated[Path, typer.Option("--output", "-o", help="Output file; its "
+                                                 "suffix picks the format.",
+                                                 show_default=False)],
+            backend: Annotated[str | None, typer.Option(
+                "--backend", help="torch or onnx (default: what RUN_OR_BUNDLE holds; a run "
+                "directory runs on torch).", show_default=False)] = None,
+            text_column: Annotated[str | None, typer.Option(
+                "--text-column", help="Input column with the texts (default: the training "
+                "data's).", show_default=False)] = None,
+            batch_size: Annotated[int, typer.Option("--batch-size", help="Texts per model "
+                                                    "call.")] = 32,
+            on_bad_rows: Annotated[str | None, typer.Option(
+                "--on-bad-rows", help="skip or error for empty texts (default: the run's "
+                "data.on_bad_rows).", show_default=False)] = None,
+            json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+    """Predict a label and class probabilities for every row of --input; writes --output with
+    every input column plus predicted_label, prob_<label> and status."""
+    _setup_logging(verbose)
+
+    def call() -> Any:
+        from entrena.api import predict as predict_fn
+
+        return predict_fn(source, input_, output=output, backend=backend,
+                          text_column=text_column, batch_size=batch_size,
+                          on_bad_rows=on_bad_rows, console=_stderr_console())
+
+    result = _call_verb(call, verbose)
+    if json_output:
+        typer.echo(json.dumps(result.summary, indent=2))
+    else:
+        summary = result.summary
+        _stderr_console().print(
+            f"{summary['rows']['predicted']} rows predicted, {summary['rows']['skipped']} "
+            f"skipped (empty text) with {summary['backend']}: {result.output}")
 
 
 def _print_summary(result: Any) -> None:

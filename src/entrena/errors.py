@@ -16,6 +16,8 @@ __all__ = [
     "DataError",
     "ResourceError",
     "CheckFailed",
+    "Interrupted",
+    "NonFiniteError",
     "EXIT_OK",
     "EXIT_INTERNAL",
     "EXIT_BAD_INPUT",
@@ -58,3 +60,33 @@ class CheckFailed(EntrenaError, RuntimeError):
     """A check ran and failed; its outputs were still written."""
 
     exit_code = EXIT_CHECK_FAILED
+
+
+class Interrupted(EntrenaError):
+    """Training stopped on a signal after saving a resumable checkpoint.
+
+    ``SIGINT`` (Ctrl-C) exits 130; ``SIGTERM`` and ``SIGUSR1`` (preemption notices) exit 143.
+    The message says where the checkpoint is; running the same command resumes.
+
+    Attributes:
+        signal_name: ``"SIGTERM"``, ``"SIGUSR1"`` or ``"SIGINT"``.
+        step: The optimizer step the checkpoint holds.
+        signal_to_saved_s: Seconds from the signal to the checkpoint being on disk.
+    """
+
+    def __init__(self, message: str, *, signal_name: str, step: int,
+                 signal_to_saved_s: float | None = None):
+        super().__init__(message)
+        self.signal_name = signal_name
+        self.step = step
+        self.signal_to_saved_s = signal_to_saved_s
+        self.exit_code = EXIT_INTERRUPTED if signal_name == "SIGINT" else EXIT_PREEMPTED
+
+
+class NonFiniteError(EntrenaError, FloatingPointError):
+    """A loss or gradient became NaN or infinite under ``train.on_nonfinite: stop``.
+
+    The last good state and the offending batch were saved; exits 1.
+    """
+
+    exit_code = EXIT_INTERNAL

@@ -4,25 +4,35 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from entrena.callbacks.checkpoint import ModelCheckpoint, unwrap
+from entrena.callbacks.checkpoint import ModelCheckpoint, PeriodicCheckpoint, unwrap
 from entrena.callbacks.early_stopping import EarlyStopping
 from entrena.callbacks.lr_schedule import LRSchedule
 from entrena.callbacks.monitor import Monitor
+from entrena.callbacks.preemption import Preemption, TimeLimit
 from entrena.callbacks.progress import ProgressBar
 from entrena.config import LoadedConfig
+from entrena.core.callback import Callback
+from entrena.core.files import write_json_atomic
 from entrena.core.rundir import RunPaths
+from entrena.core.state import TrainState
 from entrena.data.encoding import choose_max_length, encode_texts
 from entrena.data.loaders import TextBatches
 from entrena.data.tables import LabelledSplits
 from entrena.engine.backend import configure_threads, create_backend
+from entrena.engine.checkpointing import (CheckpointInfo, CheckpointStore, restore_rng,
+                                          restore_training, training_payload)
 from entrena.engine.loop import FitSettings, fit, predict
+from entrena.errors import ConfigError, Interrupted, NonFiniteError
+from entrena.units import parse_duration_s
 from entrena.tasks.metrics import classification_metrics
 from entrena.tasks.text_classification import (build_classifier, build_tokenizer,
                                                model_length_limit, save_classifier)
@@ -67,11 +77,22 @@ def _console(console: Any) -> Any:
 
 
 def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
-            splits: LabelledSplits, console: Any = None) -> dict[str, Any]:
-    """Encode the splits, fit, restore the best weights, test, save the model, write metrics.
+            splits: LabelledSplits, console: Any = None, *, resume: CheckpointInfo | None = None,
+            config_hash: str = "", callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
+    """Encode the splits, fit (from ``resume`` if given), restore the best weights, test, save
+    the model, write metrics.
+
+    Args:
+        resume: A verified checkpoint to continue from.
+        config_hash: The config's hash, recorded in every checkpoint.
+        callbacks: Extra callbacks, called after the built-in ones (their state is saved too).
 
     Returns:
         The metrics written to ``metrics.json``.
+
+    Raises:
+        Interrupted: A stop signal arrived; a checkpoint was saved.
+        NonFiniteError: ``train.on_nonfinite: stop`` and a loss or gradient went NaN/Inf.
     """
     wall_start = time.perf_counter()
     cfg = loaded.config
@@ -134,26 +155,73 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     schedule = LRSchedule(tcfg.scheduler, tcfg.warmup_fraction, monitor,
                           factor=tcfg.plateau_factor, patience=tcfg.plateau_patience)
     checkpoint = ModelCheckpoint(paths.checkpoints, monitor)
+    preemption = Preemption()
+    time_limit = TimeLimit(parse_duration_s(tcfg.max_time)) if tcfg.max_time else None
     tracker = None
     if cfg.tracking.enabled:
         tracker = MLflowTracker(default_tracking_uri(paths.runs_root, cfg.tracking.uri),
                                 cfg.tracking.experiment, cfg.name,
                                 paths.runs_root / "mlartifacts", tcfg.log_every_steps)
+    all_callbacks = [schedule, *([early_stopping] if early_stopping else []), checkpoint,
+                     PeriodicCheckpoint(tcfg.checkpoint.every_steps,
+                                        tcfg.checkpoint.every_minutes),
+                     preemption, *([time_limit] if time_limit else []),
+                     EventLog(paths.events, tcfg.log_every_steps), ProgressBar(_console(console)),
+                     *([tracker] if tracker else []), *callbacks]
+
+    state = TrainState()
+    store = CheckpointStore(paths.checkpoints)
+    rng_state = None
+    if resume is not None:
+        payload = store.load(resume)
+        try:
+            restore_training(payload, state, model=model, optimizer=optimizer, backend=backend,
+                             callbacks=all_callbacks, on_mismatch=log.info)
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise ConfigError(
+                f"{resume.path}: the checkpoint does not fit this model or optimizer "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0]}); the config changed too much "
+                f"to resume: use --restart or another --run-dir") from exc
+        rng_state = payload["rng"]
+        state.resumes += 1
+        del payload
+    if tracker is not None:
         tracker.start(cfg.model_dump(mode="json"), tags={"entrena.run_dir": str(paths.root)})
-    callbacks = [schedule, *([early_stopping] if early_stopping else []), checkpoint,
-                 EventLog(paths.events, tcfg.log_every_steps), ProgressBar(_console(console)),
-                 *([tracker] if tracker else [])]
-    checkpoint.extra_state = lambda: {
-        "callbacks": {type(c).__name__: c.state_dict() for c in callbacks}}
+    resolved = cfg.model_dump(mode="json")
+
+    def save_checkpoint(current: TrainState, reason: str) -> dict[str, Any]:
+        started = time.perf_counter()
+        payload = training_payload(current, model=model, optimizer=optimizer, backend=backend,
+                                   callbacks=all_callbacks, config_hash=config_hash)
+        info = store.save(payload, {"step": current.step, "epoch": current.epoch,
+                                    "batch_in_epoch": current.batch_in_epoch, "reason": reason,
+                                    "config_hash": config_hash, "config": resolved},
+                          keep_last=tcfg.checkpoint.keep_last,
+                          protect_steps=[current.best_step])
+        write_s = time.perf_counter() - started
+        log.debug("checkpoint %s (%s): %d bytes in %.3fs", info.path.name, reason, info.bytes,
+                  write_s)
+        return {"path": str(info.path), "step": info.step, "bytes": info.bytes,
+                "write_s": write_s, "saved_monotonic": time.monotonic()}
 
     settings = FitSettings(max_epochs=tcfg.max_epochs, max_steps=tcfg.max_steps,
                            gradient_accumulation_steps=tcfg.gradient_accumulation_steps,
                            gradient_clip_norm=tcfg.gradient_clip_norm,
-                           evals_per_epoch=tcfg.evals_per_epoch)
+                           evals_per_epoch=tcfg.evals_per_epoch,
+                           on_nonfinite=tcfg.on_nonfinite,
+                           check_gradients=backend.precision != "16-mixed")
     log.info("training on %d examples, validating on %d; %d labels: %s", len(splits.train),
              len(splits.validation), len(splits.labels), ", ".join(splits.labels))
-    state = fit(backend=backend, model=model, optimizer=optimizer, train=train_data,
-                evaluate=evaluate, settings=settings, callbacks=callbacks)
+    with preemption.installed():
+        if rng_state is not None:
+            restore_rng(rng_state)  # last thing before the loop: nothing may draw in between
+        state = fit(backend=backend, model=model, optimizer=optimizer, train=train_data,
+                    evaluate=evaluate, settings=settings, callbacks=all_callbacks, state=state,
+                    save_checkpoint=save_checkpoint)
+    if state.interrupted == "nonfinite":
+        raise _nonfinite_error(state, paths, splits, loaded)
+    if state.interrupted:
+        raise _interrupted_error(state, preemption)
 
     metrics: dict[str, Any] = {}
     metrics["validation"] = evaluate(model)  # with the restored best weights
@@ -166,6 +234,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         "steps": state.step,
         "best_step": state.best_step,
         "stop_reason": state.stop_reason,
+        "skipped_steps": state.skipped_steps,
+        "resumes": state.resumes,
         "train_time_s": state.train_time_s,
         "wall_time_s": time.perf_counter() - wall_start,
         "throughput_samples_per_s": state.samples_seen / max(state.train_time_s, 1e-9),
@@ -191,3 +261,50 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         tracker.finish({k: v for k, v in metrics.items() if k != "history"},
                        [paths.metrics, paths.config, paths.data_report])
     return metrics
+
+
+def _interrupted_error(state: TrainState, preemption: Preemption) -> Interrupted:
+    saved = state.last_checkpoint
+    name = state.interrupted
+    if saved and saved.get("reason") == name:
+        delay = (saved["saved_monotonic"] - preemption.received_at
+                 if preemption.received_at is not None else None)
+        timing = f", {delay:.2f}s after the signal" if delay is not None else ""
+        message = (f"saved checkpoint at step {saved['step']} ({name}){timing}: {saved['path']}; "
+                   f"run the same command to resume")
+        log.debug(message)
+        return Interrupted(message, signal_name=name, step=int(saved["step"]),
+                           signal_to_saved_s=delay)
+    message = (f"stopped at step {state.step} ({name}); nothing new to save since the "
+               f"checkpoint it resumed from; run the same command to resume")
+    return Interrupted(message, signal_name=name, step=state.step)
+
+
+def _nonfinite_error(state: TrainState, paths: RunPaths, splits: LabelledSplits,
+                     loaded: LoadedConfig) -> NonFiniteError:
+    bad = dict(state.extras.get("nonfinite", {}))
+    indices = [int(i) for i in bad.get("example_indices", [])]
+    rows = [int(splits.train.row_ids[i]) for i in indices]
+    report = {**bad, "data_file": loaded.resolve_path(loaded.config.data.train),
+              "rows": rows,
+              "texts": [splits.train.texts[i][:200] for i in indices],
+              "checkpoint": state.last_checkpoint.get("path"),
+              "resume_step": state.step}
+    write_json_atomic(paths.nonfinite, report)
+    tcfg = loaded.config.train
+    loss = float(bad.get("loss", float("nan")))
+    what, value = (("loss", loss) if not math.isfinite(loss)
+                   else ("gradient norm", bad.get("grad_norm")))
+    saved = (f"the last good state (step {state.step}) is in {state.last_checkpoint['path']}"
+             if state.last_checkpoint.get("reason") == "nonfinite"
+             else f"the last good state is step {state.step}'s checkpoint")
+    shown = ", ".join(map(str, rows[:10])) + (" …" if len(rows) > 10 else "")
+    return NonFiniteError(
+        f"non-finite {what} ({value}) at step {bad.get('step')} (epoch "
+        f"{int(bad.get('epoch', 0)) + 1}), caught before the weights changed; {saved}; the "
+        f"batch's examples (rows {shown} of {loaded.config.data.train}) are listed in "
+        f"{paths.nonfinite}. Usual fixes: lower train.learning_rate (now "
+        f"{tcfg.learning_rate:g}); keep train.gradient_clip_norm on (now "
+        f"{tcfg.gradient_clip_norm}); train in 32-true or bf16-mixed rather than 16-mixed "
+        f"(train.precision); look at those rows for empty or extreme inputs; or set "
+        f"train.on_nonfinite: skip_batch. Then resume with --resume-with-changes, or --restart")

@@ -14,10 +14,14 @@ from typing import Any
 import yaml
 
 from entrena.config import Config, LoadedConfig, load_config
+from entrena.config.fingerprint import config_changes, config_hash, format_changes
 from entrena.config.models import resolve_model_name
+from entrena.core.files import write_json_atomic
 from entrena.core.rundir import RunPaths
 from entrena.data.tables import LabelledSplits, load_splits
-from entrena.errors import ConfigError, EntrenaError
+from entrena.engine.checkpointing import CheckpointInfo, CheckpointStore
+from entrena.errors import ConfigError, EntrenaError, Interrupted
+from entrena.units import format_duration
 
 __all__ = ["TrainResult", "train", "resolve_run_dir"]
 
@@ -32,11 +36,13 @@ class TrainResult:
         run_dir: The run directory.
         metrics: The content of ``metrics.json`` (``test.accuracy``, ``validation.loss`` …).
         already_finished: The run was finished before this call, nothing was trained.
+        resumed_from_step: The checkpoint's step this call resumed from, or ``None``.
     """
 
     run_dir: Path
     metrics: dict[str, Any] = field(default_factory=dict)
     already_finished: bool = False
+    resumed_from_step: int | None = None
 
     @property
     def model_dir(self) -> Path:
@@ -49,9 +55,7 @@ def resolve_run_dir(config: Config, run_dir: str | Path | None) -> Path:
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_json_atomic(path, data, durable=False)
 
 
 def _status(paths: RunPaths) -> str | None:
@@ -93,6 +97,56 @@ def _load_data(loaded: LoadedConfig) -> LabelledSplits:
         seed=loaded.config.train.seed)
 
 
+def _last_activity(paths: RunPaths) -> float | None:
+    """Unix time of the run's last write (events, log, status): about when it stopped."""
+    times = [p.stat().st_mtime for p in (paths.events, paths.log, paths.status) if p.is_file()]
+    return max(times) if times else None
+
+
+def _choose_resume(paths: RunPaths, resolved: dict[str, Any], new_hash: str,
+                   resume_with_changes: bool, console: Any) -> CheckpointInfo | None:
+    """The checkpoint to resume from (announced on ``console``), or ``None`` to start over.
+
+    Raises:
+        ConfigError: The config changed since the checkpoint (lists the changes), unless
+            ``resume_with_changes``.
+    """
+    store = CheckpointStore(paths.checkpoints)
+    store.clean()
+    info = store.latest_readable()
+    if info is None:
+        return None
+    if info.config is not None:
+        changes = config_changes(info.config, resolved)
+    else:
+        changes = [] if info.config_hash == new_hash else [("config hash", info.config_hash,
+                                                            new_hash)]
+    if changes and not resume_with_changes:
+        raise ConfigError(
+            f"{paths.root}: the config differs from the one checkpoint {info.path.name} "
+            f"(step {info.step}) was trained with:\n{format_changes(changes)}\nresuming would "
+            f"not continue the same run; pass --resume-with-changes to resume with the new "
+            f"values, --restart to start over, or --run-dir for a new run")
+    last = _last_activity(paths)
+    lost = max(0.0, last - info.saved_at) if last is not None else 0.0
+    message = (f"resuming from step {info.step}, epoch {info.epoch + 1}; "
+               f"{format_duration(lost)} of training lost")
+    _announce(console, message)
+    log.debug("%s (checkpoint %s, written for %s)", message, info.path, info.reason)
+    if changes:
+        log.warning("resuming with a changed config (--resume-with-changes):\n%s",
+                    format_changes(changes))
+    return info
+
+
+def _announce(console: Any, message: str) -> None:
+    if console is None:
+        from rich.console import Console
+
+        console = Console(stderr=True)
+    console.print(message, markup=False, highlight=False, soft_wrap=True)
+
+
 def _attach_log_file(path: Path) -> logging.Handler:
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setLevel(logging.DEBUG)
@@ -105,24 +159,33 @@ def _attach_log_file(path: Path) -> logging.Handler:
 
 def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | None = None,
           overrides: list[str] | dict[str, Any] | None = None, restart: bool = False,
+          resume_with_changes: bool = False, callbacks: list[Any] | None = None,
           console: Any = None) -> TrainResult:
-    """Train a model as the config says and write the run directory.
+    """Train a model as the config says and write the run directory; resume an unfinished one.
 
     Args:
         config: A YAML file, a dict, or a :class:`~entrena.config.Config`.
         run_dir: Where the run is written; default ``runs/<name>``.
         overrides: ``--set`` style overrides (``["train.max_epochs=2"]`` or a dict).
         restart: Delete an existing run directory and start over.
-        console: A ``rich.console.Console`` for progress (default: one on stderr).
+        resume_with_changes: Resume an unfinished run even though its config changed.
+        callbacks: Extra :class:`~entrena.core.callback.Callback` objects for the loop (called
+            after the built-in ones; their ``state_dict()`` is saved in checkpoints).
+        console: A ``rich.console.Console`` for progress and the resume notice (default: one
+            on stderr).
 
     Returns:
         The run's :class:`TrainResult`. A run that was already finished is not retrained:
-        its metrics are returned with ``already_finished=True``.
+        its metrics are returned with ``already_finished=True``. An unfinished run (killed,
+        interrupted, crashed) continues from its newest readable checkpoint.
 
     Raises:
-        ConfigError: The config is invalid or names an unknown model (before data is read).
+        ConfigError: The config is invalid, names an unknown model (before data is read), or
+            differs from the unfinished run's (without ``resume_with_changes``).
         DataError: A data file is missing, unreadable or inconsistent with the config.
-        ResourceError: The requested device is missing.
+        ResourceError: The requested device is missing, or the disk is full at a checkpoint.
+        Interrupted: SIGTERM, SIGUSR1 or SIGINT arrived; a checkpoint was saved first.
+        NonFiniteError: A NaN/Inf loss or gradient under ``train.on_nonfinite: stop``.
     """
     loaded = load_config(config, overrides)
     sources = _check_model_source(loaded)
@@ -133,27 +196,46 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
     if _status(paths) == "finished":
         metrics = json.loads(paths.metrics.read_text()) if paths.metrics.is_file() else {}
         return TrainResult(paths.root, metrics, already_finished=True)
+    resolved = loaded.config.model_dump(mode="json")
+    new_hash = config_hash(resolved)
+    resume = None
     if paths.root.exists() and any(paths.root.iterdir()):
-        log.warning("run directory %s holds an unfinished run; starting it over "
-                    "(resume comes with checkpoint resume support)", paths.root)
-        shutil.rmtree(paths.root)
+        resume = _choose_resume(paths, resolved, new_hash, resume_with_changes, console)
+        if resume is None:
+            log.warning("run directory %s holds an unfinished run without a complete "
+                        "checkpoint; starting it over", paths.root)
+            shutil.rmtree(paths.root)
 
     splits = _load_data(loaded)  # data errors come before anything is written
 
     from entrena.api.fitting import run_fit  # heavy imports (torch) only past validation
 
+    created = resume is None
     paths.root.mkdir(parents=True, exist_ok=True)
     handler = _attach_log_file(paths.log)
     try:
-        resolved = loaded.config.model_dump(mode="json")
         paths.config.write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
         _write_json_atomic(paths.data_report, splits.report)
-        _write_json_atomic(paths.status, {"status": "running", "started": time.time()})
-        metrics = run_fit(loaded, paths, sources, splits, console=console)
+        _write_json_atomic(paths.status, {
+            "status": "running", "started": time.time(),
+            **({"resumed_from_step": resume.step} if resume else {})})
+        metrics = run_fit(loaded, paths, sources, splits, console=console, resume=resume,
+                          config_hash=new_hash, callbacks=callbacks or [])
         _write_json_atomic(paths.status, {"status": "finished", "finished": time.time()})
-        return TrainResult(paths.root, metrics)
-    except EntrenaError:
-        shutil.rmtree(paths.root, ignore_errors=True)  # bad input: leave nothing half-written
+        return TrainResult(paths.root, metrics,
+                           resumed_from_step=resume.step if resume else None)
+    except Interrupted as exc:
+        _write_json_atomic(paths.status, {"status": "interrupted", "signal": exc.signal_name,
+                                          "step": exc.step, "time": time.time()})
+        raise
+    except EntrenaError as exc:
+        if (created and not paths.events.is_file()
+                and not CheckpointStore(paths.checkpoints).complete()):
+            shutil.rmtree(paths.root, ignore_errors=True)  # bad input before the fit began
+        else:  # keep what can be resumed
+            _write_json_atomic(paths.status, {"status": "failed", "error": type(exc).__name__,
+                                              "message": str(exc)})
+            exc.entrena_log = str(paths.log)  # type: ignore[attr-defined]
         raise
     except BaseException as exc:
         _write_json_atomic(paths.status, {"status": "failed", "error": type(exc).__name__})

@@ -1,11 +1,10 @@
-"""Best and last checkpoints, written atomically; best weights restored at the end of the fit."""
+"""Best weights (kept in memory and in ``best.pt``, restored at the end of the fit) and the
+schedule of resumable checkpoints (the loop writes them where resuming is exact)."""
 
 from __future__ import annotations
 
-import copy
 import logging
-import os
-import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,10 @@ import torch
 
 from entrena.callbacks.monitor import Monitor
 from entrena.core.callback import Callback
+from entrena.core.files import write_atomic
 from entrena.core.state import TrainState
 
-__all__ = ["ModelCheckpoint", "save_atomic", "unwrap"]
+__all__ = ["ModelCheckpoint", "PeriodicCheckpoint", "save_atomic", "unwrap"]
 
 log = logging.getLogger("entrena")
 
@@ -26,22 +26,7 @@ def save_atomic(obj: Any, path: Path) -> None:
 
     A reader never sees a half-written file: the rename is atomic on POSIX file systems.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(obj, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, lambda handle: torch.save(obj, handle))
 
 
 def unwrap(model: Any) -> torch.nn.Module:
@@ -54,30 +39,39 @@ def _cpu_state(model: Any) -> dict[str, torch.Tensor]:
 
 
 class ModelCheckpoint(Callback):
-    """Keep the best weights (by ``monitor``) and write ``best.pt`` and ``last.pt``.
+    """Keep the best weights (by ``monitor``) and write them to ``best.pt``.
 
-    After each evaluation: if the metric improved, the weights are copied (in memory and to
-    ``best.pt``); ``last.pt`` always gets the full resumable state (model, optimizer, scheduler,
-    counters, callback states). At fit end the best weights are loaded back into the model,
-    whatever ended training (early stopping, max epochs, max steps).
+    After each evaluation that improves the metric, the weights are copied to CPU memory and
+    to ``best.pt``. At fit end the best weights are loaded back into the model, whatever ended
+    training (early stopping, max epochs, max steps, time limit, a signal). Its state (in every
+    resumable checkpoint) holds the best score and step, and the best weights unless they are
+    the checkpoint's own weights (best step = checkpoint step), so a resumed run restores the
+    same best weights even when ``best.pt`` has moved on since.
 
     Args:
         directory: The run's ``checkpoints/`` folder; ``None`` keeps the best weights in memory only.
         monitor: The metric deciding "best".
-        extra_state: Returns what else ``last.pt`` must hold (callback states, config hash).
-        write_last: Write ``last.pt`` (off for quick experiments).
     """
 
-    def __init__(self, directory: Path | None, monitor: Monitor,
-                 extra_state: Callable[[], dict[str, Any]] | None = None, write_last: bool = True):
+    def __init__(self, directory: Path | None, monitor: Monitor):
         self.directory = directory
         self.monitor = monitor
-        self.extra_state = extra_state or dict
-        self.write_last = write_last
         self.best_score: float | None = None
         self.best_step: int | None = None
         self.best_weights: dict[str, torch.Tensor] | None = None
         self.restored = False
+        self._step = 0
+        self._best_is_model = False
+
+    def on_fit_start(self, state: TrainState) -> None:
+        self._step = state.step
+        if self._best_is_model:  # restored: the best weights are the checkpoint's weights
+            self.best_weights = _cpu_state(state.model)
+            self._best_is_model = False
+        state.best_score, state.best_step = self.best_score, self.best_step
+
+    def on_batch_end(self, state: TrainState) -> None:
+        self._step = state.step
 
     def on_eval_end(self, state: TrainState) -> None:
         value = self.monitor.value(state.eval_metrics)
@@ -88,19 +82,6 @@ class ModelCheckpoint(Callback):
             if self.directory is not None:
                 save_atomic({"model": self.best_weights, "step": state.step, "score": value,
                              "monitor": self.monitor.key}, self.directory / "best.pt")
-        if self.directory is not None and self.write_last:
-            self.save_last(state)
-
-    def save_last(self, state: TrainState) -> None:
-        """Write the full resumable state to ``last.pt``."""
-        assert self.directory is not None
-        payload = {
-            "model": _cpu_state(state.model),
-            "optimizer": copy.deepcopy(state.optimizer.state_dict()),
-            "counters": state.counters(),
-            **self.extra_state(),
-        }
-        save_atomic(payload, self.directory / "last.pt")
 
     def on_fit_end(self, state: TrainState) -> None:
         if self.best_weights is not None:
@@ -111,10 +92,45 @@ class ModelCheckpoint(Callback):
                      self.best_step, self.monitor.key, self.best_score)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best_score": self.best_score, "best_step": self.best_step}
+        same = self.best_step is not None and self.best_step == self._step
+        return {"best_score": self.best_score, "best_step": self.best_step,
+                "weights": None if same else self.best_weights}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best_score = state["best_score"]
         self.best_step = state["best_step"]
-        if self.directory is not None and (self.directory / "best.pt").is_file():
-            self.best_weights = torch.load(self.directory / "best.pt", weights_only=True)["model"]
+        self.best_weights = state.get("weights")
+        self._best_is_model = self.best_step is not None and self.best_weights is None
+
+
+class PeriodicCheckpoint(Callback):
+    """Asks the loop for a resumable checkpoint every ``every_steps`` optimizer steps and
+    every ``every_minutes`` minutes (the loop always writes one at the end of each epoch and
+    when training stops; any checkpoint restarts the minute count).
+
+    Args:
+        every_steps: Step interval, or ``None``.
+        every_minutes: Time interval in minutes, or ``None``.
+        clock: Seconds, monotonic (tests pass a fake one).
+    """
+
+    def __init__(self, every_steps: int | None = None, every_minutes: float | None = 10.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.every_steps = every_steps
+        self.every_s = every_minutes * 60.0 if every_minutes else None
+        self.clock = clock
+        self._last = 0.0
+
+    def on_fit_start(self, state: TrainState) -> None:
+        self._last = self.clock()
+
+    def on_step_end(self, state: TrainState) -> None:
+        if state.checkpoint_due:
+            return
+        if self.every_steps and state.step and state.step % self.every_steps == 0:
+            state.checkpoint_due = "steps"
+        elif self.every_s is not None and self.clock() - self._last >= self.every_s:
+            state.checkpoint_due = "minutes"
+
+    def on_checkpoint(self, state: TrainState) -> None:
+        self._last = self.clock()

@@ -69,6 +69,11 @@ class LRSchedule(Callback):
         if self._pending is not None:
             self.scheduler.load_state_dict(self._pending)
             self._pending = None
+            # Building a LambdaLR sets every group's rate to the schedule's value at step 0;
+            # put back the rate of the restored step (else the rate "resets" on resume).
+            for group, rate in zip(optimizer.param_groups, self.scheduler.get_last_lr(),
+                                   strict=True):
+                group["lr"] = rate
         state.scheduler = self.scheduler
         state.learning_rate = optimizer.param_groups[0]["lr"]
 

@@ -11,12 +11,15 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from entrena.units import parse_duration_s
+
 __all__ = [
     "StrictModel",
     "DataConfig",
     "ArchitectureConfig",
     "ModelConfig",
     "EarlyStoppingConfig",
+    "CheckpointConfig",
     "TrainConfig",
     "TrackingConfig",
     "Config",
@@ -132,6 +135,19 @@ class EarlyStoppingConfig(StrictModel):
         return value
 
 
+class CheckpointConfig(StrictModel):
+    """When resumable checkpoints are written to `checkpoints/` (always at the end of each
+    epoch, on a stop signal and when training ends; these keys add more)."""
+
+    every_steps: Annotated[int, Field(ge=1)] | None = None
+    """Also write one every this many optimizer steps; `null`: only by time and epoch."""
+    every_minutes: Annotated[float, Field(gt=0.0)] | None = 10.0
+    """Also write one when this many minutes passed since the last one; `null` turns it off."""
+    keep_last: Annotated[int, Field(ge=1)] = 2
+    """Resumable checkpoints kept; older ones are deleted, except the one at the best
+    step. `best.pt` (the best weights) is never deleted."""
+
+
 class TrainConfig(StrictModel):
     """How the fit runs."""
 
@@ -181,6 +197,27 @@ class TrainConfig(StrictModel):
     """CPU threads for torch; default: all physical cores."""
     log_every_steps: Annotated[int, Field(ge=1)] = 10
     """Write a step record to events.jsonl every this many optimizer steps."""
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    """Checkpoint settings."""
+    max_time: str | None = None
+    """Stop training after this much time (`90m`, `2h`, `1.5d`; summed over resumed
+    sessions): a checkpoint is written, the best weights restored and the model tested."""
+    on_nonfinite: Literal["stop", "skip_batch"] = "stop"
+    """A NaN or infinite loss or gradient norm, caught before the weights change: `stop`
+    saves the last good state and the batch's example ids and exits 1; `skip_batch` drops
+    that batch's gradients, logs it and goes on."""
+
+    @field_validator("max_time", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> object:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            value = f"{value}s"  # a bare number is seconds (`--set train.max_time=90`)
+        if not isinstance(value, str):
+            return value  # None, or a type error pydantic reports
+        seconds = parse_duration_s(value)  # ValueError names the accepted units
+        if seconds <= 0:
+            raise ValueError(f"must be a positive duration, got {value!r}")
+        return value
 
 
 class TrackingConfig(StrictModel):

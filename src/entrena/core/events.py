@@ -13,12 +13,21 @@ The loop (``entrena.engine.loop.fit``) reads, in pseudocode::
             fire(BATCH_END)                         # state.step counts optimizer steps
             if evaluation due:
                 fire(EVAL_START); metrics = evaluate(validation); fire(EVAL_END)
-            if state.should_stop: break
-        fire(EPOCH_END)
-        if state.should_stop: break
+            if step boundary:
+                fire(STEP_END)                      # resumable point: callbacks may ask
+                if checkpoint asked and not the epoch's last batch: save; fire(CHECKPOINT)
+            if state.should_stop or state.interrupted: break
+        if the epoch is complete: epoch += 1
+        fire(EPOCH_END)                             # not when interrupted mid-epoch
+        save; fire(CHECKPOINT)                      # epoch end, and whenever training stops
+        if state.should_stop or state.interrupted: break
     fire(FIT_END)                                    # best weights are restored here
 
-``CHECKPOINT`` fires whenever a checkpoint is written, so callbacks can add files beside it.
+A non-finite loss or gradient norm is caught before ``optimizer.step()``: the step is
+skipped (``train.on_nonfinite: skip_batch``) or the state rewound to the previous step
+boundary, saved, and the fit interrupted (``stop``).
+
+``CHECKPOINT`` fires after each checkpoint is written (``state.last_checkpoint`` says which).
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ class Event(StrEnum):
     BATCH_END = "on_batch_end"
     EVAL_START = "on_eval_start"
     EVAL_END = "on_eval_end"
+    STEP_END = "on_step_end"
     EPOCH_END = "on_epoch_end"
     CHECKPOINT = "on_checkpoint"
     FIT_END = "on_fit_end"

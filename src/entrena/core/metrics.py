@@ -34,6 +34,9 @@ _TABLE = [
     MetricKey("fit.steps", "step", "optimizer steps taken"),
     MetricKey("fit.best_step", "step", "step whose weights were restored"),
     MetricKey("fit.stop_reason", "", "why training ended"),
+    MetricKey("fit.skipped_steps", "step", "optimizer steps skipped for a non-finite loss or "
+              "gradient norm (train.on_nonfinite: skip_batch)", False),
+    MetricKey("fit.resumes", "count", "times the fit was resumed from a checkpoint"),
     MetricKey("fit.train_time_s", "s", "time in training steps, evaluation excluded"),
     MetricKey("fit.wall_time_s", "s", "time from device set-up to the end of the fit, "
               "evaluation included (reading data and saving the model excluded)"),

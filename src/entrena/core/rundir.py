@@ -43,8 +43,13 @@ class RunPaths:
         return self.root / "train.log"
 
     @property
+    def nonfinite(self) -> Path:
+        """The batch that made the loss or gradients non-finite (``train.on_nonfinite: stop``)."""
+        return self.root / "nonfinite_batch.json"
+
+    @property
     def status(self) -> Path:
-        """``{"status": "running" | "finished" | "failed"}``, written atomically."""
+        """``{"status": "running" | "finished" | "failed" | "interrupted"}``, written atomically."""
         return self.root / "status.json"
 
     @property

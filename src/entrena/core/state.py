@@ -17,6 +17,7 @@ class TrainState:
         step: Optimizer steps taken so far.
         batch_in_epoch: Micro-batches consumed in the current epoch.
         steps_per_epoch: Optimizer steps in one epoch.
+        batches_per_epoch: Micro-batches in one epoch.
         max_steps: Planned optimizer steps for the whole fit.
         loss: Training loss of the last micro-batch.
         learning_rate: Current learning rate.
@@ -25,8 +26,20 @@ class TrainState:
         train_time_s: Seconds spent in training steps (evaluation excluded).
         eval_metrics: The latest validation metrics (``{"loss": …, "accuracy": …}``).
         history: One dict per evaluation (step, epoch, metrics).
-        should_stop: Set by a callback to end the fit after the current step.
-        stop_reason: Why the fit ended (``"max_epochs"``, ``"early_stopping"`` …).
+        should_stop: Set by a callback to end the fit after the current step (and an
+            evaluation); the fit is over for good.
+        stop_reason: Why the fit ended (``"max_epochs"``, ``"early_stopping"``, ``"max_time"`` …).
+        interrupted: Set to end the fit at the next step boundary *without* ending the run
+            (``"SIGTERM"``, ``"SIGUSR1"``, ``"SIGINT"``, or ``"nonfinite"`` set by the loop): a
+            checkpoint is written there and no unplanned evaluation runs, so a resumed run
+            continues exactly.
+        checkpoint_due: Set by a callback to ask the loop for a checkpoint at the next point
+            where one resumes exactly (the value is the reason: ``"steps"``, ``"minutes"`` …).
+        last_checkpoint: What the latest save returned (``path``, ``step``, ``bytes``,
+            ``write_s``, ``reason``, ``saved_monotonic``); read it in ``on_checkpoint``.
+        skipped_steps: Optimizer steps skipped because of a non-finite loss or gradient.
+        resumes: How many times this fit was resumed from a checkpoint.
+        batch_indices: Example indices of the current micro-batch (into the training split).
         best_score / best_step: Best monitored value so far and the step it was reached at.
         model, optimizer, scheduler: The live objects (set by the loop).
         extras: Free space for callbacks to share values.
@@ -36,6 +49,7 @@ class TrainState:
     step: int = 0
     batch_in_epoch: int = 0
     steps_per_epoch: int = 0
+    batches_per_epoch: int = 0
     max_steps: int = 0
     max_epochs: int = 0
     loss: float = float("nan")
@@ -48,6 +62,12 @@ class TrainState:
     history: list[dict[str, Any]] = field(default_factory=list)
     should_stop: bool = False
     stop_reason: str = ""
+    interrupted: str = ""
+    checkpoint_due: str = ""
+    last_checkpoint: dict[str, Any] = field(default_factory=dict)
+    skipped_steps: int = 0
+    resumes: int = 0
+    batch_indices: list[int] = field(default_factory=list)
     best_score: float | None = None
     best_step: int | None = None
     model: Any = None
@@ -64,7 +84,16 @@ class TrainState:
 
     def counters(self) -> dict[str, Any]:
         """The resumable scalar counters (saved in checkpoints)."""
-        keys = ("epoch", "step", "batch_in_epoch", "samples_seen", "tokens_seen",
-                "padded_tokens_seen", "train_time_s", "best_score", "best_step", "history",
-                "stop_reason")
-        return {k: getattr(self, k) for k in keys}
+        return {k: getattr(self, k) for k in _COUNTERS}
+
+    def restore_counters(self, counters: dict[str, Any]) -> None:
+        """Put back what :meth:`counters` returned; a recorded stop reason ends the fit."""
+        for key in _COUNTERS:
+            if key in counters:
+                setattr(self, key, counters[key])
+        self.should_stop = bool(self.stop_reason)
+
+
+_COUNTERS = ("epoch", "step", "batch_in_epoch", "samples_seen", "tokens_seen",
+             "padded_tokens_seen", "train_time_s", "best_score", "best_step", "history",
+             "stop_reason", "skipped_steps", "resumes")

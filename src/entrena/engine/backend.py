@@ -93,6 +93,14 @@ class Backend:
     def clip_gradients(self, model: Any, optimizer: Any, max_norm: float) -> torch.Tensor:
         return self.fabric.clip_gradients(model, optimizer, max_norm=max_norm, error_if_nonfinite=False)
 
+    def precision_state_dict(self) -> dict[str, Any]:
+        """The gradient scaler's state under ``16-mixed`` (empty otherwise)."""
+        return self.fabric._precision.state_dict()
+
+    def load_precision_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            self.fabric._precision.load_state_dict(state)
+
     def no_backward_sync(self, model: Any, enabled: bool) -> Any:
         return self.fabric.no_backward_sync(model, enabled=enabled)
 

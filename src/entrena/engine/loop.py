@@ -6,6 +6,7 @@ an optimizer, a :class:`BatchSource` for training and one for validation, and ca
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -20,7 +21,10 @@ from entrena.core.callback import Callback
 from entrena.core.events import Event
 from entrena.core.state import TrainState
 
-__all__ = ["BatchSource", "FitSettings", "fit", "predict", "evaluation_points"]
+__all__ = ["BatchSource", "FitSettings", "SaveCheckpoint", "fit", "predict",
+           "evaluation_points"]
+
+log = logging.getLogger("entrena")
 
 
 class BatchSource(Protocol):
@@ -37,13 +41,26 @@ class BatchSource(Protocol):
 
 @dataclass(frozen=True)
 class FitSettings:
-    """Loop settings (plain values, built from ``train.*`` by the api layer)."""
+    """Loop settings (plain values, built from ``train.*`` by the api layer).
+
+    Attributes:
+        on_nonfinite: ``"stop"`` or ``"skip_batch"``: what a NaN/Inf loss or gradient norm does.
+        check_gradients: Check the gradient norm too (off under a gradient scaler, i.e.
+            ``16-mixed``, whose overflowing steps are skipped by the scaler by design).
+    """
 
     max_epochs: int
     max_steps: int | None = None
     gradient_accumulation_steps: int = 1
     gradient_clip_norm: float | None = 1.0
     evals_per_epoch: int = 1
+    on_nonfinite: str = "stop"
+    check_gradients: bool = True
+
+
+SaveCheckpoint = Callable[[TrainState, str], dict[str, Any]]
+"""Writes a resumable checkpoint of the state (reason: ``"epoch"``, ``"steps"``, ``"SIGTERM"``
+…) and returns what it wrote (``path``, ``bytes`` …), which becomes ``state.last_checkpoint``."""
 
 
 class _Callbacks:
@@ -88,9 +105,40 @@ def predict(backend: Any, model: Any, source: BatchSource) -> tuple[np.ndarray, 
     return logits_out, labels_out, total_loss / max(1, n)
 
 
+class _Saver:
+    """Saves at most once per position; a restored position needs no new checkpoint."""
+
+    def __init__(self, save: SaveCheckpoint | None, hooks: _Callbacks, state: TrainState):
+        self.save = save
+        self.hooks = hooks
+        self.last = (state.epoch, state.batch_in_epoch, state.step)
+
+    def __call__(self, state: TrainState, reason: str) -> None:
+        state.checkpoint_due = ""
+        position = (state.epoch, state.batch_in_epoch, state.step)
+        if self.save is None or position == self.last:
+            return
+        state.last_checkpoint = dict(self.save(state, reason) or {}, reason=reason)
+        self.last = position
+        self.hooks.fire(Event.CHECKPOINT, state)
+
+
+def _gradient_norm(backend: Any, model: Any, optimizer: Any, settings: FitSettings) -> float | None:
+    """Clip (when configured) and return the total gradient L2 norm before clipping."""
+    if settings.gradient_clip_norm:
+        norm = backend.clip_gradients(model, optimizer, settings.gradient_clip_norm)
+    elif settings.check_gradients:
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads) if grads else None
+    else:
+        return None
+    return float(norm) if norm is not None else None
+
+
 def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource,
         evaluate: Callable[[Any], dict[str, float]], settings: FitSettings,
-        callbacks: Sequence[Callback], state: TrainState | None = None) -> TrainState:
+        callbacks: Sequence[Callback], state: TrainState | None = None,
+        save_checkpoint: SaveCheckpoint | None = None) -> TrainState:
     """Train ``model`` and return the final state.
 
     Args:
@@ -103,28 +151,43 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource,
         settings: Loop settings.
         callbacks: Called at each event, in order.
         state: A restored state to continue from (resume), or ``None`` to start fresh.
+        save_checkpoint: Writes a resumable checkpoint; called only where resuming is exact
+            (after an optimizer step and its evaluation, or at the end of an epoch).
 
     Returns:
-        The final state; ``state.stop_reason`` says why training ended.
+        The final state; ``state.stop_reason`` says why training ended, or
+        ``state.interrupted`` why it was interrupted (a checkpoint was saved first).
     """
     state = state or TrainState()
     state.model, state.optimizer = model, optimizer
     state.max_epochs = settings.max_epochs
     accumulation = settings.gradient_accumulation_steps
     batches_per_epoch = len(train.plan(0))
+    state.batches_per_epoch = batches_per_epoch
     state.steps_per_epoch = math.ceil(batches_per_epoch / accumulation)
     planned = state.steps_per_epoch * settings.max_epochs
     state.max_steps = min(planned, settings.max_steps) if settings.max_steps else planned
     eval_points = evaluation_points(batches_per_epoch, settings.evals_per_epoch)
     hooks = _Callbacks(callbacks)
+    save = _Saver(save_checkpoint, hooks, state)
 
     model.train()
     hooks.fire(Event.FIT_START, state)
-    while state.epoch < settings.max_epochs and not state.should_stop:
+    while (state.epoch < settings.max_epochs and not state.should_stop
+           and not state.interrupted):
         hooks.fire(Event.EPOCH_START, state)
         plan = train.plan(state.epoch)
+        group_start: tuple[int, int, int, int, float] = (state.batch_in_epoch, 0, 0, 0, 0.0)
+        group_indices: list[int] = []
+        group_losses: list[float] = []
         for position in range(state.batch_in_epoch, len(plan)):
             indices = plan[position]
+            if position % accumulation == 0 or position == state.batch_in_epoch:
+                group_start = (position, state.samples_seen, state.tokens_seen,
+                               state.padded_tokens_seen, state.train_time_s)
+                group_indices, group_losses = [], []
+                state.extras.pop("nonfinite", None)
+            state.batch_indices = list(indices)
             hooks.fire(Event.BATCH_START, state)
             started = time.perf_counter()
             batch = backend.to_device(train.collate(indices))
@@ -134,23 +197,53 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource,
                 logits = model(batch["input_ids"], batch["attention_mask"])
                 loss = F.cross_entropy(logits.float(), batch["labels"])
                 backend.backward(loss / accumulation)
+            loss_value = loss.item()
+            group_indices.extend(int(i) for i in indices)
+            group_losses.append(loss_value)
             hooks.fire(Event.AFTER_BACKWARD, state)
+            stepped = False
             if last_micro:
-                if settings.gradient_clip_norm:
-                    backend.clip_gradients(model, optimizer, settings.gradient_clip_norm)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                state.step += 1
+                # Non-finite guard: before optimizer.step(), so bad values never reach the weights.
+                losses_finite = all(math.isfinite(v) for v in group_losses)
+                grad_norm = (_gradient_norm(backend, model, optimizer, settings)
+                             if losses_finite else None)
+                if not losses_finite or (settings.check_gradients and grad_norm is not None
+                                         and not math.isfinite(grad_norm)):
+                    optimizer.zero_grad(set_to_none=True)
+                    state.extras["nonfinite"] = {
+                        "step": state.step + 1, "epoch": state.epoch, "batch": position + 1,
+                        "loss": next((v for v in group_losses if not math.isfinite(v)),
+                                     loss_value),
+                        "grad_norm": grad_norm, "example_indices": group_indices,
+                        "action": settings.on_nonfinite}
+                    if settings.on_nonfinite == "stop":
+                        # The weights and optimizer are those of the previous step boundary:
+                        # rewind the position and counters to it, save, and leave.
+                        (state.batch_in_epoch, state.samples_seen, state.tokens_seen,
+                         state.padded_tokens_seen, state.train_time_s) = group_start
+                        state.interrupted = "nonfinite"
+                        hooks.fire(Event.STEP_END, state)
+                        save(state, "nonfinite")
+                        break
+                    state.skipped_steps += 1
+                    log.warning("skipped step %d (epoch %d): non-finite loss %s or gradient "
+                                "norm %s; example indices %s", state.step + 1, state.epoch + 1,
+                                state.extras["nonfinite"]["loss"], grad_norm, group_indices)
+                else:
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    state.step += 1
+                    stepped = True
             state.batch_in_epoch = position + 1
-            state.loss = loss.item()
+            state.loss = loss_value
             state.learning_rate = optimizer.param_groups[0]["lr"]
             state.samples_seen += len(indices)
             state.tokens_seen += int(batch["attention_mask"].sum())
             state.padded_tokens_seen += int(batch["attention_mask"].numel())
             state.train_time_s += time.perf_counter() - started
-            state.extras["last_micro"] = last_micro
+            state.extras["last_micro"] = stepped  # an optimizer step ended with this batch
             hooks.fire(Event.BATCH_END, state)
-            if last_micro and settings.max_steps and state.step >= settings.max_steps:
+            if stepped and settings.max_steps and state.step >= settings.max_steps:
                 state.should_stop, state.stop_reason = True, state.stop_reason or "max_steps"
             if position + 1 in eval_points or state.should_stop:
                 hooks.fire(Event.EVAL_START, state)
@@ -158,13 +251,21 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource,
                 state.history.append({"epoch": state.epoch, "step": state.step,
                                       **state.eval_metrics})
                 hooks.fire(Event.EVAL_END, state)
-            if state.should_stop:
+            if last_micro:
+                hooks.fire(Event.STEP_END, state)
+                if state.checkpoint_due and position + 1 < len(plan):
+                    save(state, state.checkpoint_due)  # the epoch's last step saves below
+            if state.should_stop or state.interrupted:
                 break
-        if not state.should_stop or state.batch_in_epoch >= len(plan):
+        epoch_complete = state.batch_in_epoch >= len(plan)
+        if epoch_complete:
             state.epoch += 1
             state.batch_in_epoch = 0
-        hooks.fire(Event.EPOCH_END, state)
-    if not state.stop_reason:
+        if epoch_complete or not state.interrupted:
+            hooks.fire(Event.EPOCH_END, state)
+        if epoch_complete or state.should_stop or state.checkpoint_due:
+            save(state, state.interrupted or state.stop_reason or state.checkpoint_due or "epoch")
+    if not state.stop_reason and not state.interrupted:
         state.stop_reason = "max_epochs"
     hooks.fire(Event.FIT_END, state)
     return state

@@ -129,12 +129,32 @@ def save_classifier(model: TextClassifier, tokenizer: Any, directory: Path, *, l
     encoder.config.id2label = dict(enumerate(labels))
     encoder.config.label2id = {name: i for i, name in enumerate(labels)}
     encoder.save_pretrained(directory, safe_serialization=True)
-    tokenizer.save_pretrained(directory)
+    _deterministic_tokenizer(tokenizer, max_length).save_pretrained(directory)
     head = {k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()}
     save_file(head, str(directory / HEAD_FILE))
     meta = {"task": "text-classification", "labels": labels, "pooling": model.pooling,
             "max_length": max_length, "dropout": model.dropout.p}
     (directory / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def _deterministic_tokenizer(tokenizer: Any, max_length: int) -> Any:
+    """A copy whose saved ``tokenizer.json`` does not depend on earlier calls.
+
+    A fast tokenizer stores the truncation and padding of its latest call in its backend,
+    and ``save_pretrained`` writes them out; two identical runs (one tokenizing, one reading
+    the encoding cache) would save different bytes. The copy truncates at ``max_length``
+    and does not pad.
+    """
+    import copy
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return tokenizer
+    tokenizer = copy.deepcopy(tokenizer)
+    backend = tokenizer.backend_tokenizer
+    backend.no_padding()
+    backend.enable_truncation(max_length)
+    return tokenizer
 
 
 def load_classifier(directory: str | Path) -> tuple[TextClassifier, Any, dict[str, Any]]:

@@ -16,9 +16,12 @@ __all__ = ["EventLog"]
 class EventLog(Callback):
     """Appends records to ``events.jsonl`` (the report and tests read it).
 
-    Record types: ``fit_start`` (planned steps), ``step`` (every ``every_steps`` optimizer steps: loss, learning rate,
-    throughput), ``eval`` (validation metrics), ``epoch``, ``fit_end``. Every record has
-    ``type``, ``time`` (Unix seconds), ``step`` and ``epoch``.
+    Record types: ``fit_start`` (planned steps; ``resumes`` > 0 after a resume), ``step``
+    (every ``every_steps`` optimizer steps: loss, learning rate, throughput), ``eval``
+    (validation metrics), ``epoch``, ``checkpoint`` (file, reason, bytes, write seconds),
+    ``nonfinite`` (a NaN/Inf loss or gradient norm: action, example indices), ``fit_end``
+    (``stop_reason``, or ``interrupted`` with the signal). Every record has ``type``,
+    ``time`` (Unix seconds), ``step`` and ``epoch``.
 
     Args:
         path: The file; appended to, so a resumed run continues it.
@@ -43,7 +46,7 @@ class EventLog(Callback):
     def on_fit_start(self, state: TrainState) -> None:
         self._window_start = (state.train_time_s, state.samples_seen, state.tokens_seen)
         self.write("fit_start", state, max_steps=state.max_steps,
-                   steps_per_epoch=state.steps_per_epoch)
+                   steps_per_epoch=state.steps_per_epoch, resumes=state.resumes)
 
     def on_batch_end(self, state: TrainState) -> None:
         if not state.extras.get("last_micro", True) or state.step % self.every_steps:
@@ -59,11 +62,24 @@ class EventLog(Callback):
     def on_eval_end(self, state: TrainState) -> None:
         self.write("eval", state, validation=dict(state.eval_metrics))
 
+    def on_step_end(self, state: TrainState) -> None:
+        bad = state.extras.get("nonfinite")
+        if bad is not None:
+            self.write("nonfinite", state, **bad)
+
+    def on_checkpoint(self, state: TrainState) -> None:
+        info = state.last_checkpoint
+        self.write("checkpoint", state, file=str(info.get("path", "")),
+                   reason=info.get("reason"), bytes=info.get("bytes"),
+                   write_s=info.get("write_s"))
+
     def on_epoch_end(self, state: TrainState) -> None:
         self.write("epoch", state, train_time_s=state.train_time_s)
 
     def on_fit_end(self, state: TrainState) -> None:
-        self.write("fit_end", state, stop_reason=state.stop_reason, best_step=state.best_step)
+        extra = {"interrupted": state.interrupted} if state.interrupted else {}
+        self.write("fit_end", state, stop_reason=state.stop_reason, best_step=state.best_step,
+                   **extra)
         if self._handle is not None:
             self._handle.close()
             self._handle = None

@@ -70,7 +70,8 @@ class MLflowTracker(Callback):
         self.enabled = False
 
     def start(self, params: dict[str, Any], tags: dict[str, str] | None = None) -> None:
-        """Create (or reopen) the MLflow run and log the flattened config as params."""
+        """Create the MLflow run and log the flattened config as params; after a resume
+        (``run_id`` restored by :meth:`load_state_dict`), reopen the same run instead."""
         if not self.enabled:
             return
         try:
@@ -88,6 +89,13 @@ class MLflowTracker(Callback):
                     self.experiment, artifact_location=self.artifact_root.resolve().as_uri())
             else:
                 experiment_id = found.experiment_id
+            if self.run_id is not None:  # resumed: continue the same MLflow run
+                try:
+                    self._client.update_run(self.run_id, status="RUNNING")
+                    return
+                except Exception:  # noqa: BLE001 - another store: start a new run
+                    log.info("MLflow run %s not found in %s; starting a new one",
+                             self.run_id, self.uri)
             run = self._client.create_run(experiment_id, run_name=self.run_name, tags=tags or {})
             self.run_id = run.info.run_id
             from mlflow.entities import Param
@@ -128,6 +136,20 @@ class MLflowTracker(Callback):
     def on_eval_end(self, state: TrainState) -> None:
         self._queue({f"validation.{k}": v for k, v in state.eval_metrics.items()}, state.step)
         self.flush()
+
+    def on_fit_end(self, state: TrainState) -> None:
+        self.flush()
+        if state.interrupted and self.enabled and self.run_id is not None:
+            try:
+                self._client.set_terminated(self.run_id, status="KILLED")
+            except Exception as exc:  # noqa: BLE001
+                self._fail("closing the interrupted run", exc)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.run_id = state.get("run_id") or self.run_id
 
     def finish(self, metrics: dict[str, Any], artifacts: list[Path], status: str = "FINISHED") -> None:
         """Log final metrics and files, and close the run."""

@@ -1,0 +1,71 @@
+"""Atomic file writes: a reader sees the old file or the new one, never half of one.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+__all__ = ["write_atomic", "write_json_atomic", "fsync_dir", "TEMP_SUFFIX"]
+
+TEMP_SUFFIX = ".tmp"
+"""Temporary files are ``.<name>.<random>.tmp`` beside their target."""
+
+
+def fsync_dir(directory: Path) -> None:
+    """Flush a folder's entries (a rename inside it) to disk; a no-op where unsupported."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - e.g. Windows
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, write: Callable[[BinaryIO], Any], *, durable: bool = True) -> Any:
+    """Write ``path`` through a temporary file in the same folder, then rename it over ``path``.
+
+    Args:
+        path: The target file.
+        write: Called with the open binary temporary file; its return value is returned.
+        durable: fsync the file before the rename and the folder after it, so the new file
+            survives a power cut (a kill alone needs only the rename).
+
+    Returns:
+        What ``write`` returned.
+
+    Raises:
+        OSError: From the write, the fsync or the rename; the temporary file is removed and
+            ``path`` is unchanged.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            result = write(handle)
+            handle.flush()
+            if durable:
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        if durable:
+            fsync_dir(path.parent)
+        return result
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, data: Any, *, durable: bool = True) -> None:
+    """:func:`write_atomic` of ``data`` as indented JSON (UTF-8, trailing newline)."""
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    write_atomic(path, lambda handle: handle.write(text.encode("utf-8")), durable=durable)
