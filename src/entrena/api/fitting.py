@@ -183,7 +183,6 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                 f"({type(exc).__name__}: {str(exc).splitlines()[0]}); the config changed too much "
                 f"to resume: use --restart or another --run-dir") from exc
         rng_state = payload["rng"]
-        state.resumes += 1
         del payload
     if tracker is not None:
         tracker.start(cfg.model_dump(mode="json"), tags={"entrena.run_dir": str(paths.root)})

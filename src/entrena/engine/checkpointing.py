@@ -375,8 +375,8 @@ def training_payload(state: Any, *, model: Any, optimizer: Any, backend: Any,
 def restore_training(payload: dict[str, Any], state: Any, *, model: Any, optimizer: Any,
                      backend: Any, callbacks: Sequence[Any],
                      on_mismatch: Callable[[str], None] | None = None) -> None:
-    """Load a :func:`training_payload` into live objects (the RNG states are left to the
-    caller: :func:`restore_rng` goes right before the loop starts).
+    """Load a :func:`training_payload` into live objects and count the resume (the RNG states
+    are left to the caller: :func:`restore_rng` goes right before the loop starts).
 
     Args:
         on_mismatch: Called with a message when a callback present now has no saved state.
@@ -386,6 +386,7 @@ def restore_training(payload: dict[str, Any], state: Any, *, model: Any, optimiz
     if payload.get("precision"):
         backend.load_precision_state_dict(payload["precision"])
     state.restore_counters(payload["counters"])
+    state.resumes += 1
     saved = payload.get("callbacks", {})
     for key, callback in callback_keys(callbacks):
         if key in saved:

@@ -180,9 +180,10 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource,
         group_start: tuple[int, int, int, int, float] = (state.batch_in_epoch, 0, 0, 0, 0.0)
         group_indices: list[int] = []
         group_losses: list[float] = []
-        for position in range(state.batch_in_epoch, len(plan)):
+        first = state.batch_in_epoch
+        for position in range(first, len(plan)):
             indices = plan[position]
-            if position % accumulation == 0 or position == state.batch_in_epoch:
+            if position % accumulation == 0 or position == first:
                 group_start = (position, state.samples_seen, state.tokens_seen,
                                state.padded_tokens_seen, state.train_time_s)
                 group_indices, group_losses = [], []
@@ -226,8 +227,8 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource,
                         save(state, "nonfinite")
                         break
                     state.skipped_steps += 1
-                    log.warning("skipped step %d (epoch %d): non-finite loss %s or gradient "
-                                "norm %s; example indices %s", state.step + 1, state.epoch + 1,
+                    log.warning("skipped step %d (epoch %d): loss %s, gradient norm %s; "
+                                "example indices %s", state.step + 1, state.epoch + 1,
                                 state.extras["nonfinite"]["loss"], grad_norm, group_indices)
                 else:
                     optimizer.step()
@@ -264,7 +265,8 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource,
         if epoch_complete or not state.interrupted:
             hooks.fire(Event.EPOCH_END, state)
         if epoch_complete or state.should_stop or state.checkpoint_due:
-            save(state, state.interrupted or state.stop_reason or state.checkpoint_due or "epoch")
+            save(state, state.interrupted or state.stop_reason
+                 or ("epoch" if epoch_complete else state.checkpoint_due))
     if not state.stop_reason and not state.interrupted:
         state.stop_reason = "max_epochs"
     hooks.fire(Event.FIT_END, state)
