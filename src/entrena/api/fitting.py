@@ -282,21 +282,22 @@ def _interrupted_error(state: TrainState, preemption: Preemption) -> Interrupted
 def _nonfinite_error(state: TrainState, paths: RunPaths, splits: LabelledSplits,
                      loaded: LoadedConfig) -> NonFiniteError:
     bad = dict(state.extras.get("nonfinite", {}))
+    last = state.last_checkpoint  # the stop's own save, or the same position saved just before
+    checkpoint = last.get("path") if last.get("step") == state.step else None
     indices = [int(i) for i in bad.get("example_indices", [])]
     rows = [int(splits.train.row_ids[i]) for i in indices]
     report = {**bad, "data_file": loaded.resolve_path(loaded.config.data.train),
               "rows": rows,
               "texts": [splits.train.texts[i][:200] for i in indices],
-              "checkpoint": state.last_checkpoint.get("path"),
+              "checkpoint": checkpoint,
               "resume_step": state.step}
     write_json_atomic(paths.nonfinite, report)
     tcfg = loaded.config.train
     loss = float(bad.get("loss", float("nan")))
     what, value = (("loss", loss) if not math.isfinite(loss)
                    else ("gradient norm", bad.get("grad_norm")))
-    saved = (f"the last good state (step {state.step}) is in {state.last_checkpoint['path']}"
-             if state.last_checkpoint.get("reason") == "nonfinite"
-             else f"the last good state is step {state.step}'s checkpoint")
+    saved = (f"the last good state (step {state.step}) is in {checkpoint}" if checkpoint
+             else "no step had been taken yet, so there is no state to keep")
     shown = ", ".join(map(str, rows[:10])) + (" …" if len(rows) > 10 else "")
     return NonFiniteError(
         f"non-finite {what} ({value}) at step {bad.get('step')} (epoch "
