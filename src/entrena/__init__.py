@@ -9,11 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "train", "TrainResult", "load_config"]
+__all__ = ["__version__", "train", "TrainResult", "export", "ExportResult", "predict",
+           "PredictResult", "load_config"]
 
 _LAZY = {
     "train": ("entrena.api", "train"),
     "TrainResult": ("entrena.api", "TrainResult"),
+    "export": ("entrena.api", "export"),
+    "ExportResult": ("entrena.api", "ExportResult"),
+    "predict": ("entrena.api", "predict"),
+    "PredictResult": ("entrena.api", "PredictResult"),
     "load_config": ("entrena.config", "load_config"),
 }
 

@@ -256,6 +256,175 @@ def predict(source: Annotated[Path, typer.Argument(
             f"skipped (empty text) with {summary['backend']}: {result.output}")
 
 
+RunArg = Annotated[Path, typer.Argument(metavar="RUN", show_default=False,
+                                        help="A finished run directory (runs/<name>).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as one JSON document "
+                                       "on stdout (everything else goes to stderr).")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logs; tracebacks of "
+                                          "internal errors.")]
+
+
+def _call_verb(call: Any, verbose: bool) -> Any:
+    """Run a verb (prepare, export, predict); errors become exit codes as for ``train``."""
+    try:
+        return call()
+    except EntrenaError as exc:
+        _fail(str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted; nothing was written\n")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except typer.Exit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the one place internal errors become exit 1
+        if verbose:
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
+        _fail(f"internal error: {type(exc).__name__}: {exc}"
+              + ("" if verbose else "; rerun with --verbose for the traceback"), EXIT_INTERNAL)
+
+
+@app.command()
+def prepare(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
+            json_output: Annotated[bool, typer.Option(
+                "--json", help="Print data_report.json as one JSON document on stdout (the "
+                "table and logs go to stderr).")] = False,
+            verbose: VerboseOpt = False) -> None:
+    """Read, check, split and encode CONFIG's data into the shared cache; write
+    runs/<name>/data_report.json and print it as a table. Exits 3 when a check set to `error`
+    fails (the report is still written)."""
+    _setup_logging(verbose)
+
+    def call() -> Any:
+        from entrena.api import DataCheckFailed
+        from entrena.api import prepare as prepare_fn
+
+        try:
+            return prepare_fn(config, run_dir=run_dir, overrides=set_ or [])
+        except DataCheckFailed as exc:
+            if json_output:
+                typer.echo(json.dumps(exc.report, indent=2))
+            raise
+
+    result = _call_verb(call, verbose)
+    if json_output:
+        typer.echo(json.dumps(result.report, indent=2))
+    elif result.report_path is not None:
+        _stderr_console().print(f"data report: {result.report_path}", highlight=False)
+
+
+@app.command()
+def export(run: RunArg,
+           format_: Annotated[str, typer.Option("--format", help="onnx or torchscript.")] = "onnx",
+           quantize: Annotated[str | None, typer.Option(
+               "--quantize", help="int8: ONNX Runtime dynamic quantisation (ONNX only).")] = None,
+           opset: Annotated[int | None, typer.Option(
+               "--opset", help="ONNX opset (default 18).", show_default=False)] = None,
+           output: Annotated[Path | None, typer.Option(
+               "--output", "-o", help="Bundle folder (default: RUN/export/<format>[-int8]).",
+               show_default=False)] = None,
+           parity_data: Annotated[Path | None, typer.Option(
+               "--parity-data", help="Check parity on this file instead of the run's test "
+               "split.", show_default=False)] = None,
+           atol: Annotated[float, typer.Option(
+               "--atol", help="Full precision: largest allowed |exported - PyTorch| logit "
+               "difference.")] = 1e-4,
+           latency_calls: Annotated[int, typer.Option(
+               "--latency-calls", help="Timed calls per engine and batch size.")] = 50,
+           json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+    """Export RUN's model as a bundle (model, tokenizer, labels, model card) and check parity
+    and latency; exits 3 when the parity check fails (the bundle is still written)."""
+    _setup_logging(verbose)
+
+    def call() -> Any:
+        from entrena.api import ParityFailed
+        from entrena.api import export as export_fn
+
+        try:
+            return export_fn(run, format=format_, quantize=quantize, opset=opset, output=output,
+                             parity_data=parity_data, atol=atol, latency_calls=latency_calls)
+        except ParityFailed as exc:
+            _print_export(exc.result, json_output)
+            raise
+
+    result = _call_verb(call, verbose)
+    _print_export(result, json_output)
+
+
+def _print_export(result: Any, json_output: bool) -> None:
+    if json_output:
+        typer.echo(json.dumps({"bundle": str(result.bundle_dir), **result.report}, indent=2))
+        return
+    from rich.table import Table
+
+    report = result.report
+    parity = report["parity"]
+    table = Table(title=f"bundle {result.bundle_dir}", show_header=True)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_row("format", f"{report['format']} ({report['program']}"
+                  + (f", {report['quantize']}" if report.get("quantize") else "") + ")")
+    table.add_row(f"parity ({parity['examples']} {parity['dataset']} examples)",
+                  "passed" if parity["passed"] else "FAILED")
+    table.add_row("parity.max_abs_diff", f"{parity['max_abs_diff']:.2e}")
+    table.add_row("parity.label_agreement", f"{parity['label_agreement']:.4f}")
+    if "accuracy_exported" in parity:
+        table.add_row("accuracy (PyTorch / exported)",
+                      f"{parity['accuracy_pytorch']:.4f} / {parity['accuracy_exported']:.4f}")
+    for engine, figures in report["latency"].items():
+        if isinstance(figures, dict):
+            for batch, stats in figures.items():
+                table.add_row(f"latency {engine} {batch.replace('_', ' ')} p50 / p95 (ms)",
+                              f"{stats['p50_ms']:.2f} / {stats['p95_ms']:.2f}")
+    sizes = report["size_bytes"]
+    table.add_row("size: model file / PyTorch weights (MB)",
+                  f"{sizes['model_file'] / 1e6:.1f} / {sizes['pytorch_weights'] / 1e6:.1f}")
+    _stderr_console().print(table)
+
+
+@app.command()
+def predict(source: Annotated[Path, typer.Argument(
+                metavar="RUN_OR_BUNDLE", help="A finished run directory or an export bundle.",
+                show_default=False)],
+            input_: Annotated[Path, typer.Option("--input", "-i", help="CSV, TSV, JSONL or "
+                                                 "Parquet file to predict.",
+                                                 show_default=False)],
+            output: Annotated[Path, typer.Option("--output", "-o", help="Output file; its "
+                                                 "suffix picks the format.",
+                                                 show_default=False)],
+            backend: Annotated[str | None, typer.Option(
+                "--backend", help="torch or onnx (default: what RUN_OR_BUNDLE holds; a run "
+                "directory runs on torch).", show_default=False)] = None,
+            text_column: Annotated[str | None, typer.Option(
+                "--text-column", help="Input column with the texts (default: the training "
+                "data's).", show_default=False)] = None,
+            batch_size: Annotated[int, typer.Option("--batch-size", help="Texts per model "
+                                                    "call.")] = 32,
+            on_bad_rows: Annotated[str | None, typer.Option(
+                "--on-bad-rows", help="skip or error for empty texts (default: the run's "
+                "data.on_bad_rows).", show_default=False)] = None,
+            json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+    """Predict a label and class probabilities for every row of --input; writes --output with
+    every input column plus predicted_label, prob_<label> and status."""
+    _setup_logging(verbose)
+
+    def call() -> Any:
+        from entrena.api import predict as predict_fn
+
+        return predict_fn(source, input_, output=output, backend=backend,
+                          text_column=text_column, batch_size=batch_size,
+                          on_bad_rows=on_bad_rows, console=_stderr_console())
+
+    result = _call_verb(call, verbose)
+    if json_output:
+        typer.echo(json.dumps(result.summary, indent=2))
+    else:
+        summary = result.summary
+        _stderr_console().print(
+            f"{summary['rows']['predicted']} rows predicted, {summary['rows']['skipped']} "
+            f"skipped (empty text) with {summary['backend']}: {result.output}")
+
+
 def _print_summary(result: Any) -> None:
     from rich.table import Table
 

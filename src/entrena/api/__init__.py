@@ -1,5 +1,8 @@
 """The verbs: one public function per CLI command."""
 
+from entrena.api.exporting import ExportResult, ParityFailed, export
+from entrena.api.predicting import PredictResult, predict
 from entrena.api.training import TrainResult, train
 
-__all__ = ["TrainResult", "train"]
+__all__ = ["ExportResult", "ParityFailed", "PredictResult", "TrainResult", "export", "predict",
+           "train"]

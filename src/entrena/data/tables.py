@@ -12,7 +12,8 @@ import pandas as pd
 from entrena.data.sources import read_table, require_columns
 from entrena.errors import DataError
 
-__all__ = ["Split", "LabelledSplits", "load_splits", "stratified_split", "clean_rows"]
+__all__ = ["Split", "LabelledSplits", "load_splits", "stratified_split", "clean_rows",
+           "empty_values"]
 
 
 @dataclass
@@ -53,6 +54,12 @@ class LabelledSplits:
     report: dict[str, Any] = field(default_factory=dict)
 
 
+def empty_values(values: pd.Series) -> pd.Series:
+    """Which cells are missing or blank (whitespace only): the bad-row test of training and
+    of ``entrena predict``."""
+    return values.isna() | (values.astype(str).str.strip() == "")
+
+
 def clean_rows(frame: pd.DataFrame, text_column: str, label_column: str, *, policy: str,
                path: str, role: str) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Drop (``skip``) or refuse (``error``) rows whose text or label is empty or missing.
@@ -67,8 +74,8 @@ def clean_rows(frame: pd.DataFrame, text_column: str, label_column: str, *, poli
     frame = frame.assign(_row=np.arange(1, len(frame) + 1))
     text = frame[text_column]
     label = frame[label_column]
-    empty_text = text.isna() | (text.astype(str).str.strip() == "")
-    empty_label = label.isna() | (label.astype(str).str.strip() == "")
+    empty_text = empty_values(text)
+    empty_label = empty_values(label)
     bad_text = frame.loc[empty_text, "_row"].tolist()
     bad_label = frame.loc[empty_label & ~empty_text, "_row"].tolist()
     if policy == "error" and (bad_text or bad_label):

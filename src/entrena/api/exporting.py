@@ -1,0 +1,135 @@
+"""``entrena.export``: a deployable bundle from a finished run, with parity and latency."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from entrena.errors import CheckFailed, ConfigError
+
+__all__ = ["ExportResult", "ParityFailed", "export"]
+
+log = logging.getLogger("entrena")
+
+
+@dataclass
+class ExportResult:
+    """What an export wrote.
+
+    Attributes:
+        bundle_dir: The bundle folder.
+        report: The content of its ``export.json`` (``parity.max_abs_diff``,
+            ``parity.label_agreement``, ``parity.passed``, ``latency``, ``size_bytes`` …).
+    """
+
+    bundle_dir: Path
+    report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        """Whether the parity check passed."""
+        return bool(self.report.get("parity", {}).get("passed"))
+
+
+class ParityFailed(CheckFailed):
+    """The exported model failed the parity check; the bundle was still written.
+
+    Attributes:
+        result: The :class:`ExportResult` (``result.report["parity"]`` says what failed).
+    """
+
+    def __init__(self, message: str, result: ExportResult):
+        super().__init__(message)
+        self.result = result
+
+
+def _check_options(fmt_name: str, quantize: str | None, opset: int | None) -> Any:
+    from entrena.exporting.formats import FORMATS, get_format
+    from entrena.exporting.onnx_format import check_opset
+
+    fmt = get_format(fmt_name)
+    if quantize is not None and quantize not in fmt.quantizations:
+        allowed = [name for name, f in FORMATS.items() if quantize in f.quantizations]
+        raise ConfigError(f"--quantize {quantize!r} is not available for --format {fmt.name}; "
+                          + (f"use --format {' or '.join(allowed)}" if allowed else
+                             "the only quantisation is int8 (ONNX Runtime dynamic quantisation), "
+                             "with --format onnx"))
+    if opset is not None:
+        if not fmt.takes_opset:
+            raise ConfigError(f"--opset applies to --format onnx only, not {fmt.name}; "
+                              "leave it out")
+        check_opset(opset)
+    return fmt
+
+
+def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None,
+           opset: int | None = None, output: str | Path | None = None,
+           parity_data: str | Path | None = None, atol: float = 1e-4,
+           min_label_agreement: float = 0.99, max_accuracy_drop: float = 0.01,
+           latency_calls: int = 50, threads: int | None = None) -> ExportResult:
+    """Export a finished run's model as a self-contained bundle and check it.
+
+    The bundle holds the model file, the tokenizer, the label map and preprocessing
+    (``entrena_model.json``), ``export.json`` (parity, latency, sizes) and ``MODEL_CARD.md``.
+    Parity compares the exported model's logits with the PyTorch model's on the run's test
+    split (validation when it had none), batched 32 at a time sorted by length and one at a
+    time for the first 8 examples.
+
+    Args:
+        run: The run directory (``runs/<name>``).
+        format: ``onnx`` (dynamo exporter, dynamic batch and sequence axes) or
+            ``torchscript`` (``torch.jit.trace``; a ``torch.export`` program when that fails).
+        quantize: ``"int8"``: ONNX Runtime dynamic quantisation (ONNX only).
+        opset: ONNX opset (default 18); must be one the installed exporter writes.
+        output: The bundle folder; default ``<run>/export/<format>[-int8]``.
+        parity_data: A file to check parity on instead of the run's test split (the run's
+            text column; its label column too for accuracy).
+        atol: Full precision passes when max |exported − PyTorch| over the logits ≤ this.
+        min_label_agreement: int8 passes when labels agree on at least this share …
+        max_accuracy_drop: … and accuracy drops by at most this (0.01 = one point).
+        latency_calls: Timed calls per engine and batch size (1 and 32).
+        threads: CPU threads for PyTorch and ONNX Runtime; default PyTorch's current count.
+
+    Returns:
+        The :class:`ExportResult`.
+
+    Raises:
+        ConfigError: Unknown format, a quantisation or opset the format or the installed
+            exporter does not support (before anything is loaded).
+        DataError: The run has no finished model (the message says what is missing and which
+            command makes it), or its parity data cannot be read.
+        ParityFailed: The check failed; the bundle and ``export.json`` were written with
+            ``parity.passed: false`` (``exc.result`` holds them). A :class:`CheckFailed`
+            (exit code 3).
+    """
+    from entrena.exporting.bundle import default_bundle_dir, locate_run
+    from entrena.exporting.checks import Thresholds
+
+    fmt = _check_options(format, quantize, opset)
+    model_run = locate_run(run)
+    destination = Path(output) if output is not None else \
+        default_bundle_dir(model_run.paths.root, fmt.name, quantize)
+
+    from entrena.exporting.exporter import parity_examples, write_bundle
+
+    examples = parity_examples(model_run, parity_data)
+    thresholds = Thresholds(max_abs_diff=atol, min_label_agreement=min_label_agreement,
+                            max_accuracy_drop=max_accuracy_drop)
+    log.info("exporting %s to %s (%s%s)", model_run.paths.root, destination, fmt.name,
+             f", {quantize}" if quantize else "")
+    report = write_bundle(model_run, fmt, quantize=quantize, opset=opset,
+                          destination=destination, examples=examples, thresholds=thresholds,
+                          latency_calls=latency_calls, threads=threads)
+    result = ExportResult(destination, report)
+    if not result.passed:
+        parity = report["parity"]
+        raise ParityFailed(f"parity check failed ({parity['criteria']}; max |Δlogit| "
+                           f"{parity['max_abs_diff']:.3g}, label agreement "
+                           f"{parity['label_agreement']:.4f}"
+                           + (f", accuracy drop {parity['accuracy_drop']:.4f}"
+                              if "accuracy_drop" in parity else "")
+                           + f"); the bundle is in {destination} with parity.passed: false",
+                           result)
+    return result

@@ -1,0 +1,280 @@
+"""Reading and writing tables in chunks, so that memory stays bounded on large files.
+
+``iter_table`` yields a file's rows a chunk at a time (pandas ``chunksize`` for CSV/TSV, one
+line per row for JSONL, pyarrow record batches for Parquet); ``TableWriter`` appends chunks to
+a temporary file beside the target and renames it into place when every chunk is written, so
+a reader never finds half an output.
+
+Every value of a CSV/TSV file is kept as the text it was (no type guessing per chunk, which
+could turn ``007`` into ``7`` in one chunk and not the next, and ``NA`` stays ``NA`` in the
+output); for the columns named in ``na_columns`` a chunk also says which cells pandas'
+missing-value rules (an empty cell, ``NA``, ``null`` …) would read as missing, so that a text
+column counts empty cells exactly as training's ``read_table`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from entrena.data.sources import SUPPORTED_SUFFIXES
+from entrena.errors import DataError
+
+__all__ = ["Chunk", "iter_table", "table_columns", "TableWriter"]
+
+try:  # the strings pandas reads as missing (``NA``, ``null``, ``N/A`` …)
+    from pandas._libs.parsers import STR_NA_VALUES as _NA_STRINGS
+except ImportError:  # pragma: no cover - moved in some pandas version
+    _NA_STRINGS = {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan",
+                   "1.#IND", "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan",
+                   "null"}
+
+
+@dataclass
+class Chunk:
+    """Consecutive rows of a file.
+
+    Attributes:
+        frame: The rows, with the file's columns.
+        first_row: 1-based number of the chunk's first row in the file (header excluded).
+        fraction_done: Share of the file read so far, in [0, 1] (bytes for CSV/TSV/JSONL,
+            rows for Parquet; approximate while reading).
+        missing: For each of ``iter_table``'s ``na_columns``, which rows hold a missing value
+            (boolean, one per row).
+    """
+
+    frame: pd.DataFrame
+    first_row: int
+    fraction_done: float
+    missing: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _suffix(path: Path, role: str) -> str:
+    suffix = path.suffix.lower()
+    if suffix not in SUPPORTED_SUFFIXES:
+        raise DataError(f"{role}: {path}: unsupported file type {suffix!r}; "
+                        f"use one of {', '.join(SUPPORTED_SUFFIXES)}")
+    return suffix
+
+
+def _check_readable(path: Path, role: str) -> str:
+    if not path.is_file():
+        raise DataError(f"{role}: file not found: {path}")
+    return _suffix(path, role)
+
+
+def table_columns(path: str | Path, *, role: str = "input") -> list[str]:
+    """The column names of a data file, reading only its start.
+
+    Raises:
+        DataError: The file is missing, of an unsupported type, or unreadable.
+    """
+    for chunk in iter_table(path, chunk_rows=1, role=role):
+        return list(chunk.frame.columns)
+    return []  # an empty file (a header-only CSV yields no chunk either)
+
+
+def iter_table(path: str | Path, *, chunk_rows: int = 1000, na_columns: Sequence[str] = (),
+               role: str = "input") -> Iterator[Chunk]:
+    """Yield a data file's rows in chunks of at most ``chunk_rows``.
+
+    Args:
+        path: A ``.csv``, ``.tsv``, ``.jsonl``/``.json`` (one object per line) or
+            ``.parquet``/``.pq`` file.
+        chunk_rows: Rows per chunk.
+        na_columns: Columns whose missing values each chunk reports in ``Chunk.missing``
+            (for CSV/TSV: empty cells and the strings ``pandas.read_csv`` reads as missing,
+            ``NA``, ``null`` …); the values themselves stay the exact text of the file.
+        role: What the file is for (``"input"`` …), used in messages.
+
+    Raises:
+        DataError: The file is missing, of an unsupported type, not UTF-8, or cannot be parsed.
+    """
+    path = Path(path)
+    suffix = _check_readable(path, role)
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    try:
+        if suffix in (".csv", ".tsv"):
+            yield from _iter_csv(path, "\t" if suffix == ".tsv" else ",", chunk_rows, na_columns)
+        elif suffix in (".jsonl", ".json"):
+            yield from _with_missing(_iter_jsonl(path, chunk_rows, role), na_columns)
+        else:
+            yield from _with_missing(_iter_parquet(path, chunk_rows), na_columns)
+    except DataError:
+        raise
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{role}: {path}: not UTF-8 text at byte {exc.start}; "
+                        "re-save the file as UTF-8") from None
+    except (ValueError, pd.errors.ParserError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{role}: {path}: cannot parse as {suffix[1:]}: {first}") from None
+
+
+def _iter_csv(path: Path, sep: str, chunk_rows: int, na_columns: Sequence[str]
+              ) -> Iterator[Chunk]:
+    size = max(1, path.stat().st_size)
+    with path.open("rb") as handle:
+        try:
+            reader = pd.read_csv(handle, sep=sep, dtype=str, na_filter=False,
+                                 encoding="utf-8-sig", chunksize=chunk_rows)
+        except pd.errors.EmptyDataError:
+            return
+        first = 1
+        with reader:
+            for frame in reader:
+                frame.columns = [str(c).strip() for c in frame.columns]
+                frame = frame.reset_index(drop=True)
+                missing = {column: frame[column].isin(_NA_STRINGS).to_numpy()
+                           for column in na_columns if column in frame.columns}
+                yield Chunk(frame, first, min(1.0, handle.tell() / size), missing)
+                first += len(frame)
+
+
+def _with_missing(chunks: Iterator[Chunk], na_columns: Sequence[str]) -> Iterator[Chunk]:
+    for chunk in chunks:
+        chunk.missing = {column: chunk.frame[column].isna().to_numpy()
+                         for column in na_columns if column in chunk.frame.columns}
+        yield chunk
+
+
+def _iter_jsonl(path: Path, chunk_rows: int, role: str) -> Iterator[Chunk]:
+    size = max(1, path.stat().st_size)
+    with path.open("rb") as handle:
+        records: list[dict[str, Any]] = []
+        first = 1
+        line_number = 0
+        for line in handle:
+            line_number += 1
+            text = line.decode("utf-8-sig" if line_number == 1 else "utf-8").strip()
+            if not text:
+                continue
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{role}: {path}: line {line_number} is not JSON: {exc.msg}; "
+                                "write one JSON object per line") from None
+            if not isinstance(record, dict):
+                raise DataError(f"{role}: {path}: line {line_number} is a JSON "
+                                f"{type(record).__name__}, not an object; write one "
+                                "{\"column\": value, …} object per line")
+            records.append(record)
+            if len(records) == chunk_rows:
+                yield Chunk(pd.DataFrame.from_records(records), first, handle.tell() / size)
+                first += len(records)
+                records = []
+        if records:
+            yield Chunk(pd.DataFrame.from_records(records), first, 1.0)
+
+
+def _iter_parquet(path: Path, chunk_rows: int) -> Iterator[Chunk]:
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(path)
+    total = max(1, parquet.metadata.num_rows)
+    first = 1
+    for batch in parquet.iter_batches(batch_size=chunk_rows):
+        frame = batch.to_pandas()
+        frame.columns = [str(c).strip() for c in frame.columns]
+        yield Chunk(frame, first, min(1.0, (first - 1 + len(frame)) / total))
+        first += len(frame)
+
+
+class TableWriter:
+    """Append chunks of rows to a CSV, TSV, JSONL or Parquet file (format from the suffix).
+
+    Rows go to a temporary file in the target's folder, renamed over the target by
+    :meth:`close`; :meth:`abort` (or leaving a ``with`` block through an exception) deletes it
+    and leaves any existing target untouched.
+
+    Args:
+        path: The output file; its folder is created if missing.
+        role: What the file is for, used in messages.
+
+    Raises:
+        DataError: The suffix is not a supported table format.
+    """
+
+    def __init__(self, path: str | Path, *, role: str = "output"):
+        self.path = Path(path)
+        self.role = role
+        self.suffix = _suffix(self.path, role)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.",
+                                   suffix=".tmp")
+        os.close(fd)
+        self._tmp = Path(tmp)
+        self._rows = 0
+        self._started = False
+        self._parquet: Any = None
+        self._schema: Any = None
+
+    def write(self, frame: pd.DataFrame) -> None:
+        """Append ``frame``'s rows (the first chunk fixes the columns)."""
+        if self.suffix in (".csv", ".tsv"):
+            frame.to_csv(self._tmp, sep="\t" if self.suffix == ".tsv" else ",", index=False,
+                         header=not self._started, mode="a" if self._started else "w",
+                         encoding="utf-8")
+        elif self.suffix in (".jsonl", ".json"):
+            with self._tmp.open("a", encoding="utf-8") as handle:
+                if len(frame):
+                    handle.write(frame.to_json(orient="records", lines=True, force_ascii=False))
+                    handle.write("\n")
+        else:
+            self._write_parquet(frame)
+        self._started = True
+        self._rows += len(frame)
+
+    def _write_parquet(self, frame: pd.DataFrame) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        if self._parquet is None:
+            self._schema = table.schema
+            self._parquet = pq.ParquetWriter(self._tmp, self._schema)
+        elif table.schema != self._schema:
+            try:
+                table = table.cast(self._schema)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise DataError(f"{self.role}: {self.path}: a later chunk's column types differ "
+                                f"from the first chunk's ({exc}); write CSV or JSONL instead, "
+                                "which keep each value as it is") from None
+        self._parquet.write_table(table)
+
+    def close(self) -> None:
+        """Finish the file and move it into place."""
+        if self._parquet is not None:
+            self._parquet.close()
+        elif self._rows == 0 and self.suffix in (".parquet", ".pq"):
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.table({}), self._tmp)
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        """Delete the temporary file; the target is left as it was."""
+        if self._parquet is not None:
+            try:
+                self._parquet.close()
+            except Exception:  # noqa: BLE001 - cleaning up after another error
+                pass
+        self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> TableWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()

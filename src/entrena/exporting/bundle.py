@@ -1,0 +1,174 @@
+"""Where a model comes from: a finished run directory or an export bundle.
+
+A bundle (``entrena export``) is a self-contained folder::
+
+    <bundle>/
+      model.onnx | model.pt | model.pt2   the exported model (see export.json "file")
+      tokenizer.json, tokenizer_config.json   the tokenizer, as training used it
+      entrena_model.json                  labels in index order and the preprocessing
+                                          (max_length, length_limit, text_column, on_bad_rows)
+      export.json                         format, opset, parity, latency, sizes
+      MODEL_CARD.md                       task, data, metrics, training time, use and limits
+
+By default it is written to ``<run>/export/<format>[-int8]/``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from entrena.core.rundir import RunPaths
+from entrena.errors import DataError
+
+__all__ = ["MANIFEST_FILE", "CARD_FILE", "META_FILE", "MODEL_FILES", "Preprocessing", "RunModel",
+           "locate_run", "is_bundle", "read_manifest", "default_bundle_dir", "bundle_name",
+           "find_run_bundle"]
+
+MANIFEST_FILE = "export.json"
+CARD_FILE = "MODEL_CARD.md"
+META_FILE = "entrena_model.json"  # the same name as in a run's model/ folder
+MODEL_FILES = ("config.json", "model.safetensors", "head.safetensors", META_FILE)
+
+
+@dataclass
+class Preprocessing:
+    """How texts become model inputs, the same as in training.
+
+    Attributes:
+        labels: Class names in index order.
+        max_length: Truncation length in tokens (the run's ``fit.max_length``).
+        length_limit: Longest input the model accepts; texts are tokenized at this cap and
+            then cut to ``max_length`` keeping the end marker, as training does.
+        text_column: The training data's text column (the default input column).
+        label_column: The training data's label column.
+        on_bad_rows: The training policy for empty texts: ``skip`` or ``error``.
+    """
+
+    labels: list[str]
+    max_length: int
+    length_limit: int
+    text_column: str = "text"
+    label_column: str = "label"
+    on_bad_rows: str = "skip"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"labels": self.labels, "max_length": self.max_length,
+                "length_limit": self.length_limit, "text_column": self.text_column,
+                "label_column": self.label_column, "on_bad_rows": self.on_bad_rows}
+
+
+@dataclass
+class RunModel:
+    """A finished run and what it wrote.
+
+    Attributes:
+        paths: The run directory's paths.
+        meta: ``model/entrena_model.json`` (labels, pooling, max_length, dropout).
+        config: The resolved config (``config.yaml``), as a dict.
+        metrics: ``metrics.json``.
+        data_report: ``data_report.json``.
+    """
+
+    paths: RunPaths
+    meta: dict[str, Any]
+    config: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    data_report: dict[str, Any] = field(default_factory=dict)
+
+    def preprocessing(self, length_limit: int) -> Preprocessing:
+        data = self.config.get("data", {})
+        return Preprocessing(labels=list(self.meta["labels"]),
+                             max_length=int(self.meta["max_length"]), length_limit=length_limit,
+                             text_column=data.get("text_column", "text"),
+                             label_column=data.get("label_column", "label"),
+                             on_bad_rows=data.get("on_bad_rows", "skip"))
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _status(paths: RunPaths) -> str | None:
+    return _read_json(paths.status).get("status")
+
+
+def locate_run(run: str | Path, *, verb: str = "export") -> RunModel:
+    """The finished run at ``run``.
+
+    Raises:
+        DataError: ``run`` is not a directory, or holds no finished model; the message says
+            what is missing and which command makes it.
+    """
+    paths = RunPaths(Path(run))
+    make = f"train it first: entrena train CONFIG --run-dir {paths.root}"
+    if not paths.root.is_dir():
+        raise DataError(f"{paths.root}: no such run directory; give the folder `entrena train` "
+                        f"wrote (runs/<name> by default), or {make}")
+    status = _status(paths)
+    missing = [f"model/{name}" for name in MODEL_FILES if not (paths.model / name).is_file()]
+    if status != "finished" or missing:
+        what = []
+        if status != "finished":
+            what.append("status.json is missing" if status is None
+                        else f"status.json says {status!r}")
+        if missing:
+            what.append(f"missing {', '.join(missing)}")
+        raise DataError(f"{paths.root}: no finished model to {verb} ({'; '.join(what)}); "
+                        f"{make}")
+    config: dict[str, Any] = {}
+    if paths.config.is_file():
+        try:
+            config = yaml.safe_load(paths.config.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError:
+            config = {}
+    return RunModel(paths, _read_json(paths.model / META_FILE), config,
+                    _read_json(paths.metrics), _read_json(paths.data_report))
+
+
+def is_bundle(path: str | Path) -> bool:
+    """Whether ``path`` is an export bundle (holds ``export.json``)."""
+    return (Path(path) / MANIFEST_FILE).is_file()
+
+
+def read_manifest(bundle: str | Path) -> dict[str, Any]:
+    """``export.json`` of a bundle.
+
+    Raises:
+        DataError: The file is missing or not JSON.
+    """
+    path = Path(bundle) / MANIFEST_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{bundle}: not a readable export bundle ({path.name}: "
+                        f"{type(exc).__name__}); export one with: entrena export RUN") from None
+
+
+def bundle_name(fmt: str, quantize: str | None) -> str:
+    """``onnx``, ``onnx-int8``, ``torchscript``."""
+    return f"{fmt}-{quantize}" if quantize else fmt
+
+
+def default_bundle_dir(run_dir: Path, fmt: str, quantize: str | None) -> Path:
+    """``<run>/export/<format>[-int8]``."""
+    return run_dir / "export" / bundle_name(fmt, quantize)
+
+
+def find_run_bundle(run_dir: Path, fmt: str) -> Path | None:
+    """The run's own bundle of format ``fmt`` (full precision first, then int8), if any."""
+    root = run_dir / "export"
+    if not root.is_dir():
+        return None
+    candidates = [root / fmt, *sorted(p for p in root.glob(f"{fmt}-*") if p.is_dir())]
+    for candidate in candidates:
+        if is_bundle(candidate) and read_manifest(candidate).get("format") == fmt:
+            return candidate
+    return None

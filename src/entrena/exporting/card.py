@@ -1,0 +1,163 @@
+"""The model card of a bundle (``MODEL_CARD.md``): task, data, metrics, training time,
+export checks, intended use and limits, from the run's own files."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from entrena.exporting.bundle import RunModel
+from entrena.units import format_bytes, format_duration
+
+__all__ = ["model_card"]
+
+
+def _pct(value: Any) -> str:
+    return f"{100 * value:.1f}%" if isinstance(value, int | float) else "n/a"
+
+
+def _num(value: Any, fmt: str = "{:.4f}") -> str:
+    return fmt.format(value) if isinstance(value, int | float) else "n/a"
+
+
+def _base_model(config: dict[str, Any]) -> str:
+    model = config.get("model", {})
+    if model.get("architecture"):
+        shape = ", ".join(f"{k}={v}" for k, v in model["architecture"].items())
+        return f"a BERT encoder built from a config with random initial weights ({shape})"
+    return f"`{model.get('name')}`" if model.get("name") else "unknown"
+
+
+def _count(value: Any) -> int:
+    return len(value) if isinstance(value, list) else int(value or 0)
+
+
+def _data_lines(run: RunModel) -> list[str]:
+    """One line per split from ``data_report.json`` (both its older flat layout and the
+    per-split layout with ``rows_read`` / ``rows_kept``)."""
+    report = run.data_report
+    lines = []
+    for role, split in report.get("splits", {}).items():
+        read = split.get("rows_read", split.get("read"))
+        kept = split.get("rows_kept", split.get("kept"))
+        empty = sum(_count(split.get(key, split.get(f"skipped_{key}")))
+                    for key in ("empty_text", "empty_label"))
+        where = f"`{split['file']}`" if split.get("file") else split.get("source", "")
+        lines.append(f"- {role}: {where}: {read} rows read, {kept} kept ({empty} with an empty "
+                     "text or label)")
+        if split.get("label_counts"):
+            lines.append("  - label counts: " + ", ".join(
+                f"{label} {count}" for label, count in split["label_counts"].items()))
+    rows = report.get("rows", {})
+    if rows:
+        lines.append(f"- Rows used: train {rows.get('train')}, validation "
+                     f"{rows.get('validation')}, test {rows.get('test')}")
+    if report.get("validation_split"):
+        vs = report["validation_split"]
+        lines.append(f"- Validation: {_pct(vs.get('fraction'))} of the training rows, split off "
+                     f"stratified by label (seed {vs.get('seed')})")
+    for role, counts in report.get("label_counts", {}).items():
+        lines.append(f"- Label counts ({role}): "
+                     + ", ".join(f"{label} {count}" for label, count in counts.items()))
+    return lines or ["- not recorded (the run has no data_report.json)"]
+
+
+def _metric_rows(metrics: dict[str, Any]) -> list[str]:
+    rows = []
+    for section in ("validation", "test"):
+        values = metrics.get(section, {})
+        for key in ("accuracy", "macro_f1", "loss"):
+            if key in values:
+                rows.append(f"| {section}.{key} | {_num(values[key])} |")
+    for label, scores in metrics.get("test", {}).get("per_class", {}).items():
+        rows.append(f"| test.per_class.{label} (precision / recall / F1, support) | "
+                    f"{_num(scores.get('precision'), '{:.3f}')} / "
+                    f"{_num(scores.get('recall'), '{:.3f}')} / {_num(scores.get('f1'), '{:.3f}')}, "
+                    f"{scores.get('support')} |")
+    return rows or ["| (no metrics.json) | |"]
+
+
+def model_card(run: RunModel, manifest: dict[str, Any]) -> str:
+    """The bundle's model card as Markdown.
+
+    Args:
+        run: The run the model comes from (config, metrics, data report).
+        manifest: The bundle's ``export.json`` content.
+    """
+    config, metrics = run.config, run.metrics
+    fit = metrics.get("fit", {})
+    prep = manifest["preprocessing"]
+    labels = prep["labels"]
+    parity = manifest["parity"]
+    latency = manifest["latency"]
+    engines = [k for k in latency if isinstance(latency[k], dict) and "batch_1" in latency[k]]
+    latency_rows = [
+        f"| {engine} | {size} | {_num(latency[engine][f'batch_{size}']['p50_ms'], '{:.2f}')} | "
+        f"{_num(latency[engine][f'batch_{size}']['p95_ms'], '{:.2f}')} |"
+        for engine in engines for size in (1, 32) if f"batch_{size}" in latency[engine]]
+    quant = f", quantised to int8 ({manifest['quantize']})" if manifest.get("quantize") else ""
+    fallback = (f"\n- TorchScript failed for this model ({manifest['fallback_reason']}); this "
+                "bundle holds a `torch.export` program instead." if manifest.get("fallback_reason")
+                else "")
+    test = metrics.get("test", {})
+    headline = (f"test accuracy {_num(test.get('accuracy'))}, macro-F1 {_num(test.get('macro_f1'))}"
+                if test else "no test set was scored")
+    sizes = manifest["size_bytes"]
+    train_time = format_duration(fit["train_time_s"]) if "train_time_s" in fit else "n/a"
+    wall_time = format_duration(fit["wall_time_s"]) if "wall_time_s" in fit else "n/a"
+    return f"""# Model card: {config.get('name', run.paths.root.name)}
+
+## Task
+Text classification into {len(labels)} classes: {', '.join(f'`{label}`' for label in labels)}.
+The model reads the `{prep['text_column']}` column (labels came from `{prep['label_column']}`).
+Base model: {_base_model(config)}; pooling `{run.meta.get('pooling', 'mean')}`, then a
+linear head. Texts are cut to {prep['max_length']} tokens (the model accepts
+{prep['length_limit']}).
+
+## Data
+{chr(10).join(_data_lines(run))}
+
+## Metrics
+Measured by `entrena train` with the best weights ({headline}); from `metrics.json`.
+
+| metric | value |
+|---|---|
+{chr(10).join(_metric_rows(metrics))}
+
+## Training
+- Time in training steps: {train_time}; wall time (model built to testing done): {wall_time}
+- {fit.get('epochs', 'n/a')} epoch(s), {fit.get('steps', 'n/a')} optimizer steps, stopped by
+  `{fit.get('stop_reason', 'n/a')}`; weights of step {fit.get('best_step', 'n/a')} restored
+- Device `{fit.get('device', 'n/a')}`, precision `{fit.get('precision', 'n/a')}`,
+  {fit.get('threads', 'n/a')} CPU threads; seed {config.get('train', {}).get('seed', 'n/a')}
+- Cost: not recorded (entrena does not price runs yet)
+
+## This export
+- Format `{manifest['format']}` (`{manifest['file']}`, {manifest['program']}{quant}), opset
+  {manifest.get('opset') or 'n/a'}; made by {manifest['exporter']}{fallback}
+- Parity with the PyTorch model on {parity['examples']} {parity['dataset']} examples: max |Δlogit|
+  {parity['max_abs_diff']:.2e}, label agreement {_pct(parity['label_agreement'])},
+  accuracy {_num(parity.get('accuracy_pytorch'))} (PyTorch) vs
+  {_num(parity.get('accuracy_exported'))} (exported); criteria `{parity['criteria']}`:
+  **{'passed' if parity['passed'] else 'FAILED'}**
+- Size: model file {format_bytes(sizes['model_file'])}, bundle {format_bytes(sizes['bundle'])}
+  (PyTorch weights: {format_bytes(sizes['pytorch_weights'])})
+- Latency on the exporting machine ({latency.get('threads')} threads; {latency.get('inputs')}):
+
+| engine | batch | p50 (ms) | p95 (ms) |
+|---|---|---|---|
+{chr(10).join(latency_rows)}
+
+## Intended use
+Sorting texts like the training data (the same source, language and length) into the labels
+above, in batch jobs or behind a service, with `entrena predict` or any ONNX Runtime / PyTorch
+code that applies the tokenizer in this folder with truncation at {prep['max_length']} tokens.
+
+## Limits
+- Every input gets one of the {len(labels)} labels above, even when none fits; probabilities
+  are softmax outputs, not calibrated confidences.
+- Only the first {prep['max_length']} tokens of a text are read.
+- The figures above come from the {metrics.get('data', {}).get('test_rows', 'n/a')} test rows of
+  one data source; accuracy on other sources, languages or time periods is unknown.
+- No check for bias or fairness across groups of people was run; do not use the labels for
+  decisions about people without such a check and human review.
+"""

@@ -1,0 +1,107 @@
+"""Parity of an exported model with the PyTorch model, and latency figures (pure functions
+plus one timing loop)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Thresholds", "parity_report", "percentiles_ms", "time_calls"]
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What an exported model must meet (the issue's acceptance figures).
+
+    Attributes:
+        max_abs_diff: Full precision: largest allowed |exported − PyTorch| over all logits.
+        min_label_agreement: Quantised: smallest share of examples whose predicted label
+            matches the PyTorch model's.
+        max_accuracy_drop: Quantised: largest allowed PyTorch accuracy − exported accuracy
+            (a fraction: 0.01 is one point).
+    """
+
+    max_abs_diff: float = 1e-4
+    min_label_agreement: float = 0.99
+    max_accuracy_drop: float = 0.01
+
+
+def parity_report(reference: np.ndarray, exported: np.ndarray, labels: np.ndarray | None, *,
+                  quantized: bool, thresholds: Thresholds,
+                  also_compare: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
+    """Compare exported logits with the PyTorch model's on the same examples.
+
+    Full precision passes when the largest absolute logit difference is at most
+    ``max_abs_diff``; a quantised model passes when the predicted labels agree on at least
+    ``min_label_agreement`` of the examples and accuracy drops by at most
+    ``max_accuracy_drop`` (only label agreement is required when ``labels`` is ``None``).
+
+    Args:
+        reference: PyTorch logits, (N, C).
+        exported: Exported-model logits of the same examples, (N, C).
+        labels: True label indices, (N,), or ``None``.
+        quantized: Whether the exported model is quantised.
+        thresholds: The pass criteria.
+        also_compare: More ``(reference, exported)`` logits that count towards the largest
+            and mean difference only (the same examples run at another batch shape).
+
+    Returns:
+        ``passed``, ``criteria``, ``examples``, ``max_abs_diff``, ``mean_abs_diff``,
+        ``label_agreement`` and, with labels, ``accuracy_pytorch``, ``accuracy_exported``,
+        ``accuracy_drop``.
+    """
+    if reference.shape != exported.shape:
+        raise ValueError(f"logit shapes differ: {reference.shape} vs {exported.shape}")
+    diff = np.abs(reference.astype(np.float64) - exported.astype(np.float64)).ravel()
+    if also_compare is not None and len(also_compare[0]):
+        more = np.abs(also_compare[0].astype(np.float64) - also_compare[1].astype(np.float64))
+        diff = np.concatenate([diff, more.ravel()])
+    ref_pred, exp_pred = reference.argmax(1), exported.argmax(1)
+    report: dict[str, Any] = {
+        "examples": int(len(reference)),
+        "max_abs_diff": float(diff.max()) if diff.size else 0.0,
+        "mean_abs_diff": float(diff.mean()) if diff.size else 0.0,
+        "label_agreement": float(np.mean(ref_pred == exp_pred)) if len(reference) else 1.0,
+    }
+    if labels is not None and len(labels):
+        report["accuracy_pytorch"] = float(np.mean(ref_pred == labels))
+        report["accuracy_exported"] = float(np.mean(exp_pred == labels))
+        report["accuracy_drop"] = report["accuracy_pytorch"] - report["accuracy_exported"]
+    if quantized:
+        report["criteria"] = (f"label_agreement >= {thresholds.min_label_agreement} and "
+                              f"accuracy_drop <= {thresholds.max_accuracy_drop}")
+        passed = report["label_agreement"] >= thresholds.min_label_agreement
+        if "accuracy_drop" in report:
+            # a tiny tolerance so that exactly one point of drop passes despite float rounding
+            passed = passed and report["accuracy_drop"] <= thresholds.max_accuracy_drop + 1e-12
+    else:
+        report["criteria"] = f"max_abs_diff <= {thresholds.max_abs_diff}"
+        passed = report["max_abs_diff"] <= thresholds.max_abs_diff
+    report["passed"] = bool(passed)
+    return report
+
+
+def time_calls(call: Callable[[Any], Any], inputs: Sequence[Any], warmup: int = 3
+               ) -> list[float]:
+    """Seconds taken by ``call(x)`` for each ``x`` of ``inputs`` (after ``warmup`` untimed
+    calls on the first inputs)."""
+    for x in list(inputs)[:warmup]:
+        call(x)
+    times = []
+    for x in inputs:
+        start = time.perf_counter()
+        call(x)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def percentiles_ms(times_s: Sequence[float]) -> dict[str, float]:
+    """``{"p50_ms", "p95_ms", "mean_ms", "calls"}`` of durations given in seconds
+    (linear-interpolated percentiles, numpy's default)."""
+    values = np.asarray(times_s, dtype=np.float64) * 1000.0
+    return {"p50_ms": float(np.percentile(values, 50)), "p95_ms": float(np.percentile(values, 95)),
+            "mean_ms": float(values.mean()), "calls": int(len(values))}
