@@ -9,10 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "train", "TrainResult", "export", "ExportResult", "predict",
+__all__ = ["__version__", "doctor", "DoctorReport",
+           "train", "TrainResult", "export", "ExportResult", "predict",
            "PredictResult", "load_config"]
 
 _LAZY = {
+    "doctor": ("entrena.api", "doctor"),
+    "DoctorReport": ("entrena.api", "DoctorReport"),
     "train": ("entrena.api", "train"),
     "TrainResult": ("entrena.api", "TrainResult"),
     "export": ("entrena.api", "export"),

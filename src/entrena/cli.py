@@ -425,6 +425,26 @@ def predict(source: Annotated[Path, typer.Argument(
             f"skipped (empty text) with {summary['backend']}: {result.output}")
 
 
+@app.command()
+def doctor(run_dir: Annotated[Path, typer.Option(
+               "--run-dir", help="Where runs are written (its free disk is checked).")] = Path("runs"),
+           json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+    """Describe this machine (CPU, RAM, GPUs, MPS, TPU, disk, torch build, libraries) and
+    what is wrong with its set-up, each problem with a fix."""
+    _setup_logging(verbose)
+
+    def call() -> Any:
+        from entrena.api import doctor as doctor_fn
+
+        return doctor_fn(run_dir)
+
+    report = _call_verb(call, verbose)
+    if json_output:
+        typer.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        _stderr_console().print(report.render())
+
+
 def _print_summary(result: Any) -> None:
     from rich.table import Table
 
