@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -97,10 +96,28 @@ def _load_data(loaded: LoadedConfig) -> LabelledSplits:
         seed=loaded.config.train.seed)
 
 
-def _last_activity(paths: RunPaths) -> float | None:
-    """Unix time of the run's last write (events, log, status): about when it stopped."""
-    times = [p.stat().st_mtime for p in (paths.events, paths.log, paths.status) if p.is_file()]
-    return max(times) if times else None
+def _training_lost_s(paths: RunPaths, checkpoint: CheckpointInfo) -> float:
+    """Seconds of training done after ``checkpoint`` by the session that died (redone now).
+
+    The last session's training ran from its ``fit_start`` record to the last write of
+    ``events.jsonl`` (a record every ``train.log_every_steps`` steps, evaluations and
+    checkpoints), so this is a slight underestimate.
+    """
+    try:
+        last_write = paths.events.stat().st_mtime
+        lines = paths.events.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return 0.0
+    session_start = 0.0
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a kill
+        if record.get("type") == "fit_start":
+            session_start = float(record.get("time", 0.0))
+            break
+    return max(0.0, last_write - max(checkpoint.saved_at, session_start))
 
 
 def _choose_resume(paths: RunPaths, resolved: dict[str, Any], new_hash: str,
@@ -127,8 +144,7 @@ def _choose_resume(paths: RunPaths, resolved: dict[str, Any], new_hash: str,
             f"(step {info.step}) was trained with:\n{format_changes(changes)}\nresuming would "
             f"not continue the same run; pass --resume-with-changes to resume with the new "
             f"values, --restart to start over, or --run-dir for a new run")
-    last = _last_activity(paths)
-    lost = max(0.0, last - info.saved_at) if last is not None else 0.0
+    lost = _training_lost_s(paths, info)
     message = (f"resuming from step {info.step}, epoch {info.epoch + 1}; "
                f"{format_duration(lost)} of training lost")
     _announce(console, message)

@@ -49,7 +49,8 @@ class ModelCheckpoint(Callback):
     same best weights even when ``best.pt`` has moved on since.
 
     Args:
-        directory: The run's ``checkpoints/`` folder; ``None`` keeps the best weights in memory only.
+        directory: The run's ``checkpoints/`` folder; ``None`` keeps the best weights in
+            memory only.
         monitor: The metric deciding "best".
     """
 

@@ -6,10 +6,12 @@ the changes. Keys that cannot change the weights are left out of the hash, so th
 freely between sessions:
 
 - ``name``: the run's name (the run directory is chosen on the command line anyway);
+- ``data.cache_dir``: where prepared data is cached;
 - ``tracking.*``: where metrics are sent;
 - ``train.log_every_steps``: how often a step is logged;
 - ``train.checkpoint.*``: how often checkpoints are written and how many are kept;
 - ``train.max_time``: a time budget (raising it to continue a stopped run is the point);
+- ``data.cache_dir``: where prepared data is cached (the same data wherever it is kept);
 - ``train.num_threads``: CPU threads. With a different thread count a CPU run is no longer
   bitwise identical to an uninterrupted one, but it is the same computation, and the
   default (``null``: all physical cores) changes with the machine without the config changing.
@@ -27,11 +29,13 @@ __all__ = ["RESULT_NEUTRAL_KEYS", "config_hash", "config_changes", "format_chang
 
 RESULT_NEUTRAL_KEYS: tuple[str, ...] = (
     "name",
+    "data.cache_dir",
     "tracking",
     "train.log_every_steps",
     "train.checkpoint",
     "train.max_time",
     "train.num_threads",
+    "data.cache_dir",
 )
 """Dotted keys (or section prefixes) left out of :func:`config_hash` and :func:`config_changes`."""
 

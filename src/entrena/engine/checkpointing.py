@@ -178,7 +178,8 @@ class CheckpointStore:
         return None
 
     def latest_readable(self) -> CheckpointInfo | None:
-        """The newest checkpoint that verifies; unreadable newer ones are set aside with a warning."""
+        """The newest checkpoint that verifies; unreadable newer ones are set aside, with a
+        warning."""
         candidates = self.complete()
         for index, info in enumerate(candidates):
             problem = self.verify(info)

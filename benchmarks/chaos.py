@@ -1,0 +1,309 @@
+"""Kill `entrena train examples/tiny/config.yaml` again and again; check that it always resumes
+exactly, and record the figures in docs/benchmarks.md.
+
+Usage: .venv/bin/python benchmarks/chaos.py [--kills 20] [--signals 5] [--seed 0]
+                                            [--no-write] [--json]
+
+1. An uninterrupted reference run.
+2. One run of the same config, disrupted ``--kills`` times with SIGKILL and ``--signals``
+   times with SIGTERM, in a seeded random order, restarted after each. A SIGKILL lands at a
+   random moment of the fit, or (every third one) the moment a checkpoint's temporary file
+   appears, i.e. in the middle of a checkpoint write.
+3. After each disruption: every complete checkpoint must verify (its SHA-256 and size match
+   its marker) and load with ``torch.load``; the restart must say ``resuming from step S``
+   with S the newest complete checkpoint's step (or start over when there is none). After a
+   SIGTERM the process must exit 143 having saved the step it reports.
+4. The last restart runs to the end; its ``model/`` files must equal the reference's, byte
+   for byte.
+
+Both runs use ``--set train.deterministic=true train.num_threads=1 tracking.enabled=false
+train.checkpoint.every_steps=5`` (MLflow is off to keep restarts short; exactness on CPU needs
+the same thread count). Exit status 0 when every check passed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import ROOT, machine, today, write_section  # noqa: E402
+
+CONFIG = ROOT / "examples" / "tiny" / "config.yaml"
+SETTINGS = ["train.deterministic=true", "train.num_threads=1", "tracking.enabled=false",
+            "train.checkpoint.every_steps=5"]
+RESUMING = re.compile(r"^resuming from step (\d+), epoch (\d+); (.+) of training lost$", re.M)
+SAVED = re.compile(r"saved checkpoint at step (\d+) \((SIG\w+)\), ([\d.]+)s after the signal")
+
+
+def command(run_dir: Path) -> list[str]:
+    entrena = Path(sys.executable).with_name("entrena")
+    sets = [arg for setting in SETTINGS for arg in ("--set", setting)]
+    return [str(entrena), "train", str(CONFIG), "--run-dir", str(run_dir), *sets]
+
+
+def environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env.update({"COLUMNS": "200", "NO_COLOR": "1", "TOKENIZERS_PARALLELISM": "false"})
+    return env
+
+
+def fit_starts(run_dir: Path) -> list[float]:
+    try:
+        lines = (run_dir / "events.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    starts = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut by SIGKILL
+        if record.get("type") == "fit_start":
+            starts.append(record["time"])
+    return starts
+
+
+def writing(checkpoints: Path) -> bool:
+    """A checkpoint write is under way (or was cut short): a temporary or marker-less file."""
+    try:
+        names = os.listdir(checkpoints)
+    except OSError:
+        return False
+    return any((n.startswith(".step-") and n.endswith(".tmp"))
+               or (n.startswith("step-") and n.endswith(".pt") and n[:-3] + ".json" not in names)
+               for n in names)
+
+
+def check_checkpoints(checkpoints: Path) -> tuple[int | None, int, int]:
+    """(newest complete step, complete checkpoints, unreadable ones) without changing anything."""
+    import torch
+
+    from entrena.engine.checkpointing import CheckpointStore
+
+    store = CheckpointStore(checkpoints)
+    complete = store.complete()
+    unreadable = 0
+    for info in complete:
+        try:
+            if store.verify(info) is not None:
+                raise ValueError(store.verify(info))
+            torch.load(info.path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - any failure to read counts
+            unreadable += 1
+            print(f"  UNREADABLE {info.path.name}: {exc}", file=sys.stderr)
+    return (complete[0].step if complete else None), len(complete), unreadable
+
+
+class Process:
+    def __init__(self, run_dir: Path, log: Path):
+        self.run_dir, self.log = run_dir, log
+        self.handle = log.open("w")
+        self.started = time.monotonic()
+        self.popen = subprocess.Popen(command(run_dir), cwd=run_dir.parent.parent,
+                                      env=environment(), stdout=subprocess.DEVNULL,
+                                      stderr=self.handle)
+
+    def wait_for_fit(self, known_starts: int, timeout: float = 600) -> float | None:
+        """Seconds from launch until this process's fit began (None: it exited first)."""
+        while time.monotonic() - self.started < timeout:
+            if len(fit_starts(self.run_dir)) > known_starts:
+                return time.monotonic() - self.started
+            if self.popen.poll() is not None:
+                return None
+            time.sleep(0.01)
+        raise TimeoutError("the fit did not start")
+
+    def finish(self) -> tuple[int, str]:
+        code = self.popen.wait()
+        self.handle.close()
+        return code, self.log.read_text()
+
+
+def reference_run(work: Path) -> tuple[dict[str, bytes], float, dict]:
+    run_dir = work / "runs" / "reference"
+    run_dir.parent.mkdir(parents=True)
+    process = Process(run_dir, work / "reference.log")
+    code, stderr = process.finish()
+    if code != 0:
+        sys.exit(f"the reference run failed ({code}):\n{stderr[-3000:]}")
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    fit_s = events[-1]["time"] - events[0]["time"]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    return model_files(run_dir), fit_s, metrics
+
+
+def model_files(run_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((run_dir / "model").iterdir())}
+
+
+def run_chaos(kills: int, signals: int, seed: int, work: Path) -> dict:
+    rng = random.Random(seed)
+    expected, fit_s, ref_metrics = reference_run(work)
+    total_steps = ref_metrics["fit"]["steps"]
+    print(f"reference: {total_steps} steps, fit {fit_s:.1f}s", file=sys.stderr)
+    plan = ["kill"] * kills + ["term"] * signals
+    rng.shuffle(plan)
+    run_dir = work / "runs" / "chaos"
+    checkpoints = run_dir / "checkpoints"
+    span = 1.2 * fit_s / max(1, len(plan))  # mean progress per disruption: about half of it
+    records: list[dict] = []
+    failures: list[str] = []
+    expected_resume: int | None = None
+    kill_count = 0
+    for index, kind in enumerate(plan + ["finish"]):
+        starts = len(fit_starts(run_dir))
+        process = Process(run_dir, work / f"attempt-{index:02d}.log")
+        record: dict = {"attempt": index, "kind": kind}
+        began = process.wait_for_fit(starts)
+        record["start_to_fit_s"] = began
+        mode = ""
+        if kind == "kill" and began is not None:
+            kill_count += 1
+            mode = "write" if kill_count % 3 == 0 else "random"
+            if mode == "write":  # wait for a checkpoint write to begin, then kill at once
+                deadline = time.monotonic() + 4 * fit_s
+                while not writing(checkpoints) and time.monotonic() < deadline:
+                    if process.popen.poll() is not None:
+                        break
+                    time.sleep(0.0005)
+            else:
+                time.sleep(rng.uniform(0, span))
+            record["during_write"] = writing(checkpoints)
+            process.popen.send_signal(signal.SIGKILL)
+        elif kind == "term" and began is not None:
+            time.sleep(rng.uniform(0, span))
+            record["signal_sent"] = time.monotonic()
+            process.popen.send_signal(signal.SIGTERM)
+        code, stderr = process.finish()
+        if "signal_sent" in record:
+            record["signal_to_exit_s"] = time.monotonic() - record.pop("signal_sent")
+        record.update(mode=mode, exit_code=code)
+        # Did this process resume where it should have?
+        said = RESUMING.search(stderr)
+        record["resumed_from"] = int(said.group(1)) if said else None
+        record["lost"] = said.group(3) if said else None
+        if expected_resume is not None and record["resumed_from"] != expected_resume:
+            failures.append(f"attempt {index}: expected to resume from step {expected_resume}, "
+                            f"stderr said {said.group(0) if said else 'nothing'}")
+        if said and not stderr.lstrip().startswith("resuming from step"):
+            failures.append(f"attempt {index}: the resume notice was not the first line")
+        # What the disruption left behind.
+        newest, complete, unreadable = check_checkpoints(checkpoints)
+        record.update(newest_checkpoint=newest, complete=complete, unreadable=unreadable)
+        if unreadable:
+            failures.append(f"attempt {index}: {unreadable} unreadable checkpoint(s)")
+        if kind == "term" and began is not None:
+            saved = SAVED.search(stderr)
+            if code == 0:
+                record["note"] = "finished before the signal"
+            elif code != 143 or not saved:
+                failures.append(f"attempt {index}: SIGTERM gave exit {code}, "
+                                f"stderr: {stderr[-500:]}")
+            else:
+                record["signal_to_saved_s"] = float(saved.group(3))
+                if int(saved.group(1)) != newest:
+                    failures.append(f"attempt {index}: saved step {saved.group(1)} but the "
+                                    f"newest checkpoint is {newest}")
+        if kind == "finish" and code != 0:
+            failures.append(f"the final run failed ({code}): {stderr[-2000:]}")
+        if code == 0 and kind != "finish":
+            record["note"] = "finished before the disruption"
+        expected_resume = newest
+        records.append(record)
+        print(f"  {index:2d} {kind:6s} {mode:6s} exit {code:4d} resumed from "
+              f"{record['resumed_from']!s:>4s} newest {newest!s:>4s}"
+              f"{' (during a write)' if record.get('during_write') else ''}", file=sys.stderr)
+        if code == 0:
+            break
+    same = (run_dir / "model").is_dir() and model_files(run_dir) == expected
+    if not same:
+        failures.append("the final model files differ from the uninterrupted run's")
+    return {"records": records, "failures": failures, "identical": same,
+            "reference_fit_s": fit_s, "total_steps": total_steps,
+            "kills": sum(r["kind"] == "kill" and r["exit_code"] == -9 for r in records),
+            "signals": sum("signal_to_saved_s" in r for r in records)}
+
+
+def summary_markdown(result: dict, args: argparse.Namespace) -> str:
+    records = result["records"]
+    killed = [r for r in records if r["kind"] == "kill" and r["exit_code"] == -9]
+    during_write = sum(bool(r.get("during_write")) for r in killed)
+    resumed = [r for r in records if r["resumed_from"] is not None]
+    fresh = sum(r["resumed_from"] is None for r in records[1:])
+    saved = [r["signal_to_saved_s"] for r in records if "signal_to_saved_s" in r]
+    exit_s = [r["signal_to_exit_s"] for r in records if "signal_to_saved_s" in r]
+    startup = [r["start_to_fit_s"] for r in records if r.get("start_to_fit_s") is not None]
+
+    def stat(values: list[float], fmt: str = "{:.2f}") -> str:
+        if not values:
+            return "–"
+        return (f"{fmt.format(statistics.median(values))} (median; "
+                f"{fmt.format(min(values))}–{fmt.format(max(values))})")
+
+    restarts = len(records) - 1
+    unreadable = sum(r["unreadable"] for r in records)
+    identical = "yes" if result["identical"] else "NO"
+    verdict = "passed" if not result["failures"] else "FAILED: " + "; ".join(result["failures"])
+    return f"""## Chaos: SIGKILL and SIGTERM during `entrena train examples/tiny/config.yaml`
+
+- Date: {today()}; machine: {machine()}
+- Command: `.venv/bin/python benchmarks/chaos.py --kills {args.kills} --signals {args.signals}
+  --seed {args.seed}`; every run with `--set {' --set '.join(SETTINGS)}`
+- Reference: one uninterrupted run, {result['total_steps']} optimizer steps, fit
+  {result['reference_fit_s']:.1f} s (evaluation and checkpoints included)
+- Result: {verdict}
+
+| figure | value |
+|---|---|
+| SIGKILLs / of them while a checkpoint was being written | {len(killed)} / {during_write} |
+| SIGTERMs (exit 143 with a checkpoint of the step reported) | {len(saved)} |
+| restarts that resumed from the newest complete checkpoint | {len(resumed)} of {restarts} |
+| restarts with nothing to resume (killed before the first checkpoint) | {fresh} |
+| checkpoints found unreadable after a disruption | {unreadable} |
+| final `model/` files equal to the uninterrupted run's, byte for byte | {identical} |
+| SIGTERM to checkpoint on disk (s, as the process reports it) | {stat(saved)} |
+| SIGTERM to process exit (s, measured outside) | {stat(exit_s)} |
+| restart to training again: process start to `fit_start` (s) | {stat(startup, "{:.1f}")} |
+
+A SIGKILL cannot be caught; what it tests is that every file a reader may trust is whole:
+checkpoints are written to a temporary file, fsynced and renamed, and count only once their
+marker (SHA-256 and size) is written after them. The time from SIGTERM to saved is the rest
+of the current step plus one checkpoint write (about 12 MB here).
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--signals", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    args = parser.parse_args()
+    if not (ROOT / "examples" / "reviews" / "data" / "train.csv").is_file():
+        sys.exit("run `make demo-data` first")
+    with tempfile.TemporaryDirectory(prefix="entrena-chaos-") as tmp:
+        result = run_chaos(args.kills, args.signals, args.seed, Path(tmp))
+    if args.json:
+        print(json.dumps(result, indent=2))
+    if not args.no_write:
+        write_section("chaos", summary_markdown(result, args))
+        print(f"wrote the chaos section of {ROOT / 'docs' / 'benchmarks.md'}", file=sys.stderr)
+    for failure in result["failures"]:
+        print(f"FAILED: {failure}", file=sys.stderr)
+    sys.exit(1 if result["failures"] else 0)
+
+
+if __name__ == "__main__":
+    main()
