@@ -329,8 +329,9 @@ def test_predict_cli_json_and_text_column(tiny_run, tmp_path):
 
     pd.DataFrame({"body": ["Great tea.", ""], "k": ["x", "y"]}).to_csv(tmp_path / "in.csv",
                                                                        index=False)
-    result = CliRunner().invoke(app, ["predict", str(tiny_run), "--input", "in.csv", "--output",
-                                      "out.tsv", "--text-column", "body", "--json"])
+    result = CliRunner().invoke(app, ["predict", str(tiny_run), "--input", str(tmp_path / "in.csv"),
+                                      "--output", str(tmp_path / "out.tsv"), "--text-column",
+                                      "body", "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)  # exactly one JSON document on stdout
     assert summary["rows"] == {"read": 2, "predicted": 1, "skipped": 1}
