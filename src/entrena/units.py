@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
-__all__ = ["parse_duration_s", "format_duration", "format_bytes"]
+__all__ = ["parse_duration_s", "format_duration", "format_bytes", "Budget", "parse_budget",
+           "format_usd"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|hr|d)?\s*$", re.IGNORECASE)
 _SECONDS_PER = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400}
@@ -55,3 +57,67 @@ def format_bytes(n_bytes: float) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+class Budget(NamedTuple):
+    """A limit on a run: money (``usd``) or time (``seconds``); exactly one is set."""
+
+    usd: float | None = None
+    seconds: float | None = None
+
+    def __str__(self) -> str:
+        return format_usd(self.usd) if self.usd is not None else format_duration(self.seconds or 0)
+
+
+_MONEY = re.compile(r"^\s*(?:\$\s*)?(\d+(?:\.\d+)?)\s*(usd|\$|dollars?)?\s*$", re.IGNORECASE)
+
+
+def parse_budget(text: str | float | int, *, bare: str = "usd", what: str = "budget") -> Budget:
+    """Parse a budget or deadline: ``"20usd"``, ``"$20"``, ``"30m"``, ``"2h"``, ``"1.5d"``.
+
+    The one parser behind ``entrena plan --budget`` and ``--deadline``.
+
+    Args:
+        text: The limit. A bare number (``"20"``) takes the unit ``bare``.
+        bare: ``"usd"`` (a bare number is dollars, as for ``--budget``) or ``"s"`` (seconds).
+        what: The option's name, used in error messages.
+
+    Returns:
+        A :class:`Budget` with either ``usd`` or ``seconds`` set.
+
+    Raises:
+        ValueError: The text is neither an amount of USD nor a duration, or is not positive.
+    """
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        text = str(text)
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"invalid {what} {text!r}: write an amount such as '20usd' or a "
+                         f"duration such as '30m' or '2h'")
+    value = text.strip()
+    bare_number = re.fullmatch(r"\d+(?:\.\d+)?", value)
+    money = _MONEY.match(value)
+    if money and (money.group(2) or value.startswith("$") or (bare_number and bare == "usd")):
+        usd = float(money.group(1))
+        if usd <= 0:
+            raise ValueError(f"invalid {what} {text!r}: must be more than 0 USD")
+        return Budget(usd=usd)
+    try:
+        seconds = parse_duration_s(value)
+    except ValueError:
+        raise ValueError(f"invalid {what} {text!r}: write an amount such as '20usd' (a bare "
+                         f"number is {'USD' if bare == 'usd' else 'seconds'}) or a duration "
+                         f"such as '30m', '2h' or '1.5d'") from None
+    if seconds <= 0:
+        raise ValueError(f"invalid {what} {text!r}: must be a positive duration")
+    return Budget(seconds=seconds)
+
+
+def format_usd(amount: float | None) -> str:
+    """Format dollars for humans: ``"$0.042"``, ``"$1.50"``, ``"$1,234"``; ``"-"`` for None."""
+    if amount is None:
+        return "-"
+    if amount < 1:
+        return f"${amount:.3f}"
+    if amount < 1000:
+        return f"${amount:.2f}"
+    return f"${amount:,.0f}"
