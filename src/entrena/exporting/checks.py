@@ -85,17 +85,25 @@ def parity_report(reference: np.ndarray, exported: np.ndarray, labels: np.ndarra
     return report
 
 
-def time_calls(call: Callable[[Any], Any], inputs: Sequence[Any], warmup: int = 3
-               ) -> list[float]:
-    """Seconds taken by ``call(x)`` for each ``x`` of ``inputs`` (after ``warmup`` untimed
-    calls on the first inputs)."""
-    for x in list(inputs)[:warmup]:
-        call(x)
-    times = []
+def time_calls(calls: dict[str, Callable[[Any], Any]], inputs: Sequence[Any], warmup: int = 3
+               ) -> dict[str, list[float]]:
+    """Seconds taken by each ``calls[name](x)`` for each ``x`` of ``inputs``.
+
+    The engines take turns input by input, so that a burst of other work on the machine
+    slows them alike; each first gets ``warmup`` untimed calls on the first inputs.
+
+    Returns:
+        ``{name: [seconds per input]}``.
+    """
+    for call in calls.values():
+        for x in list(inputs)[:warmup]:
+            call(x)
+    times: dict[str, list[float]] = {name: [] for name in calls}
     for x in inputs:
-        start = time.perf_counter()
-        call(x)
-        times.append(time.perf_counter() - start)
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call(x)
+            times[name].append(time.perf_counter() - start)
     return times
 
 
