@@ -396,6 +396,13 @@ def test_bad_export_options_fail_before_reading_the_run(tmp_path, options, messa
         entrena.export(tmp_path / "not-even-a-run", **options)
 
 
+def test_export_never_replaces_a_folder_that_is_not_a_bundle(tiny_run, tmp_path):
+    (tmp_path / "mine.txt").write_text("keep me")
+    with pytest.raises(DataError, match="exists and is not an export bundle"):
+        entrena.export(tiny_run, output=tmp_path)
+    assert (tmp_path / "mine.txt").read_text() == "keep me"
+
+
 def test_predict_backend_errors(tiny_run, onnx_bundle, tmp_path):
     fresh = tmp_path / "run"
     import shutil

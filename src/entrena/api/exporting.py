@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from entrena.errors import CheckFailed, ConfigError
+from entrena.errors import CheckFailed, ConfigError, DataError
 
 __all__ = ["ExportResult", "ParityFailed", "export"]
 
@@ -99,18 +99,24 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
         ConfigError: Unknown format, a quantisation or opset the format or the installed
             exporter does not support (before anything is loaded).
         DataError: The run has no finished model (the message says what is missing and which
-            command makes it), or its parity data cannot be read.
+            command makes it), ``output`` is an existing folder that is not a bundle, or the
+            parity data cannot be read.
         ParityFailed: The check failed; the bundle and ``export.json`` were written with
             ``parity.passed: false`` (``exc.result`` holds them). A :class:`CheckFailed`
             (exit code 3).
     """
-    from entrena.exporting.bundle import default_bundle_dir, locate_run
+    from entrena.exporting.bundle import default_bundle_dir, is_bundle, locate_run
     from entrena.exporting.checks import Thresholds
 
     fmt = _check_options(format, quantize, opset)
     model_run = locate_run(run)
     destination = Path(output) if output is not None else \
         default_bundle_dir(model_run.paths.root, fmt.name, quantize)
+    if destination.exists() and not is_bundle(destination) and (
+            not destination.is_dir() or any(destination.iterdir())):
+        raise DataError(f"--output {destination} exists and is not an export bundle (no "
+                        "export.json); give a new or empty folder (an existing bundle is "
+                        "replaced)")
 
     from entrena.exporting.exporter import parity_examples, write_bundle
 

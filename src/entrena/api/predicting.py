@@ -117,6 +117,9 @@ def predict(run: str | Path, data: str | Path, *, output: str | Path | None = No
         raise ConfigError(f"--on-bad-rows {on_bad_rows!r}: use skip or error")
     data = Path(data)
     output = Path(output) if output is not None else _default_output(data)
+    if output.is_dir():
+        raise DataError(f"--output {output} is a folder; give a file name (its suffix picks the "
+                        "format: .csv, .tsv, .jsonl, .parquet)")
     if output.resolve() == data.resolve():
         raise DataError(f"--output {output} is the input file; write the predictions to "
                         "another file")
