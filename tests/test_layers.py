@@ -1,0 +1,139 @@
+"""The import layer rules of docs/architecture.md, checked on the source with ``ast``.
+
+Imports flow downward only; packages on one line do not import each other; ``errors`` and
+``units`` use only the standard library; ``config`` never imports torch; only
+``engine/backend.py`` imports Lightning. Imports inside functions count too.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, clean_env
+
+PACKAGE = ROOT / "src" / "entrena"
+
+# Top first; one entry per line of the blueprint.
+LAYERS = [
+    {"cli"},
+    {"api"},
+    {"tuning", "exporting", "reporting", "launching"},
+    {"engine", "planning"},
+    {"tasks", "data", "callbacks", "tracking"},
+    {"core", "config", "hardware"},
+    {"errors", "units"},
+]
+LEVEL = {name: len(LAYERS) - i for i, names in enumerate(LAYERS) for name in names}
+
+
+def modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def component(path: Path) -> str:
+    """``src/entrena/data/tables.py`` -> ``data``; ``src/entrena/cli.py`` -> ``cli``."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return parts[0]
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import in the file, relative ones resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package_parts = ["entrena", *path.relative_to(PACKAGE).parent.parts]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package_parts[:len(package_parts) - node.level + 1]
+                name = ".".join([*base, node.module] if node.module else base)
+            else:
+                name = node.module or ""
+            found.append((node.lineno, name))
+            if node.module is None or name == "entrena":  # from entrena import x: x may be a module
+                found.extend((node.lineno, f"{name}.{a.name}") for a in node.names)
+    return found
+
+
+def entrena_target(module: str) -> str | None:
+    """The component an ``entrena...`` import targets (``""`` for the package root)."""
+    if module == "entrena":
+        return ""
+    if module.startswith("entrena."):
+        target = module.split(".")[1]
+        return target if target in LEVEL else None
+    return None
+
+
+def test_every_component_is_placed_in_a_layer():
+    unplaced = {component(p) for p in modules()} - set(LEVEL) - {"__init__"}
+    assert unplaced == set()
+
+
+def test_imports_flow_downward_and_siblings_do_not_import_each_other():
+    problems = []
+    for path in modules():
+        source = component(path)
+        if source == "__init__":
+            continue
+        for line, module in imported_modules(path):
+            target = entrena_target(module)
+            if target is None or target == source:
+                continue
+            where = f"{path.relative_to(ROOT)}:{line}: {source} imports {module}"
+            if target == "":
+                if source != "cli":
+                    problems.append(f"{where} (only the CLI imports the package root)")
+            elif LEVEL[target] > LEVEL[source]:
+                problems.append(f"{where} (upward)")
+            elif LEVEL[target] == LEVEL[source]:
+                problems.append(f"{where} (sibling on the same line)")
+    assert problems == []
+
+
+def test_package_root_imports_nothing_heavy():
+    names = {m for _, m in imported_modules(PACKAGE / "__init__.py")}
+    assert names <= {"__future__", "typing", "importlib"}
+
+
+@pytest.mark.parametrize("leaf", ["errors", "units"])
+def test_leaves_import_only_the_standard_library(leaf):
+    names = {m.split(".")[0] for _, m in imported_modules(PACKAGE / f"{leaf}.py")}
+    assert names - set(sys.stdlib_module_names) - {"__future__"} == set()
+
+
+def test_config_never_imports_torch_statically():
+    offenders = [f"{p.relative_to(ROOT)}:{line}: {m}"
+                 for p in sorted((PACKAGE / "config").rglob("*.py"))
+                 for line, m in imported_modules(p)
+                 if m.split(".")[0] in {"torch", "transformers", "lightning", "mlflow"}]
+    assert offenders == []
+
+
+def test_only_the_backend_imports_lightning():
+    users = sorted(str(p.relative_to(PACKAGE)) for p in modules()
+                   if any(m.split(".")[0] in {"lightning", "lightning_fabric"}
+                          for _, m in imported_modules(p)))
+    assert users == ["engine/backend.py"]
+
+
+def test_loading_and_validating_a_config_imports_no_torch(tmp_path):
+    script = (
+        "import sys\n"
+        "from entrena.config import load_config\n"
+        "from entrena.config.models import resolve_model_name\n"
+        "load_config({'name': 'x', 'data': {'train': 't.csv'}}, ['train.max_epochs=2'])\n"
+        "resolve_model_name('minilm-l6')\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'mlflow', 'lightning')"
+        " if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=clean_env(),
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
