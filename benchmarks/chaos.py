@@ -110,14 +110,15 @@ class Process:
         self.run_dir, self.log = run_dir, log
         self.handle = log.open("w")
         self.started = time.monotonic()
+        self.launched = time.time() - 0.01  # fit_start records carry Unix times (ms)
         self.popen = subprocess.Popen(command(run_dir), cwd=run_dir.parent.parent,
                                       env=environment(), stdout=subprocess.DEVNULL,
                                       stderr=self.handle)
 
-    def wait_for_fit(self, known_starts: int, timeout: float = 600) -> float | None:
+    def wait_for_fit(self, timeout: float = 600) -> float | None:
         """Seconds from launch until this process's fit began (None: it exited first)."""
         while time.monotonic() - self.started < timeout:
-            if len(fit_starts(self.run_dir)) > known_starts:
+            if any(t >= self.launched for t in fit_starts(self.run_dir)):
                 return time.monotonic() - self.started
             if self.popen.poll() is not None:
                 return None
@@ -162,10 +163,9 @@ def run_chaos(kills: int, signals: int, seed: int, work: Path) -> dict:
     expected_resume: int | None = None
     kill_count = 0
     for index, kind in enumerate(plan + ["finish"]):
-        starts = len(fit_starts(run_dir))
         process = Process(run_dir, work / f"attempt-{index:02d}.log")
         record: dict = {"attempt": index, "kind": kind}
-        began = process.wait_for_fit(starts)
+        began = process.wait_for_fit()
         record["start_to_fit_s"] = began
         mode = ""
         if kind == "kill" and began is not None:
