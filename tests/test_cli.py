@@ -162,18 +162,40 @@ def test_second_run_says_finished_and_exits_0(tiny_run):
     assert (run_dir / "metrics.json").stat().st_mtime_ns == before
 
 
+@pytest.fixture(scope="module")
+def finished_json_run(tiny_run):
+    """``entrena train ... --json`` on the finished run."""
+    _, run_dir = tiny_run
+    return run_cli("train", TINY, "--run-dir", run_dir, "--json", cwd=run_dir.parent.parent)
+
+
+def test_json_prints_exactly_metrics_json(tiny_run, finished_json_run):
+    _, run_dir = tiny_run
+    assert finished_json_run.returncode == 0, finished_json_run.stderr
+    printed = json.loads(finished_json_run.stdout)  # stdout is exactly one JSON document
+    assert printed == json.loads((run_dir / "metrics.json").read_text())
+
+
+@pytest.mark.xfail(strict=True, reason="bug: with --json a finished run is silently not "
+                   "retrained: the 'already finished' notice is printed only by the table "
+                   "summary (cli.py train/_print_summary)")
+def test_json_on_a_finished_run_still_says_so_on_stderr(finished_json_run):
+    assert "is already finished" in finished_json_run.stderr
+
+
 def test_restart_trains_again(tiny_run, tmp_path):
+    # In process (the CLI passes --restart straight to entrena.train): a second CLI start-up
+    # would cost ~15 s of imports.
     _, finished = tiny_run
     run_dir = tmp_path / "runs" / "tiny"
     shutil.copytree(finished, run_dir)
-    result = run_cli("train", TINY, "--run-dir", run_dir, "--restart", "--json",
-                     "--set", "data.max_train_samples=64", "--set", "tracking.enabled=false",
-                     "--set", "train.max_epochs=1", "--set", "train.num_threads=1", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "already finished" not in result.stderr
-    printed = json.loads(result.stdout)  # --json: stdout is exactly one JSON document
-    assert printed == json.loads((run_dir / "metrics.json").read_text())
-    assert printed["data"]["train_rows"] == 64 and printed["fit"]["epochs"] == 1
+    overrides = ["data.max_train_samples=64", "tracking.enabled=false", "train.max_epochs=1",
+                 "train.num_threads=1"]
+    assert entrena.train(TINY, run_dir=run_dir, overrides=overrides).already_finished
+    result = entrena.train(TINY, run_dir=run_dir, overrides=overrides, restart=True)
+    assert not result.already_finished
+    assert result.metrics == json.loads((run_dir / "metrics.json").read_text())
+    assert result.metrics["data"]["train_rows"] == 64 and result.metrics["fit"]["epochs"] == 1
 
 
 # --- bad input -----------------------------------------------------------------------------
