@@ -120,7 +120,7 @@ TEXTS = ["great coffee, would buy again", "stale", "the box arrived broken and t
 def test_encoding_cache_second_call_reads_the_cache(tokenizer, tmp_path):
     first, cached = encode_texts(TEXTS, tokenizer, 512, tmp_path / "cache")
     assert cached is False
-    assert len(list((tmp_path / "cache").glob("*.npz"))) == 1
+    assert len(list((tmp_path / "cache").glob("*.arrow"))) == 1
     second, cached = encode_texts(TEXTS, tokenizer, 512, tmp_path / "cache")
     assert cached is True
     assert len(second) == len(TEXTS)
@@ -138,8 +138,8 @@ def test_encoding_cache_key_changes_with_texts(tokenizer, tmp_path):
 
 def test_damaged_cache_file_is_rebuilt(tokenizer, tmp_path):
     encode_texts(TEXTS, tokenizer, 512, tmp_path)
-    (file,) = tmp_path.glob("*.npz")
-    file.write_bytes(b"not a zip file")
+    (file,) = tmp_path.glob("*.arrow")
+    file.write_bytes(b"not an arrow file")
     encoded, cached = encode_texts(TEXTS, tokenizer, 512, tmp_path)
     assert cached is False and len(encoded) == 3
 

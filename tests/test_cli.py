@@ -100,7 +100,7 @@ def test_run_files_are_consistent(tiny_run):
     assert [r["type"] for r in records][0] == "fit_start"
     assert {"step", "eval", "epoch", "fit_end"} <= {r["type"] for r in records}
     report = json.loads((run_dir / "data_report.json").read_text())
-    assert report["splits"]["train"]["read"] == 4000
+    assert report["splits"]["train"]["rows_read"] == 4000
     assert report["rows"]["train"] == 400
     log = (run_dir / "train.log").read_text()
     assert "restored the best weights" in log

@@ -63,10 +63,11 @@ def test_unsupported_suffix_lists_supported(tmp_path):
     assert "unsupported file type '.txt'; use one of .csv, .tsv" in data_error(path)
 
 
-def test_empty_file_cannot_be_parsed(tmp_path):
+def test_empty_file_is_refused_with_its_size(tmp_path):
     path = tmp_path / "train.csv"
     path.write_text("")
-    assert "cannot parse as csv" in data_error(path)
+    assert data_error(path) == (f"data.train: {path} is empty (0 bytes); it needs a header line "
+                                "and data rows (or JSON lines, or a Parquet table)")
 
 
 # --- bad rows ------------------------------------------------------------------------------
@@ -82,9 +83,9 @@ def bad_rows_csv(tmp_path: Path) -> Path:
 def test_bad_rows_are_skipped_and_counted(tmp_path):
     result = splits(bad_rows_csv(tmp_path))
     report = result.report["splits"]["train"]
-    assert report["read"] == 40 and report["kept"] == 37
-    assert report["skipped_empty_text"] == [3, 5]
-    assert report["skipped_empty_label"] == [7]
+    assert report["rows_read"] == 40
+    assert report["empty_text"] == 2 and report["empty_label"] == 1
+    assert report["skipped_rows"] == {"empty_text": [3, 5], "empty_label": [7]}
     assert result.report["rows"]["train"] + result.report["rows"]["validation"] == 37
     assert all(text.strip() for text in result.train.texts + result.validation.texts)
 
@@ -124,7 +125,7 @@ def test_integer_labels_with_a_gap_stay_integers(tmp_path):
     rows[3] = (rows[3][0], "")  # pandas reads the column as float: 0.0, 1.0, NaN
     result = splits(write_csv(tmp_path / "train.csv", rows))
     assert result.labels == ["0", "1"]
-    assert result.report["splits"]["train"]["skipped_empty_label"] == [4]
+    assert result.report["splits"]["train"]["skipped_rows"]["empty_label"] == [4]
 
 
 # --- formats -------------------------------------------------------------------------------
@@ -183,13 +184,11 @@ def test_load_splits_reports_the_split(tiny_data):
     assert result.report["rows"] == {"train": 72, "validation": 24, "test": 0}
     assert result.report["label_counts"]["validation"] == {"bad": 12, "good": 12}
     assert result.report["validation_split"] == {"from": "train", "fraction": 0.25,
-                                                 "stratified": True, "seed": 7}
+                                                 "stratified": True, "seed": 7,
+                                                 "grouped_by": "normalised text"}
     assert not set(result.train.row_ids) & set(result.validation.row_ids)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: too few rows for a stratified split raises "
-                   "scikit-learn's ValueError (exit 1, internal error) instead of a DataError "
-                   "(data/tables.py stratified_split)")
 def test_too_small_validation_split_is_a_data_error(tmp_path):
     rows = [(f"t{i}", label) for i, label in enumerate("aaaabbbccc")]
     path = write_csv(tmp_path / "train.csv", rows)
@@ -206,16 +205,11 @@ def test_max_train_samples_subsamples_stratified(tiny_data):
     assert len(result.validation) == 20  # validation is split off before subsampling
 
 
-@pytest.mark.xfail(strict=True, reason="bug: max_train_samples within n_classes of the row count "
-                   "raises scikit-learn's ValueError (data/tables.py _subsample)")
 def test_max_train_samples_just_below_row_count(tiny_data):
     result = splits(tiny_data["train"], max_train_samples=75)  # 75 of the 76 left after the split
     assert len(result.train) == 75
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a validation/test file with no usable rows is "
-                   "accepted; the fit then dies on an assert in engine/loop.py predict "
-                   "(data/tables.py load_splits)")
 def test_validation_file_without_usable_rows_is_refused(tiny_data, tmp_path):
     empty = write_csv(tmp_path / "validation.csv", [("", "good"), ("  ", "bad")])
     with pytest.raises(DataError, match="validation"):

@@ -298,7 +298,7 @@ def test_unfinished_run_without_a_checkpoint_starts_over(make_config, tmp_path, 
     assert not CheckpointStore(run_dir / "checkpoints").complete()
     result, _, said = resume(make_config(), run_dir)
     assert "without a complete checkpoint; starting it over" in caplog.text
-    assert said == "" and result.resumed_from_step is None
+    assert "resuming from" not in said and result.resumed_from_step is None
     assert result.metrics["fit"]["steps"] == 20
 
 

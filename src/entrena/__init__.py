@@ -10,12 +10,15 @@ from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["__version__", "doctor", "DoctorReport",
-           "train", "TrainResult", "export", "ExportResult", "predict",
+           "prepare", "PrepareResult", "train", "TrainResult", "export", "ExportResult",
+           "predict",
            "PredictResult", "load_config"]
 
 _LAZY = {
     "doctor": ("entrena.api", "doctor"),
     "DoctorReport": ("entrena.api", "DoctorReport"),
+    "prepare": ("entrena.api", "prepare"),
+    "PrepareResult": ("entrena.api", "PrepareResult"),
     "train": ("entrena.api", "train"),
     "TrainResult": ("entrena.api", "TrainResult"),
     "export": ("entrena.api", "export"),

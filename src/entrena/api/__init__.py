@@ -3,8 +3,9 @@
 from entrena.api.doctoring import DoctorReport, doctor
 from entrena.api.exporting import ExportResult, ParityFailed, export
 from entrena.api.predicting import PredictResult, predict
+from entrena.api.preparing import DataCheckFailed, PrepareResult, prepare
 from entrena.api.training import TrainResult, train
 
 __all__ = ["DoctorReport", "doctor",
-           "ExportResult", "ParityFailed", "PredictResult", "TrainResult", "export", "predict",
-           "train"]
+           "DataCheckFailed", "ExportResult", "ParityFailed", "PredictResult", "PrepareResult",
+           "TrainResult", "export", "predict", "prepare", "train"]

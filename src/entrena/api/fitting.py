@@ -10,9 +10,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
+from entrena.api.preparing import PreparedData
 from entrena.callbacks.checkpoint import ModelCheckpoint, PeriodicCheckpoint, unwrap
 from entrena.callbacks.early_stopping import EarlyStopping
 from entrena.callbacks.lr_schedule import LRSchedule
@@ -24,7 +24,6 @@ from entrena.core.callback import Callback
 from entrena.core.files import write_json_atomic
 from entrena.core.rundir import RunPaths
 from entrena.core.state import TrainState
-from entrena.data.encoding import choose_max_length, encode_texts
 from entrena.data.loaders import TextBatches
 from entrena.data.tables import LabelledSplits
 from entrena.engine.backend import configure_threads, create_backend
@@ -34,8 +33,7 @@ from entrena.engine.loop import FitSettings, fit, predict
 from entrena.errors import ConfigError, Interrupted, NonFiniteError
 from entrena.units import parse_duration_s
 from entrena.tasks.metrics import classification_metrics
-from entrena.tasks.text_classification import (build_classifier, build_tokenizer,
-                                               model_length_limit, save_classifier)
+from entrena.tasks.text_classification import build_classifier, model_length_limit, save_classifier
 from entrena.tracking.events import EventLog
 from entrena.tracking.mlflow_tracker import MLflowTracker, default_tracking_uri
 
@@ -77,12 +75,13 @@ def _console(console: Any) -> Any:
 
 
 def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
-            splits: LabelledSplits, console: Any = None, *, resume: CheckpointInfo | None = None,
+            prepared: PreparedData, console: Any = None, *, resume: CheckpointInfo | None = None,
             config_hash: str = "", callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
-    """Encode the splits, fit (from ``resume`` if given), restore the best weights, test, save
-    the model, write metrics.
+    """Fit on the prepared data (from ``resume`` if given), restore the best weights, test,
+    save the model, write metrics.
 
     Args:
+        prepared: The checked, split and encoded data (``entrena.api.preparing``).
         resume: A verified checkpoint to continue from.
         config_hash: The config's hash, recorded in every checkpoint.
         callbacks: Extra callbacks, called after the built-in ones (their state is saved too).
@@ -103,32 +102,17 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                              deterministic=tcfg.deterministic)
     log.info("device %s, precision %s, %d CPU threads", backend.device, backend.precision, threads)
 
-    tokenizer = build_tokenizer(sources["tokenizer"])
+    splits, encoded, tokenizer = prepared.splits, prepared.encoded, prepared.tokenizer
     model = build_classifier(
         num_labels=len(splits.labels), pretrained=sources.get("weights"),
         architecture=cfg.model.architecture.model_dump() if cfg.model.architecture else None,
         vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id or 0,
         pooling=cfg.model.pooling, dropout=cfg.model.dropout)
-    limit = model_length_limit(unwrap(model).encoder.config, tokenizer)
-
-    encode_start = time.perf_counter()
-    encoded = {}
-    cached_count = 0
-    for role, split in (("train", splits.train), ("validation", splits.validation),
-                        ("test", splits.test)):
-        if split is not None:
-            encoded[role], cached = encode_texts(split.texts, tokenizer, limit, paths.cache)
-            cached_count += cached
-    encode_s = time.perf_counter() - encode_start
-    train_lengths = encoded["train"].lengths()
-    if cfg.model.max_length == "auto":
-        max_length = choose_max_length(train_lengths, limit)
-        log.info("max_length auto: %d tokens (95th percentile of training lengths, model limit "
-                 "%d); %.1f%% of training texts are truncated", max_length, limit,
-                 100 * float(np.mean(train_lengths > max_length)))
-    else:
-        max_length = min(cfg.model.max_length, limit)
-    log.info("encoded %d splits in %.1fs (%d from cache)", len(encoded), encode_s, cached_count)
+    max_length = min(prepared.max_length,
+                     model_length_limit(unwrap(model).encoder.config, tokenizer))
+    log.info("max_length %d tokens (%s); %.1f%% of training texts are truncated", max_length,
+             prepared.report["encoding"]["max_length_from"],
+             100 * prepared.report["splits"]["train"]["truncated_fraction"])
 
     eval_batch = tcfg.eval_batch_size or 2 * tcfg.batch_size
     pad_id = tokenizer.pad_token_id or 0

@@ -12,12 +12,18 @@ from typing import Any
 
 import yaml
 
-from entrena.config import Config, LoadedConfig, load_config
+from entrena.api.preparing import (
+    check_failure,
+    prepare_data,
+    report_table,
+    resolve_model_sources,
+    resolve_run_dir,
+    write_report,
+)
+from entrena.config import Config, load_config
 from entrena.config.fingerprint import config_changes, config_hash, format_changes
-from entrena.config.models import resolve_model_name
 from entrena.core.files import write_json_atomic
 from entrena.core.rundir import RunPaths
-from entrena.data.tables import LabelledSplits, load_splits
 from entrena.engine.checkpointing import CheckpointInfo, CheckpointStore
 from entrena.errors import ConfigError, EntrenaError, Interrupted
 from entrena.units import format_duration
@@ -48,11 +54,6 @@ class TrainResult:
         return self.run_dir / "model"
 
 
-def resolve_run_dir(config: Config, run_dir: str | Path | None) -> Path:
-    """``run_dir`` if given, else ``runs/<name>`` under the working directory."""
-    return Path(run_dir) if run_dir is not None else Path("runs") / config.name
-
-
 def _write_json_atomic(path: Path, data: Any) -> None:
     write_json_atomic(path, data, durable=False)
 
@@ -64,36 +65,7 @@ def _status(paths: RunPaths) -> str | None:
         return None
 
 
-def _check_model_source(loaded: LoadedConfig) -> dict[str, str]:
-    """Resolve model and tokenizer names before any data is read (alias errors first)."""
-    model = loaded.config.model
-    sources: dict[str, str] = {}
-    if model.architecture is None:
-        sources["weights"] = resolve_model_name(model.name or "", loaded.base_dir, "model.name")
-        sources["tokenizer"] = (resolve_model_name(model.tokenizer, loaded.base_dir,
-                                                   "model.tokenizer")
-                                if model.tokenizer else sources["weights"])
-    else:
-        tokenizer = model.tokenizer or model.name
-        if not tokenizer:
-            raise ConfigError("model.tokenizer: a model built from model.architecture needs a "
-                              "tokenizer; set model.tokenizer: minilm-l6")
-        sources["tokenizer"] = resolve_model_name(tokenizer, loaded.base_dir,
-                                                  "model.tokenizer" if model.tokenizer
-                                                  else "model.name")
-    return sources
-
-
-def _load_data(loaded: LoadedConfig) -> LabelledSplits:
-    data = loaded.config.data
-    return load_splits(
-        train=loaded.resolve_path(data.train),
-        validation=loaded.resolve_path(data.validation) if data.validation else None,
-        test=loaded.resolve_path(data.test) if data.test else None,
-        text_column=data.text_column, label_column=data.label_column,
-        validation_fraction=data.validation_fraction, max_train_samples=data.max_train_samples,
-        max_eval_samples=data.max_eval_samples, on_bad_rows=data.on_bad_rows,
-        seed=loaded.config.train.seed)
+_check_model_source = resolve_model_sources  # the name tests and older callers use
 
 
 def _training_lost_s(paths: RunPaths, checkpoint: CheckpointInfo) -> float:
@@ -153,6 +125,14 @@ def _choose_resume(paths: RunPaths, resolved: dict[str, Any], new_hash: str,
         log.warning("resuming with a changed config (--resume-with-changes):\n%s",
                     format_changes(changes))
     return info
+
+
+def _announce_table(console: Any, renderable: Any) -> None:
+    if console is None:
+        from rich.console import Console
+
+        console = Console(stderr=True)
+    console.print(renderable, soft_wrap=True)
 
 
 def _announce(console: Any, message: str) -> None:
@@ -215,14 +195,20 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
     resolved = loaded.config.model_dump(mode="json")
     new_hash = config_hash(resolved)
     resume = None
-    if paths.root.exists() and any(paths.root.iterdir()):
+    if paths.root.exists() and any(p.name != paths.data_report.name  # prepare's report only
+                                   for p in paths.root.iterdir()):
         resume = _choose_resume(paths, resolved, new_hash, resume_with_changes, console)
         if resume is None:
             log.warning("run directory %s holds an unfinished run without a complete "
                         "checkpoint; starting it over", paths.root)
             shutil.rmtree(paths.root)
 
-    splits = _load_data(loaded)  # data errors come before anything is written
+    prepared = prepare_data(loaded, sources)  # data errors come before anything is written
+    _announce_table(console, report_table(prepared.report))
+    failure = check_failure(prepared.report, paths.data_report)
+    if failure is not None:  # a check set to `error` failed: the report, and nothing else
+        write_report(paths, prepared.report, only_if_untrained=False)
+        raise failure
 
     from entrena.api.fitting import run_fit  # heavy imports (torch) only past validation
 
@@ -231,11 +217,11 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
     handler = _attach_log_file(paths.log)
     try:
         paths.config.write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
-        _write_json_atomic(paths.data_report, splits.report)
+        _write_json_atomic(paths.data_report, prepared.report)
         _write_json_atomic(paths.status, {
             "status": "running", "started": time.time(),
             **({"resumed_from_step": resume.step} if resume else {})})
-        metrics = run_fit(loaded, paths, sources, splits, console=console, resume=resume,
+        metrics = run_fit(loaded, paths, sources, prepared, console=console, resume=resume,
                           config_hash=new_hash, callbacks=callbacks or [])
         _write_json_atomic(paths.status, {"status": "finished", "finished": time.time()})
         return TrainResult(paths.root, metrics,

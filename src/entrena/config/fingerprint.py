@@ -11,7 +11,6 @@ freely between sessions:
 - ``train.log_every_steps``: how often a step is logged;
 - ``train.checkpoint.*``: how often checkpoints are written and how many are kept;
 - ``train.max_time``: a time budget (raising it to continue a stopped run is the point);
-- ``data.cache_dir``: where prepared data is cached (the same data wherever it is kept);
 - ``train.num_threads``: CPU threads. With a different thread count a CPU run is no longer
   bitwise identical to an uninterrupted one, but it is the same computation, and the
   default (``null``: all physical cores) changes with the machine without the config changing.
@@ -35,7 +34,6 @@ RESULT_NEUTRAL_KEYS: tuple[str, ...] = (
     "train.checkpoint",
     "train.max_time",
     "train.num_threads",
-    "data.cache_dir",
 )
 """Dotted keys (or section prefixes) left out of :func:`config_hash` and :func:`config_changes`."""
 

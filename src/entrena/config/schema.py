@@ -15,6 +15,7 @@ from entrena.units import parse_duration_s
 
 __all__ = [
     "StrictModel",
+    "DataChecksConfig",
     "DataConfig",
     "ArchitectureConfig",
     "ModelConfig",
@@ -34,21 +35,60 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
 
 
+class DataChecksConfig(StrictModel):
+    """What the data hygiene checks do with what they find (`entrena prepare`, and `entrena
+    train` before it fits). Every finding is counted in `data_report.json` whatever the setting:
+    `drop` removes the rows from the training data (validation and test rows are never dropped,
+    so that scores stay comparable), `warn` keeps them and logs a warning, `error` stops with
+    exit code 3 once the report is written."""
+
+    exact_duplicates: Literal["drop", "warn", "error"] = "drop"
+    """Training rows whose text and label repeat an earlier row's: `drop` keeps the first copy."""
+    normalised_duplicates: Literal["drop", "warn", "error"] = "warn"
+    """Training rows whose text repeats an earlier row's once lower-cased, stripped of
+    punctuation and symbols and with whitespace collapsed (same label): `drop` keeps the first."""
+    conflicting_labels: Literal["drop", "warn", "error"] = "warn"
+    """Texts (compared normalised) that occur in the training data with different labels:
+    `drop` removes every copy."""
+    leakage: Literal["drop", "warn", "error"] = "drop"
+    """Training rows whose text (compared normalised) also occurs in the validation or test data:
+    `drop` removes them from training."""
+    small_classes: Literal["warn", "error"] = "warn"
+    """Classes with too few training rows to be split (fewer than 2, or fewer than
+    1 / `validation_fraction` when validation is split off) or absent from a validation file:
+    they stay in training and go unmeasured."""
+    imbalance: Literal["warn", "error"] = "warn"
+    """The ratio of the most to the least frequent class in training exceeds
+    `max_imbalance_ratio`."""
+    max_imbalance_ratio: Annotated[float, Field(ge=1.0)] = 10.0
+    """Largest ratio of the most to the least frequent training class that passes `imbalance`."""
+    truncation: Literal["warn", "error"] = "warn"
+    """More than `max_truncated_fraction` of the training texts are longer than the chosen
+    `model.max_length` (tokens) and get cut."""
+    max_truncated_fraction: Annotated[float, Field(ge=0.0, le=1.0)] = 0.1
+    """Largest share of training texts cut at `model.max_length` that passes `truncation`."""
+
+
 class DataConfig(StrictModel):
-    """Where the examples come from and which columns hold what."""
+    """Where the examples come from, which columns hold what, and how the data is checked."""
 
     train: str
-    """Training data file: CSV, TSV, JSONL or Parquet. Relative paths resolve against the
-    config file's folder."""
+    """Training data: a CSV, TSV, JSONL or Parquet file, a glob pattern of shards
+    (`data/part-*.csv`), or an fsspec URL (`https://…`, `s3://…`, `gs://…`; downloaded once
+    into the cache). Relative paths resolve against the config file's folder."""
     validation: str | None = None
-    """Validation data file. When absent, `validation_fraction` of the training data is split
-    off (stratified by label, seeded by `train.seed`)."""
+    """Validation data (same forms as `train`). When absent, `validation_fraction` of the
+    training data is split off (stratified by label, seeded by `train.seed`; copies of one text,
+    or rows of one `group_column` value, stay on one side)."""
     test: str | None = None
-    """Test data file, scored once with the best weights after training."""
+    """Test data (same forms as `train`), scored once with the best weights after training."""
     text_column: str = "text"
     """Column holding the input text."""
     label_column: str = "label"
-    """Column holding the class label (strings or integers)."""
+    """Column holding the class label (strings or integers, not a mix)."""
+    group_column: str | None = None
+    """Column whose rows must stay together when validation is split off (a user, a product,
+    a document id); default: rows with the same normalised text stay together."""
     validation_fraction: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.1
     """Share of the training data held out for validation when no validation file is given."""
     max_train_samples: Annotated[int, Field(ge=1)] | None = None
@@ -57,7 +97,39 @@ class DataConfig(StrictModel):
     """Use at most this many validation and test rows each (seeded subsample)."""
     on_bad_rows: Literal["skip", "error"] = "skip"
     """Rows with an empty text or label: `skip` drops and counts them; `error` refuses the
-    data and names the rows."""
+    data (exit code 2) and names the rows."""
+    on_unseen_labels: Literal["error", "drop"] = "error"
+    """Validation or test rows whose label never occurs in training: `error` refuses the data
+    (exit code 2) and names the rows; `drop` removes and counts them."""
+    encoding: str = "auto"
+    """Text encoding of CSV/TSV/JSONL files: `auto` detects UTF-8 (with or without a
+    byte-order mark), UTF-16 and Latin-1/Windows-1252; or a Python codec name (`cp1252`)."""
+    delimiter: Literal["auto", ",", ";", "|", "tab"] = "auto"
+    """Field separator of CSV/TSV files (`tab` for a tab): `auto` picks the one that splits the
+    header and the first rows into the same number of fields (tab first for `.tsv`)."""
+    cache_dir: str | None = None
+    """Folder of the prepared-data cache (encoded examples and downloads), shared by runs;
+    default: `$ENTRENA_CACHE_DIR`, else `~/.cache/entrena`."""
+    checks: DataChecksConfig = DataChecksConfig()
+    """Data hygiene checks."""
+
+    @field_validator("delimiter", mode="before")
+    @classmethod
+    def _tab(cls, value: object) -> object:
+        return "tab" if value == "\t" else value
+
+    @field_validator("encoding")
+    @classmethod
+    def _known_encoding(cls, value: str) -> str:
+        if value == "auto":
+            return value
+        import codecs
+
+        try:
+            return codecs.lookup(value).name
+        except LookupError:
+            raise ValueError(f"unknown encoding {value!r}; use auto or a Python codec name "
+                             "such as utf-8, utf-16, latin-1 or cp1252") from None
 
 
 class ArchitectureConfig(StrictModel):

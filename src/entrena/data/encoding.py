@@ -1,50 +1,84 @@
-"""Tokenize once, cache the token ids on disk, truncate cheaply.
+"""Tokenize once, store the token ids in Arrow files, read them back memory-mapped.
 
-Texts are encoded once at the model's longest input and stored as a flat ``int32`` array plus
-offsets (``.npz``) under a key that hashes the texts, the tokenizer and the length cap, so a
-second run (or another ``max_length``) reuses it without tokenizing again.
+Texts are encoded once at the model's longest input. An Arrow IPC file holds one record batch
+per block of rows, with the ids as a ``list<int32>`` column; reading it maps the file into
+memory (``pyarrow.memory_map``) and wraps each block's flat id buffer and offsets in numpy
+without copying, so a million encoded texts open in milliseconds and only the pages a batch
+touches are read from disk. :class:`EncodedTexts` indexes across the blocks.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
-__all__ = ["EncodedTexts", "encode_texts", "choose_max_length", "tokenizer_fingerprint"]
+__all__ = ["EncodedTexts", "encode_texts", "tokenize_block", "ends_with_special",
+           "write_encoded", "read_encoded", "choose_max_length", "tokenizer_fingerprint",
+           "BLOCK_ROWS"]
+
+BLOCK_ROWS = 32_768
+"""Rows per tokenizer call and per Arrow record batch (bounds memory while encoding)."""
 
 
 class EncodedTexts:
-    """Token ids of N texts (with special tokens), stored flat.
+    """Token ids of N texts (with special tokens), stored as flat blocks.
 
     Args:
-        flat: All ids concatenated, shape (sum of lengths,).
-        offsets: Start of each text in ``flat``, shape (N + 1,).
+        flat: All ids of one block concatenated, shape (sum of lengths,).
+        offsets: Start of each text in ``flat``, shape (n + 1,).
         keep_last: Whether the last token is an end marker (``[SEP]``) to keep when truncating.
     """
 
     def __init__(self, flat: np.ndarray, offsets: np.ndarray, keep_last: bool):
-        self.flat = flat
-        self.offsets = offsets
+        self._blocks = [(np.asarray(flat), np.asarray(offsets))]
         self.keep_last = keep_last
+        self._init_index()
+
+    @classmethod
+    def from_blocks(cls, blocks: Sequence[tuple[np.ndarray, np.ndarray]], keep_last: bool
+                    ) -> EncodedTexts:
+        """Texts spread over several ``(flat, offsets)`` blocks, in order (no copy)."""
+        self = cls.__new__(cls)
+        self._blocks = [(np.asarray(f), np.asarray(o)) for f, o in blocks] or [
+            (np.zeros(0, np.int32), np.zeros(1, np.int64))]
+        self.keep_last = keep_last
+        self._init_index()
+        return self
+
+    def _init_index(self) -> None:
+        sizes = [len(o) - 1 for _, o in self._blocks]
+        self._starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self._lengths: np.ndarray | None = None
 
     def __len__(self) -> int:
-        return len(self.offsets) - 1
+        return int(self._starts[-1])
 
     def lengths(self, max_length: int | None = None) -> np.ndarray:
         """Token length of each text after truncation to ``max_length``, shape (N,)."""
-        lengths = np.diff(self.offsets)
-        return lengths if max_length is None else np.minimum(lengths, max_length)
+        if self._lengths is None:
+            self._lengths = np.concatenate([np.diff(o) for _, o in self._blocks]).astype(
+                np.int64)
+        return self._lengths if max_length is None else np.minimum(self._lengths, max_length)
 
     def get(self, index: int, max_length: int | None = None) -> np.ndarray:
         """Ids of text ``index``, truncated to ``max_length`` keeping the end marker."""
-        ids = self.flat[self.offsets[index]:self.offsets[index + 1]]
+        if len(self._blocks) == 1:
+            flat, offsets = self._blocks[0]
+            local = index
+        else:
+            block = int(np.searchsorted(self._starts, index, side="right")) - 1
+            flat, offsets = self._blocks[block]
+            local = index - int(self._starts[block])
+        ids = flat[offsets[local]:offsets[local + 1]]
         if max_length is not None and len(ids) > max_length:
             if self.keep_last:
                 ids = np.concatenate([ids[:max_length - 1], ids[-1:]])
@@ -54,7 +88,7 @@ class EncodedTexts:
 
     def subset(self, index: Sequence[int]) -> EncodedTexts:
         """The texts at ``index`` as a new object (copies)."""
-        parts = [self.flat[self.offsets[i]:self.offsets[i + 1]] for i in index]
+        parts = [self.get(i) for i in index]
         offsets = np.zeros(len(parts) + 1, dtype=np.int64)
         offsets[1:] = np.cumsum([len(p) for p in parts])
         flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
@@ -75,6 +109,89 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     return digest.hexdigest()[:16]
 
 
+def ends_with_special(tokenizer: Any) -> bool:
+    """Whether the tokenizer ends every text with a special token (``[SEP]``, ``</s>``)."""
+    ids = tokenizer("a", truncation=True, max_length=8)["input_ids"]
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    return bool(ids) and int(ids[-1]) in special
+
+
+def tokenize_block(texts: list[str], tokenizer: Any, length_cap: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids of ``texts``, truncated at ``length_cap`` (end marker kept by the tokenizer).
+
+    Returns:
+        ``(flat, offsets)``: ids concatenated (int32) and the start of each text (int64,
+        N + 1 entries).
+    """
+    if not texts:
+        return np.zeros(0, np.int32), np.zeros(1, np.int64)
+    ids = tokenizer(texts, truncation=True, max_length=length_cap, return_attention_mask=False,
+                    return_token_type_ids=False)["input_ids"]
+    offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids)),
+              out=offsets[1:])
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(offsets[-1]))
+    return flat, offsets
+
+
+def _id_lists(flat: np.ndarray, offsets: np.ndarray) -> pa.Array:
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(flat))
+
+
+def write_encoded(path: Path, blocks: Iterator[dict[str, Any]], *, keep_last: bool,
+                  columns: dict[str, pa.DataType] | None = None) -> None:
+    """Write encoded blocks to an Arrow IPC file (atomically: temp file, then rename).
+
+    Args:
+        path: The target ``.arrow`` file.
+        blocks: Dicts with ``flat`` and ``offsets`` (from :func:`tokenize_block`) and one
+            array per extra column.
+        keep_last: Stored in the schema metadata for :func:`read_encoded`.
+        columns: Extra columns and their types (``{"label": pa.int64()}``).
+    """
+    columns = columns or {}
+    schema = pa.schema([*((name, kind) for name, kind in columns.items()),
+                        ("input_ids", pa.list_(pa.int32()))],
+                       metadata={"keep_last": json.dumps(keep_last)})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            for block in blocks:
+                arrays = [pa.array(block[name], type=kind) if not isinstance(block[name], pa.Array)
+                          else block[name].cast(kind) for name, kind in columns.items()]
+                arrays.append(_id_lists(block["flat"], block["offsets"]))
+                writer.write_batch(pa.record_batch(arrays, schema=schema))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_encoded(path: Path) -> tuple[EncodedTexts, pa.Table]:
+    """Memory-map an Arrow file written by :func:`write_encoded`.
+
+    Returns:
+        The encoded texts (numpy views of the mapped file) and the whole table (its other
+        columns, also mapped).
+
+    Raises:
+        OSError, pyarrow.ArrowInvalid: The file is missing or damaged.
+    """
+    source = pa.memory_map(str(path), "r")
+    reader = pa.ipc.open_file(source)
+    table = reader.read_all()
+    keep_last = json.loads((table.schema.metadata or {}).get(b"keep_last", b"true"))
+    blocks = []
+    for chunk in table.column("input_ids").chunks:
+        offsets = chunk.offsets.to_numpy(zero_copy_only=True)
+        flat = chunk.values.to_numpy(zero_copy_only=True)
+        blocks.append((flat, offsets))
+    return EncodedTexts.from_blocks(blocks, bool(keep_last)), table
+
+
 def _texts_hash(texts: Sequence[str]) -> str:
     digest = hashlib.sha256()
     for text in texts:
@@ -84,58 +201,46 @@ def _texts_hash(texts: Sequence[str]) -> str:
 
 
 def encode_texts(texts: Sequence[str], tokenizer: Any, length_cap: int,
-                 cache_dir: Path | None = None, batch_size: int = 1000) -> tuple[EncodedTexts, bool]:
-    """Tokenize ``texts`` once (truncated at ``length_cap``), reusing a disk cache.
+                 cache_dir: Path | None = None, batch_size: int = BLOCK_ROWS
+                 ) -> tuple[EncodedTexts, bool]:
+    """Tokenize ``texts`` once (truncated at ``length_cap``), reusing an Arrow file cache.
+
+    Training goes through :mod:`entrena.data.cache` (whole prepared splits); this is for a
+    list of texts (inference, the parity check).
 
     Args:
         texts: The texts.
         tokenizer: A Hugging Face tokenizer (fast ones are much quicker).
-        length_cap: Longest sequence kept in the cache, normally the model's position limit.
-        cache_dir: Folder for ``.npz`` cache files; ``None`` disables caching.
+        length_cap: Longest sequence kept, normally the model's position limit.
+        cache_dir: Folder for ``.arrow`` cache files; ``None`` disables caching.
         batch_size: Texts per tokenizer call.
 
     Returns:
         The encoded texts and whether they came from the cache.
     """
+    keep_last = ends_with_special(tokenizer)
+    if cache_dir is None:
+        blocks = [tokenize_block(list(texts[s:s + batch_size]), tokenizer, length_cap)
+                  for s in range(0, len(texts), batch_size)]
+        return EncodedTexts.from_blocks(blocks, keep_last), False
     key = f"{tokenizer_fingerprint(tokenizer)}-{length_cap}-{_texts_hash(texts)}"
-    path = cache_dir / f"{key}.npz" if cache_dir is not None else None
-    if path is not None and path.is_file():
+    path = cache_dir / f"{key}.arrow"
+    if path.is_file():
         try:
-            with np.load(path) as stored:
-                return EncodedTexts(stored["flat"], stored["offsets"],
-                                    bool(stored["keep_last"])), True
-        except (OSError, ValueError, KeyError):
+            encoded, _ = read_encoded(path)
+            return encoded, True
+        except (OSError, pa.ArrowException, ValueError):
             pass  # a damaged cache file is rebuilt below
-    chunks: list[np.ndarray] = []
-    for start in range(0, len(texts), batch_size):
-        batch = list(texts[start:start + batch_size])
-        encoded = tokenizer(batch, truncation=True, max_length=length_cap,
-                            return_attention_mask=False, return_token_type_ids=False)
-        chunks.extend(np.asarray(ids, dtype=np.int32) for ids in encoded["input_ids"])
-    offsets = np.zeros(len(chunks) + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum([len(c) for c in chunks])
-    flat = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
-    special = set(getattr(tokenizer, "all_special_ids", []) or [])
-    keep_last = bool(chunks) and all(int(c[-1]) in special for c in chunks[:50] if len(c))
-    result = EncodedTexts(flat, offsets, keep_last)
-    if path is not None:
-        _save_atomic(path, result)
-    return result, False
 
+    def blocks_of() -> Iterator[dict[str, Any]]:
+        for start in range(0, len(texts), batch_size):
+            flat, offsets = tokenize_block(list(texts[start:start + batch_size]), tokenizer,
+                                           length_cap)
+            yield {"flat": flat, "offsets": offsets}
 
-def _save_atomic(path: Path, encoded: EncodedTexts) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, flat=encoded.flat, offsets=encoded.offsets,
-                     keep_last=np.array(encoded.keep_last))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_encoded(path, blocks_of(), keep_last=keep_last)
+    encoded, _ = read_encoded(path)
+    return encoded, False
 
 
 def choose_max_length(lengths: np.ndarray, model_limit: int, quantile: float = 0.95,

@@ -1,77 +1,320 @@
-"""Reading tabular data files (CSV, TSV, JSONL, Parquet) into pandas DataFrames."""
+"""Where rows come from: local files, glob patterns of shards and fsspec URLs, read in chunks.
+
+A data key of the config (``data.train`` …) names one file, a glob pattern (``part-*.csv``,
+sorted by name) or a URL (downloaded once into the cache, see :mod:`entrena.data.remote`).
+CSV/TSV files have their encoding (:func:`~entrena.data.sniffing.scan_file`) and delimiter
+(:func:`~entrena.data.sniffing.detect_delimiter`) detected; quoted fields may hold newlines.
+Every CSV value is read as text (``007`` stays ``007``); empty cells and pandas' missing-value
+strings (``NA``, ``null`` …) are missing. JSONL is one object per line; Parquet is read a row
+group at a time, only the needed columns.
+"""
 
 from __future__ import annotations
 
+import glob
+import io
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from entrena.data.remote import fetch_remote, has_magic, is_url
+from entrena.data.sniffing import FileScan, detect_delimiter, scan_file
 from entrena.errors import DataError
 
-__all__ = ["SUPPORTED_SUFFIXES", "read_table", "require_columns"]
+__all__ = ["SUPPORTED_SUFFIXES", "SourceFile", "resolve_source", "open_source", "read_chunks",
+           "read_table", "require_columns"]
 
-SUPPORTED_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".parquet", ".pq")
+FORMATS = {".csv": "csv", ".tsv": "csv", ".jsonl": "jsonl", ".json": "jsonl",
+           ".parquet": "parquet", ".pq": "parquet"}
+SUPPORTED_SUFFIXES = tuple(FORMATS)
+CHUNK_ROWS = 100_000
 
 
-def read_table(path: str, *, role: str = "data") -> pd.DataFrame:
-    """Read one data file; the format follows the file suffix.
+@dataclass(frozen=True)
+class SourceFile:
+    """One data file, local (a downloaded copy for a URL) and scanned.
 
-    CSV/TSV are read as UTF-8 with or without a byte-order mark; every column is read as
-    text-or-number as pandas infers it, and empty cells become missing values.
+    Attributes:
+        path: The local file.
+        name: What the user gave for it (the path or the URL), used in messages.
+        format: ``"csv"`` (CSV and TSV), ``"jsonl"`` or ``"parquet"``.
+        scan: Size, SHA-256 and text encoding.
+        delimiter: The CSV/TSV field separator (``None`` for other formats).
+    """
+
+    path: Path
+    name: str
+    format: str
+    scan: FileScan
+    delimiter: str | None = None
+
+
+def _format_of(name: str, key: str) -> tuple[str, str]:
+    suffix = Path(name.split("?", 1)[0]).suffix.lower()
+    if suffix not in FORMATS:
+        raise DataError(f"{key}: {name}: unsupported file type {suffix!r}; "
+                        f"use one of {', '.join(SUPPORTED_SUFFIXES)}")
+    return suffix, FORMATS[suffix]
+
+
+def resolve_source(spec: str, *, key: str, cache_dir: Path | None = None
+                   ) -> list[tuple[str, Path]]:
+    """The files a data key names: ``(name, local path)`` pairs, sorted by name.
 
     Args:
-        path: Local path to a ``.csv``, ``.tsv``, ``.jsonl``/``.json`` (one object per line)
-            or ``.parquet`` file.
-        role: Which split the file is for (``"train"``, ``"test"`` …), used in messages.
-
-    Returns:
-        The rows, with the file's column names.
+        spec: A local path (already resolved against the config's folder), a glob pattern or
+            an fsspec URL.
+        key: The config key (``data.train``), for messages.
+        cache_dir: The cache root for downloads (URLs only).
 
     Raises:
-        DataError: The file does not exist, has an unsupported suffix, or cannot be parsed.
+        DataError: Nothing exists or matches there, or a URL cannot be fetched.
     """
-    file = Path(path)
-    if not file.is_file():
-        raise DataError(f"data.{role}: file not found: {path}; check the path in the config "
+    if is_url(spec):
+        if cache_dir is None:
+            raise DataError(f"{key}: {spec}: URLs need a cache folder; set data.cache_dir")
+        return fetch_remote(spec, key=key, cache_dir=cache_dir)
+    spec = spec.removeprefix("file://")
+    if has_magic(spec):
+        matches = sorted(p for p in glob.glob(spec, recursive=True) if Path(p).is_file())
+        if not matches:
+            raise DataError(f"{key}: no file matches {spec}; check the pattern (relative "
+                            "patterns resolve against the config file's folder)")
+        return [(m, Path(m)) for m in matches]
+    path = Path(spec)
+    if path.is_dir():
+        raise DataError(f"{key}: {spec} is a folder; name a file or a glob pattern of files "
+                        f"such as {Path(spec) / '*.csv'}")
+    if not path.is_file():
+        raise DataError(f"{key}: file not found: {spec}; check the path in the config "
                         "(relative paths resolve against the config file's folder)")
-    suffix = file.suffix.lower()
-    try:
-        if suffix in (".csv", ".tsv"):
-            frame = pd.read_csv(file, sep="\t" if suffix == ".tsv" else ",",
-                                encoding="utf-8-sig", keep_default_na=True)
-        elif suffix in (".jsonl", ".json"):
-            frame = pd.read_json(file, lines=True, encoding="utf-8-sig")
-        elif suffix in (".parquet", ".pq"):
-            frame = pd.read_parquet(file)
-        else:
-            raise DataError(f"data.{role}: {path}: unsupported file type {suffix!r}; "
-                            f"use one of {', '.join(SUPPORTED_SUFFIXES)}")
-    except DataError:
-        raise
-    except UnicodeDecodeError as exc:
-        raise DataError(f"data.{role}: {path}: not UTF-8 text at byte {exc.start}; "
-                        "re-save the file as UTF-8") from None
-    except (ValueError, pd.errors.ParserError, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"data.{role}: {path}: cannot parse as {suffix[1:]}: {first}") from None
-    frame.columns = [str(c).strip() for c in frame.columns]
-    return frame
+    return [(spec, path)]
 
 
-def require_columns(frame: pd.DataFrame, columns: dict[str, str], *, path: str, role: str) -> None:
+def open_source(spec: str, *, key: str, cache_dir: Path | None = None, encoding: str = "auto",
+                delimiter: str = "auto") -> list[SourceFile]:
+    """Resolve, hash and sniff every file of a data key.
+
+    Args:
+        spec: Path, glob pattern or URL.
+        key: The config key, for messages.
+        cache_dir: Cache root for downloads.
+        encoding: ``"auto"`` or a codec name.
+        delimiter: ``"auto"``, ``"tab"`` or the CSV field separator.
+
+    Raises:
+        DataError: A file is missing, empty, of an unsupported type, or undecodable.
+    """
+    files = []
+    for name, path in resolve_source(spec, key=key, cache_dir=cache_dir):
+        suffix, kind = _format_of(name, key)
+        scan = scan_file(path, name=name, key=key, text=kind != "parquet", encoding=encoding)
+        sep = None
+        if kind == "csv":
+            default = "\t" if suffix == ".tsv" else ","
+            sep = (detect_delimiter(path, scan.encoding or "utf-8", default=default)
+                   if delimiter == "auto" else "\t" if delimiter == "tab" else delimiter)
+        files.append(SourceFile(path, name, kind, scan, sep))
+    return files
+
+
+def require_columns(columns: Sequence[str] | pd.DataFrame, wanted: dict[str, str], *, path: str,
+                    role: str) -> None:
     """Check that each configured column exists.
 
     Args:
-        frame: The rows read from ``path``.
-        columns: ``{config key: column name}``, e.g. ``{"data.text_column": "review"}``.
+        columns: The file's column names (or a DataFrame read from it).
+        wanted: ``{config key: column name}``, e.g. ``{"data.text_column": "review"}``.
         path: The file, for the message.
         role: The split, for the message.
 
     Raises:
         DataError: A column is missing; the message lists the columns that exist.
     """
-    for key, column in columns.items():
-        if column not in frame.columns:
-            present = ", ".join(repr(c) for c in frame.columns)
+    names = list(columns.columns if isinstance(columns, pd.DataFrame) else columns)
+    for key, column in wanted.items():
+        if column not in names:
+            present = ", ".join(repr(c) for c in names) or "none"
             raise DataError(f"{path}: {key} = {column!r} is not a column of the {role} data; "
                             f"columns are: {present}; set {key} to one of them")
+
+
+def read_chunks(file: SourceFile, wanted: dict[str, str] | None, *, key: str, role: str,
+                chunk_rows: int = CHUNK_ROWS) -> Iterator[pd.DataFrame]:
+    """Yield the rows of ``file`` in chunks of at most ``chunk_rows``.
+
+    Args:
+        file: An opened source.
+        wanted: ``{config key: column}`` to keep (checked against the header; the chunks hold
+            these columns in this order), or ``None`` for every column.
+        key: The config key, for messages.
+        role: The split, for messages.
+        chunk_rows: Rows per chunk.
+
+    Raises:
+        DataError: A column is missing, a row is ragged, or the file cannot be parsed.
+    """
+    reader = {"csv": _csv_chunks, "jsonl": _jsonl_chunks, "parquet": _parquet_chunks}[file.format]
+    yield from reader(file, wanted, key, role, chunk_rows)
+
+
+def _strip_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    frame.columns = [str(c).strip() for c in frame.columns]
+    return frame
+
+
+def _select(frame: pd.DataFrame, wanted: dict[str, str] | None) -> pd.DataFrame:
+    if wanted is None:
+        return frame.reset_index(drop=True)
+    return frame[list(dict.fromkeys(wanted.values()))].reset_index(drop=True)
+
+
+_RAGGED = re.compile(r"Expected (\d+) fields in line (\d+), saw (\d+)")
+
+
+def _csv_chunks(file: SourceFile, wanted: dict[str, str] | None, key: str, role: str,
+                chunk_rows: int) -> Iterator[pd.DataFrame]:
+    options = dict(sep=file.delimiter, encoding=file.scan.encoding, dtype=str,
+                   keep_default_na=True, engine="c")
+    try:
+        try:
+            reader = pd.read_csv(file.path, chunksize=chunk_rows, **options)
+        except pd.errors.EmptyDataError:
+            raise DataError(f"{key}: {file.name} has no header line; the first line must name "
+                            "the columns (text,label)") from None
+        with reader:
+            first = True
+            for frame in reader:
+                frame = _strip_columns(frame)
+                if first and wanted is not None:
+                    require_columns(frame, wanted, path=file.name, role=role)
+                first = False
+                yield _select(frame, wanted)
+            if first:  # a header and no rows: check the columns, yield no rows
+                header = _strip_columns(pd.read_csv(file.path, nrows=0, **options))
+                if wanted is not None:
+                    require_columns(header, wanted, path=file.name, role=role)
+                yield _select(header, wanted)
+    except pd.errors.ParserError as exc:
+        match = _RAGGED.search(str(exc))
+        if match:
+            expected, record, saw = (int(g) for g in match.groups())
+            raise DataError(f"{key}: {file.name}: row {record - 1} has {saw} fields but the "
+                            f"header has {expected}; quote values that contain the delimiter "
+                            f"({file.delimiter!r}) or fix that row") from None
+        raise DataError(f"{key}: {file.name}: cannot parse as CSV: {_first_line(exc)}") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{key}: {file.name}: cannot decode as {file.scan.encoding} "
+                        f"({exc.reason}); set data.encoding: auto, or the file's encoding"
+                        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _jsonl_chunks(file: SourceFile, wanted: dict[str, str] | None, key: str, role: str,
+                  chunk_rows: int) -> Iterator[pd.DataFrame]:
+    records: list[dict] = []
+    seen: dict[str, None] = {}
+    checked = False
+    with file.path.open("rb") as raw:
+        text = io.TextIOWrapper(raw, encoding=file.scan.encoding, newline="")
+        try:
+            for number, line in enumerate(text, start=1):
+                line = line.strip().lstrip("\ufeff")
+                if not line:
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise DataError(f"{key}: {file.name}: line {number} is not JSON: {exc.msg} "
+                                    f"(column {exc.colno}); write one JSON object per line"
+                                    ) from None
+                if not isinstance(record, dict):
+                    raise DataError(f"{key}: {file.name}: line {number} is a JSON "
+                                    f"{type(record).__name__}, not an object; write one "
+                                    "{\"column\": value, …} object per line")
+                records.append(record)
+                if len(records) == chunk_rows:
+                    if not checked:
+                        seen.update(dict.fromkeys(k for r in records for k in r))
+                        _check_keys(seen, wanted, file, role)
+                        checked = True
+                    yield _records_frame(records, wanted)
+                    records = []
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{key}: {file.name}: cannot decode as {file.scan.encoding} "
+                            f"({exc.reason}); set data.encoding: auto, or the file's encoding"
+                            ) from None
+    if not checked:
+        seen.update(dict.fromkeys(k for r in records for k in r))
+        if records:
+            _check_keys(seen, wanted, file, role)
+    if records:
+        yield _records_frame(records, wanted)
+
+
+def _check_keys(seen: dict[str, None], wanted: dict[str, str] | None, file: SourceFile,
+                role: str) -> None:
+    if wanted is not None:
+        require_columns(list(seen), wanted, path=file.name, role=role)
+
+
+def _records_frame(records: list[dict], wanted: dict[str, str] | None) -> pd.DataFrame:
+    if wanted is None:
+        return _strip_columns(pd.DataFrame.from_records(records))
+    columns = list(dict.fromkeys(wanted.values()))
+    return pd.DataFrame({c: pd.Series([r.get(c) for r in records], dtype=object)
+                         for c in columns})
+
+
+def _parquet_chunks(file: SourceFile, wanted: dict[str, str] | None, key: str, role: str,
+                    chunk_rows: int) -> Iterator[pd.DataFrame]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(file.path)
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(f"{key}: {file.name}: cannot read as Parquet: {_first_line(exc)}"
+                        ) from None
+    names = [str(n).strip() for n in parquet.schema_arrow.names]
+    columns = None
+    if wanted is not None:
+        require_columns(names, wanted, path=file.name, role=role)
+        original = dict(zip(names, parquet.schema_arrow.names, strict=True))
+        columns = [original[c] for c in dict.fromkeys(wanted.values())]
+    try:
+        for batch in parquet.iter_batches(batch_size=chunk_rows, columns=columns):
+            yield _strip_columns(batch.to_pandas())
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(f"{key}: {file.name}: cannot read as Parquet: {_first_line(exc)}"
+                        ) from None
+
+
+def read_table(path: str, *, role: str = "data", cache_dir: Path | None = None
+               ) -> pd.DataFrame:
+    """Read every row and column of a data file (or of every shard of a pattern) at once.
+
+    For small files (a parity check, a file to predict on); training reads in chunks.
+
+    Args:
+        path: A path, glob pattern or URL.
+        role: What the file is for (``"train"``, ``"parity"`` …), used in messages.
+        cache_dir: Cache root for URLs.
+
+    Raises:
+        DataError: The file is missing, of an unsupported type, undecodable or unparsable.
+    """
+    key = f"data.{role}"
+    frames = [chunk for file in open_source(path, key=key, cache_dir=cache_dir)
+              for chunk in read_chunks(file, None, key=key, role=role)]
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]

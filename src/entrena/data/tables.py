@@ -1,19 +1,76 @@
-"""From configured files to clean, labelled splits: read, check columns, drop bad rows,
-build the label map, split off validation, subsample."""
+"""From configured data to clean, labelled splits: read, check, drop, split, subsample, report.
+
+The order (each step is counted in the split's ``rows_removed``):
+
+1. read each split's files, skipping rows with an empty text or label (:mod:`.reading`);
+2. build the label map from training (sorted as strings); validation/test rows with a label
+   training never saw are refused or dropped (``data.on_unseen_labels``);
+3. training rows: conflicting labels, exact duplicates, normalised duplicates (``drop``
+   policies of ``data.checks``);
+4. split validation off training when no validation file is given: stratified by label,
+   seeded, and grouped, so that copies of one normalised text (or rows of one
+   ``data.group_column`` value) stay on one side;
+5. leakage: training rows whose normalised text also occurs in validation or test;
+6. seeded subsamples (``max_train_samples``, ``max_eval_samples``).
+
+Validation and test rows are never dropped for hygiene, so that their scores stay comparable
+with other runs on the same files; what they hold is counted in the report.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
 
-from entrena.data.sources import read_table, require_columns
+from entrena.data import hygiene as hy
+from entrena.data.reading import RawSplit, empty_values, format_rows, read_split
+from entrena.data.sources import SourceFile, open_source
 from entrena.errors import DataError
 
-__all__ = ["Split", "LabelledSplits", "load_splits", "stratified_split", "clean_rows",
-           "empty_values"]
+__all__ = ["Split", "LabelledSplits", "TextColumn", "load_splits", "open_sources",
+           "stratified_split", "stratified_group_split", "empty_values"]
+
+ROLES = ("train", "validation", "test")
+EXAMPLE_ROWS = 10
+
+
+class TextColumn(Sequence[str]):
+    """Texts held in an Arrow string array: a read-only list that makes Python strings only
+    for the items asked for."""
+
+    def __init__(self, array: pa.Array | pa.ChunkedArray):
+        self.array = array
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return TextColumn(self.array[index])
+        return self.array[int(index)].as_py()
+
+    def __iter__(self) -> Iterator[str]:
+        chunks = self.array.chunks if isinstance(self.array, pa.ChunkedArray) else [self.array]
+        for chunk in chunks:
+            yield from chunk.to_pylist()
+
+    def __add__(self, other: Sequence[str]) -> list[str]:
+        return [*self, *other]
+
+    def __radd__(self, other: Sequence[str]) -> list[str]:
+        return [*other, *self]
+
+    def __repr__(self) -> str:
+        return f"TextColumn({len(self)} texts)"
+
+    def take(self, index: np.ndarray) -> TextColumn:
+        return TextColumn(self.array.take(pa.array(np.asarray(index, dtype=np.int64))))
 
 
 @dataclass
@@ -21,12 +78,13 @@ class Split:
     """One split: texts and integer labels, aligned.
 
     Attributes:
-        texts: The input texts.
+        texts: The input texts (a list, or a :class:`TextColumn`).
         labels: Label indices into the label map, shape (N,).
-        row_ids: Row number of each example in its source file (1-based, header excluded).
+        row_ids: Row number of each example in its source (1-based, header excluded, counted
+            across a pattern's files in order).
     """
 
-    texts: list[str]
+    texts: Sequence[str]
     labels: np.ndarray
     row_ids: np.ndarray
 
@@ -35,7 +93,9 @@ class Split:
 
     def subset(self, index: np.ndarray) -> Split:
         """The examples at ``index``, in that order."""
-        return Split([self.texts[i] for i in index], self.labels[index], self.row_ids[index])
+        texts = (self.texts.take(index) if isinstance(self.texts, TextColumn)
+                 else [self.texts[i] for i in index])
+        return Split(texts, self.labels[index], self.row_ids[index])
 
 
 @dataclass
@@ -44,7 +104,7 @@ class LabelledSplits:
 
     Attributes:
         labels: Class names in index order (sorted as strings).
-        report: What was read, skipped and split (goes to ``data_report.json``).
+        report: What was read, found, dropped and split (goes to ``data_report.json``).
     """
 
     train: Split
@@ -53,73 +113,33 @@ class LabelledSplits:
     labels: list[str]
     report: dict[str, Any] = field(default_factory=dict)
 
-
-def empty_values(values: pd.Series) -> pd.Series:
-    """Which cells are missing or blank (whitespace only): the bad-row test of training and
-    of ``entrena predict``."""
-    return values.isna() | (values.astype(str).str.strip() == "")
-
-
-def clean_rows(frame: pd.DataFrame, text_column: str, label_column: str, *, policy: str,
-               path: str, role: str) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Drop (``skip``) or refuse (``error``) rows whose text or label is empty or missing.
-
-    Returns:
-        The kept rows (with a ``_row`` column: 1-based row number in the file) and a report
-        ``{"read": n, "kept": n, "skipped_empty_text": [rows], "skipped_empty_label": [rows]}``.
-
-    Raises:
-        DataError: ``policy == "error"`` and some rows are bad; the message names them.
-    """
-    frame = frame.assign(_row=np.arange(1, len(frame) + 1))
-    text = frame[text_column]
-    label = frame[label_column]
-    empty_text = empty_values(text)
-    empty_label = empty_values(label)
-    bad_text = frame.loc[empty_text, "_row"].tolist()
-    bad_label = frame.loc[empty_label & ~empty_text, "_row"].tolist()
-    if policy == "error" and (bad_text or bad_label):
-        parts = []
-        if bad_text:
-            parts.append(f"empty {text_column!r} in rows {_rows(bad_text)}")
-        if bad_label:
-            parts.append(f"empty {label_column!r} in rows {_rows(bad_label)}")
-        raise DataError(f"{path}: {'; '.join(parts)} of the {role} data; fix or remove them, "
-                        "or set data.on_bad_rows: skip to drop them")
-    kept = frame.loc[~(empty_text | empty_label)]
-    report = {"read": len(frame), "kept": len(kept),
-              "skipped_empty_text": bad_text, "skipped_empty_label": bad_label}
-    return kept, report
+    def roles(self) -> list[tuple[str, Split]]:
+        """``(role, split)`` for the splits present."""
+        return [(r, s) for r, s in (("train", self.train), ("validation", self.validation),
+                                    ("test", self.test)) if s is not None]
 
 
-def _rows(rows: list[int], limit: int = 10) -> str:
-    shown = ", ".join(str(r) for r in rows[:limit])
-    return shown + (f" and {len(rows) - limit} more" if len(rows) > limit else "")
+def open_sources(*, train: str, validation: str | None, test: str | None,
+                 encoding: str = "auto", delimiter: str = "auto",
+                 cache_dir: Path | None = None) -> dict[str, list[SourceFile]]:
+    """Resolve, download, hash and sniff the files of each split (see
+    :func:`~entrena.data.sources.open_source`)."""
+    specs = {"train": train, "validation": validation, "test": test}
+    return {role: open_source(spec, key=f"data.{role}", cache_dir=cache_dir,
+                              encoding=encoding, delimiter=delimiter)
+            for role, spec in specs.items() if spec is not None}
 
 
-def _label_text(values: pd.Series) -> list[str]:
-    """Labels as strings; integral floats (``1.0`` from a column with gaps) become ``"1"``."""
-    out = []
-    for v in values:
-        if isinstance(v, float) and v.is_integer():
-            v = int(v)
-        out.append(str(v).strip())
-    return out
-
-
-def stratified_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def stratified_split(labels: np.ndarray, fraction: float, seed: int
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """Split indices into (kept, held out), stratified by label, seeded.
 
     Classes with a single example stay in the kept part. Uses scikit-learn's
-    ``train_test_split``.
-
-    Args:
-        labels: Label index per example, shape (N,).
-        fraction: Share to hold out, in (0, 1).
-        seed: Random seed.
+    ``train_test_split``; the caller checks that both parts can hold every class
+    (:func:`_check_splittable`).
 
     Returns:
-        Two index arrays; together they are a permutation of ``range(N)``.
+        Two sorted index arrays; together they are a permutation of ``range(N)``.
     """
     from sklearn.model_selection import train_test_split
 
@@ -132,89 +152,382 @@ def stratified_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np
     return np.sort(np.concatenate([kept, index[single]])), np.sort(held)
 
 
-def _subsample(split: Split, limit: int | None, seed: int) -> Split:
-    """At most ``limit`` examples, stratified by label where every class can be kept."""
-    if limit is None or len(split) <= limit:
-        return split
+def stratified_group_split(labels: np.ndarray, groups: np.ndarray, fraction: float, seed: int
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`stratified_split` over groups: the rows of a group land on one side.
+
+    A group is stratified by the label of its first row. With every group a single row this
+    is exactly :func:`stratified_split`.
+
+    Args:
+        labels: Label index per row, shape (N,).
+        groups: Group id per row, shape (N,); ids number groups in order of first appearance.
+        fraction: Share of groups to hold out.
+        seed: Random seed.
+    """
+    unique, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # groups in order of first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    _, held_groups = stratified_split(labels[first[order]], fraction, seed)
+    held = np.isin(rank[inverse.reshape(-1)], held_groups)
+    index = np.arange(len(labels))
+    return index[~held], index[held]
+
+
+def _check_splittable(labels: np.ndarray, fraction: float, names: list[str], path: str) -> None:
+    counts = np.bincount(labels, minlength=len(names))
+    classes = int(np.sum(counts >= 2))
+    n = int(np.sum(counts[counts >= 2]))
+    held = math.ceil(fraction * n)
+    if not classes:
+        raise DataError(f"{path}: no class has 2 training rows (or groups), so none can be held "
+                        "out for validation; add rows or give a validation file "
+                        "(data.validation)")
+    if held < classes or n - held < classes:
+        needed = min(0.5, classes / max(n, 1))
+        raise DataError(
+            f"{path}: data.validation_fraction {fraction:g} of the {n} splittable training rows "
+            f"(or groups) holds out {held} for validation, but each of the {classes} classes "
+            f"needs one on each side; raise data.validation_fraction to at least "
+            f"{math.ceil(needed * 100) / 100:g}, add rows, or give a validation file "
+            "(data.validation)")
+
+
+def _subsample(index: np.ndarray, labels: np.ndarray, limit: int | None, seed: int
+               ) -> np.ndarray:
+    """At most ``limit`` of ``index``, stratified by label where every class can be kept."""
+    if limit is None or len(index) <= limit:
+        return index
     from sklearn.model_selection import train_test_split
 
-    index = np.arange(len(split))
-    counts = np.bincount(split.labels)
-    stratify = split.labels if limit >= len(counts) and counts[counts > 0].min() >= 2 else None
+    counts = np.bincount(labels[index])
+    present = int(np.sum(counts > 0))
+    stratify = (labels[index] if limit >= present and len(index) - limit >= present
+                and counts[counts > 0].min() >= 2 else None)
     kept, _ = train_test_split(index, train_size=limit, random_state=seed, stratify=stratify)
-    return split.subset(np.sort(kept))
+    return np.sort(kept)
+
+
+class _Rows:
+    """One split's rows while checks run: positions into its :class:`RawSplit`, labels, keys,
+    and why rows went."""
+
+    def __init__(self, role: str, raw: RawSplit, labels: np.ndarray, exact: np.ndarray,
+                 normal: np.ndarray):
+        self.role = role
+        self.raw = raw
+        self.index = np.arange(len(labels))
+        self.labels, self.exact, self.normal = labels, exact, normal
+        self.removed: dict[str, int] = {"empty_text": len(raw.empty_text),
+                                        "empty_label": len(raw.empty_label)}
+        self.counts: dict[str, Any] = {}
+        self.examples: dict[str, list[int]] = {}
+
+    def keep(self, mask: np.ndarray, reason: str) -> None:
+        """Keep the current rows where ``mask`` holds; count the others under ``reason``."""
+        self.removed[reason] = self.removed.get(reason, 0) + int(np.sum(~mask))
+        self.index = self.index[mask]
+
+    def rows(self) -> np.ndarray:
+        return self.raw.rows[self.index]
 
 
 def load_splits(*, train: str, validation: str | None, test: str | None, text_column: str,
                 label_column: str, validation_fraction: float, max_train_samples: int | None,
-                max_eval_samples: int | None, on_bad_rows: str, seed: int) -> LabelledSplits:
-    """Read the configured files into labelled splits.
+                max_eval_samples: int | None, on_bad_rows: str, seed: int,
+                group_column: str | None = None, on_unseen_labels: str = "error",
+                checks: hy.CheckPolicy | None = None, encoding: str = "auto",
+                delimiter: str = "auto", cache_dir: Path | None = None,
+                sources: dict[str, list[SourceFile]] | None = None) -> LabelledSplits:
+    """Read the configured data into checked, labelled splits.
 
-    The label map is built from the training data only; a validation or test label that
-    training never saw is an error.
+    Args:
+        train, validation, test: Path, glob pattern or URL of each split (``None``: absent).
+        checks: What the hygiene checks drop (default :class:`~.hygiene.CheckPolicy()`).
+        sources: The splits' files, already opened by :func:`open_sources`.
+
+    Returns:
+        The splits; ``report`` holds per-split counts (``rows_read``, ``rows_kept``,
+        ``exact_duplicates``, ``leaked_rows`` …) and the ``checks`` records. Checks that fail
+        (``error``) are recorded, not raised: the caller writes the report first.
 
     Raises:
-        DataError: A file is missing or unreadable, a column is missing, bad rows under the
-            ``error`` policy, too few examples, or a label unseen in training.
+        DataError: A file is missing or unreadable, a column is missing, labels mix numbers
+            and strings, bad rows under ``on_bad_rows="error"``, fewer than 2 classes, no
+            usable rows, a validation split that cannot hold every class, or a label unseen
+            in training under ``on_unseen_labels="error"``.
     """
-    columns = {"data.text_column": text_column, "data.label_column": label_column}
-    frames: dict[str, tuple[pd.DataFrame, str]] = {}
-    report: dict[str, Any] = {"splits": {}}
-    for role, path in (("train", train), ("validation", validation), ("test", test)):
-        if path is None:
-            continue
-        frame = read_table(path, role=role)
-        require_columns(frame, columns, path=path, role=role)
-        frame, split_report = clean_rows(frame, text_column, label_column,
-                                         policy=on_bad_rows, path=path, role=role)
-        report["splits"][role] = {"file": path, **split_report}
-        frames[role] = (frame, path)
+    policy = checks or hy.CheckPolicy()
+    specs = {"train": train, "validation": validation, "test": test}
+    if sources is None:
+        sources = open_sources(train=train, validation=validation, test=test,
+                               encoding=encoding, delimiter=delimiter, cache_dir=cache_dir)
+    raw = {role: read_split(role, specs[role], sources[role], text_column=text_column,
+                            label_column=label_column,
+                            group_column=group_column if role == "train" else None,
+                            on_bad_rows=on_bad_rows)
+           for role in ROLES if specs[role] is not None}
+    for role, split in raw.items():
+        if len(split.texts) == 0:
+            raise DataError(
+                f"{split.spec}: no usable {role} rows ({split.rows_read} read, "
+                f"{len(split.empty_text)} with an empty {text_column!r}, "
+                f"{len(split.empty_label)} with an empty {label_column!r}); check "
+                "data.text_column and data.label_column, or the file")
+    names = sorted({raw["train"].label_names[c] for c in np.unique(raw["train"].label_codes)})
+    if len(names) < 2:
+        raise DataError(f"{train}: {label_column!r} has {len(names)} distinct value(s) "
+                        f"({', '.join(names) or 'none'}); a classifier needs at least 2 classes")
+    index_of = {name: i for i, name in enumerate(names)}
+    present = list(raw)
+    exact = dict(zip(present, hy.text_keys(*(raw[r].texts for r in present)), strict=True))
+    normal = dict(zip(present, hy.text_keys(*(hy.normalise(raw[r].texts) for r in present)),
+                      strict=True))
+    rows: dict[str, _Rows] = {}
+    for role in present:
+        codes = np.array([index_of.get(n, -1) for n in raw[role].label_names], dtype=np.int64)
+        rows[role] = _Rows(role, raw[role], codes[raw[role].label_codes], exact[role],
+                           normal[role])
+    for role in ("validation", "test"):
+        if role in rows:
+            _unseen_labels(rows[role], names, label_column, on_unseen_labels)
 
-    train_frame, train_path = frames["train"]
-    train_labels = _label_text(train_frame[label_column])
-    labels = sorted(set(train_labels))
-    if len(labels) < 2:
-        raise DataError(f"{train_path}: {label_column!r} has {len(labels)} distinct value(s) "
-                        f"({', '.join(labels) or 'none'}); a classifier needs at least 2 classes")
-    index_of = {name: i for i, name in enumerate(labels)}
+    k = len(names)
+    checks_out: list[dict[str, Any]] = []
+    for r in rows.values():
+        _describe_copies(r, k)
+    t = rows["train"]
+    checks_out += _train_copies(t, k, policy)
 
-    def to_split(frame: pd.DataFrame, path: str, role: str) -> Split:
-        names = _label_text(frame[label_column])
-        unseen = sorted(set(names) - set(index_of))
-        if unseen:
-            rows = [int(r) for r, n in zip(frame["_row"], names, strict=True) if n in unseen]
-            raise DataError(f"{path}: label(s) {', '.join(map(repr, unseen))} in {role} rows "
-                            f"{_rows(rows)} never occur in the training data (labels: "
-                            f"{', '.join(labels)}); fix the labels or add training examples")
-        return Split([str(t) for t in frame[text_column]],
-                     np.array([index_of[n] for n in names], dtype=np.int64),
-                     frame["_row"].to_numpy(dtype=np.int64))
+    checks_out.append(_leakage(rows, policy, against=("validation", "test")))
+    validation_split: dict[str, Any] | None = None
+    if "validation" not in rows:
+        labels_now = t.labels[t.index]
+        groups = (t.raw.groups[t.index] if group_column is not None else t.normal[t.index])
+        _check_splittable(_group_labels(labels_now, groups), validation_fraction, names, train)
+        kept, held = stratified_group_split(labels_now, groups, validation_fraction, seed)
+        v = _Rows("validation", t.raw, t.labels, t.exact, t.normal)
+        v.index = t.index[held]
+        v.removed = {}
+        v.counts = {"exact_duplicates": 0, "normalised_duplicates": 0}
+        t.removed["held_out_for_validation"] = len(held)
+        t.index = t.index[kept]
+        rows["validation"] = v
+        validation_split = {"from": "train", "fraction": validation_fraction,
+                            "stratified": True, "seed": seed,
+                            "grouped_by": group_column or "normalised text"}
+    if group_column is not None and validation_split is not None:
+        checks_out[-1] = _leakage(rows, policy, against=("validation",), record=checks_out[-1])
+    checks_out += _class_checks(rows, names, policy,
+                                validation_fraction if validation_split else None)
 
-    train_split = to_split(train_frame, train_path, "train")
-    if "validation" in frames:
-        validation_split = to_split(*frames["validation"], "validation")
-    else:
-        if len(train_split) < 4:
-            raise DataError(f"{train_path}: only {len(train_split)} usable training rows; "
-                            "need at least 4 to split off validation")
-        kept, held = stratified_split(train_split.labels, validation_fraction, seed)
-        validation_split = train_split.subset(held)
-        train_split = train_split.subset(kept)
-        report["validation_split"] = {"from": "train", "fraction": validation_fraction,
-                                      "stratified": True, "seed": seed}
-    test_split = to_split(*frames["test"], "test") if "test" in frames else None
+    limits = {"train": max_train_samples, "validation": max_eval_samples,
+              "test": max_eval_samples}
+    for role, r in rows.items():
+        r.keep(np.isin(r.index, _subsample(r.index, r.labels, limits[role], seed)),
+               "subsampled")
+    ratio = hy.imbalance_ratio(np.bincount(t.labels[t.index], minlength=k))
+    checks_out.append(hy.check_record(
+        "imbalance", round(ratio or 0.0, 4), policy.imbalance,
+        f"the most frequent training class has {ratio or 0:.2f}x the rows of the least "
+        f"frequent (limit {policy.max_imbalance_ratio:g})",
+        failing=ratio is not None and ratio > policy.max_imbalance_ratio))
 
-    train_split = _subsample(train_split, max_train_samples, seed)
-    validation_split = _subsample(validation_split, max_eval_samples, seed)
-    if test_split is not None:
-        test_split = _subsample(test_split, max_eval_samples, seed)
+    splits = {role: Split(_texts(r), r.labels[r.index], r.rows()) for role, r in rows.items()}
+    report = _report(rows, names, specs, validation_split, ratio, checks_out)
+    return LabelledSplits(splits["train"], splits["validation"], splits.get("test"), names,
+                          report)
 
-    report["labels"] = labels
-    report["rows"] = {"train": len(train_split), "validation": len(validation_split),
-                      "test": len(test_split) if test_split is not None else 0}
-    report["label_counts"] = {
-        role: {labels[i]: int(c) for i, c in enumerate(np.bincount(s.labels, minlength=len(labels)))}
-        for role, s in (("train", train_split), ("validation", validation_split),
-                        ("test", test_split)) if s is not None
+
+def _texts(r: _Rows) -> TextColumn:
+    """The kept texts of ``r`` as a :class:`TextColumn`."""
+    return TextColumn(r.raw.texts.take(pa.array(r.index, type=pa.int64())))
+
+
+def _group_labels(labels: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    _, first = np.unique(groups, return_index=True)
+    return labels[np.sort(first)]
+
+
+def _unseen_labels(r: _Rows, names: list[str], column: str, policy: str) -> None:
+    unseen = r.labels < 0
+    if not unseen.any():
+        return
+    found = sorted({r.raw.label_names[c] for c in r.raw.label_codes[unseen]})
+    bad_rows = r.raw.rows[unseen]
+    if policy == "error":
+        raise DataError(f"{r.raw.spec}: label(s) {', '.join(map(repr, found))} in {r.raw.role} "
+                        f"rows {format_rows(bad_rows.tolist())} never occur in the training "
+                        f"data (labels: {', '.join(names)}); fix the labels, add training "
+                        "examples, or set data.on_unseen_labels: drop")
+    r.counts["unseen_label_rows"] = int(unseen.sum())
+    r.counts["unseen_labels"] = found
+    r.examples["unseen_labels"] = bad_rows[:EXAMPLE_ROWS].tolist()
+    r.keep(~unseen[r.index], "unseen_labels")
+
+
+def _describe_copies(r: _Rows, k: int) -> None:
+    """Count exact and normalised copies and label conflicts among ``r``'s current rows."""
+    exact, normal, labels = r.exact[r.index], r.normal[r.index], r.labels[r.index]
+    exact_repeat, normal_repeat = hy.repeats(exact), hy.repeats(normal)
+    conflict = hy.conflicting(normal, labels, k)
+    rows = r.rows()
+    r.counts.update({
+        "exact_duplicates": int(exact_repeat.sum()),
+        "normalised_duplicates": int(normal_repeat.sum()),
+        "conflicting_label_rows": int(conflict.sum()),
+        "conflicting_label_texts": int(len(np.unique(normal[conflict]))),
+    })
+    r.examples["exact_duplicates"] = hy.first_rows(rows, exact_repeat, EXAMPLE_ROWS)
+    r.examples["normalised_duplicates"] = hy.first_rows(rows, normal_repeat & ~exact_repeat,
+                                                        EXAMPLE_ROWS)
+    r.examples["conflicting_labels"] = hy.first_rows(rows, conflict, EXAMPLE_ROWS)
+
+
+def _train_copies(t: _Rows, k: int, policy: hy.CheckPolicy) -> list[dict[str, Any]]:
+    """The duplicate and conflict checks on training rows, applying ``drop`` policies."""
+    exact, normal, labels = t.exact[t.index], t.normal[t.index], t.labels[t.index]
+    conflict = hy.conflicting(normal, labels, k)
+    exact_pair = hy.repeats(hy.pair_keys(exact, labels, k))
+    near = hy.repeats(hy.pair_keys(normal, labels, k)) & ~hy.repeats(exact)
+    c = t.counts
+    records = [
+        hy.check_record("conflicting_labels", int(conflict.sum()), policy.conflicting_labels,
+                        f"{_n(c['conflicting_label_rows'], 'training row')} "
+                        f"{_verb(c['conflicting_label_rows'], 'hold')} "
+                        f"{_n(c['conflicting_label_texts'], 'text')} with different labels "
+                        f"(rows {format_rows(t.examples['conflicting_labels'])})"),
+        hy.check_record("exact_duplicates", int(exact_pair.sum()), policy.exact_duplicates,
+                        f"{_n(int(exact_pair.sum()), 'training row')} "
+                        f"{_verb(int(exact_pair.sum()), 'repeat')} an earlier "
+                        "row's text and label (rows "
+                        f"{format_rows(t.examples['exact_duplicates'])})"),
+        hy.check_record("normalised_duplicates", int(near.sum()),
+                        policy.normalised_duplicates,
+                        f"{_n(int(near.sum()), 'more training row')} "
+                        f"{_verb(int(near.sum()), 'repeat')} an earlier "
+                        "row once case, punctuation and spacing are ignored (rows "
+                        f"{format_rows(t.examples['normalised_duplicates'])})"),
+    ]
+    current = np.ones(len(t.index), dtype=bool)
+    for record, mask in zip(records, (conflict, exact_pair, near), strict=True):
+        t.removed[record["check"]] = 0
+        if record["action"] == "drop":
+            t.removed[record["check"]] = int(np.sum(mask & current))
+            current &= ~mask
+    t.index = t.index[current]
+    return records
+
+
+def _leakage(rows: dict[str, _Rows], policy: hy.CheckPolicy, *, against: tuple[str, ...],
+             record: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Training rows whose normalised text also occurs in the ``against`` splits.
+
+    Runs before validation is split off (against the validation and test files), and again
+    after it when rows are grouped by ``data.group_column`` rather than by text (``record``:
+    the first run's, updated).
+    """
+    t = rows["train"]
+    train_keys = t.normal[t.index]
+    others = [rows[r] for r in against if r in rows]
+    for other in others:
+        leaked = np.isin(other.normal[other.index], train_keys)
+        other.counts["leaked_rows"] = other.counts.get("leaked_rows", 0) + int(leaked.sum())
+        other.examples["leaked_rows"] = hy.first_rows(other.rows(), leaked, EXAMPLE_ROWS)
+    other_keys = (np.concatenate([o.normal[o.index] for o in others]) if others
+                  else np.zeros(0, dtype=np.int64))
+    leaked = np.isin(train_keys, other_keys)
+    total = t.counts.get("leaked_rows", 0) + int(leaked.sum())
+    t.counts["leaked_rows"] = total
+    t.examples["leaked_rows"] = (t.examples.get("leaked_rows", [])
+                                 + hy.first_rows(t.rows(), leaked, EXAMPLE_ROWS))[:EXAMPLE_ROWS]
+    t.keep(~leaked if policy.leakage == "drop" else np.ones(len(leaked), dtype=bool), "leakage")
+    seen_in = ", ".join(f"{rows[r].counts.get('leaked_rows', 0)} {r}" for r in rows
+                        if r != "train")
+    return hy.check_record(
+        "leakage", total, policy.leakage,
+        f"{_n(total, 'training row')} also {_verb(total, 'occur')} (normalised) in validation or test (rows "
+        f"{format_rows(t.examples['leaked_rows'])}); rows with a copy in training: {seen_in}")
+
+
+def _n(count: int, noun: str) -> str:
+    """``"1 training row"``, ``"2 training rows"``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _verb(count: int, verb: str) -> str:
+    """``"repeats"`` for one, ``"repeat"`` for several."""
+    return verb + ("s" if count == 1 else "")
+
+
+def _class_checks(rows: dict[str, _Rows], names: list[str], policy: hy.CheckPolicy,
+                  fraction: float | None) -> list[dict[str, Any]]:
+    t = rows["train"]
+    counts = np.bincount(np.concatenate([t.labels[t.index], rows["validation"].labels[
+        rows["validation"].index]]) if fraction else t.labels[t.index], minlength=len(names))
+    small = {names[i]: int(counts[i]) for i in hy.small_classes(counts, fraction)}
+    absent: list[str] = []
+    if fraction is None:
+        v = rows["validation"]
+        in_validation = np.bincount(v.labels[v.index], minlength=len(names))
+        absent = [names[i] for i in np.flatnonzero((in_validation == 0) & (counts > 0))]
+    t.counts["small_classes"] = small
+    rows["validation"].counts["classes_absent"] = absent
+    parts = []
+    if small:
+        parts.append("too few training rows to split: " + ", ".join(
+            f"{n} ({c})" for n, c in small.items()))
+    if absent:
+        parts.append("absent from validation: " + ", ".join(absent))
+    return [hy.check_record("small_classes", len(small) + len(absent), policy.small_classes,
+                            "; ".join(parts) or "every class can be split")]
+
+
+def _report(rows: dict[str, _Rows], names: list[str], specs: dict[str, str | None],
+            validation_split: dict[str, Any] | None, ratio: float | None,
+            checks: list[dict[str, Any]]) -> dict[str, Any]:
+    splits: dict[str, Any] = {}
+    for role, r in rows.items():
+        from_train = role == "validation" and validation_split is not None
+        kept = len(r.index)
+        removed = {k: int(v) for k, v in r.removed.items()}
+        entry: dict[str, Any] = {
+            "file": None if from_train else specs[role],
+            "source": "split from train" if from_train else "file",
+            "rows_read": kept + sum(removed.values()),
+            "rows_kept": kept,
+            "exact_duplicates": int(r.counts.get("exact_duplicates", 0)),
+            "normalised_duplicates": int(r.counts.get("normalised_duplicates", 0)),
+            "conflicting_label_rows": int(r.counts.get("conflicting_label_rows", 0)),
+            "leaked_rows": int(r.counts.get("leaked_rows", 0)),
+            "empty_text": 0 if from_train else len(r.raw.empty_text),
+            "empty_label": 0 if from_train else len(r.raw.empty_label),
+            "unseen_label_rows": int(r.counts.get("unseen_label_rows", 0)),
+            "rows_removed": removed,
+            "label_counts": _label_counts(r.labels[r.index], names),
+            "examples": {k: v for k, v in r.examples.items() if v},
+        }
+        if not from_train:
+            entry["files"] = r.raw.files
+            entry["skipped_rows"] = {"empty_text": r.raw.empty_text[:100],
+                                     "empty_label": r.raw.empty_label[:100]}
+        for extra in ("small_classes", "classes_absent", "unseen_labels"):
+            if extra in r.counts:
+                entry[extra] = r.counts[extra]
+        splits[role] = entry
+    report: dict[str, Any] = {
+        "labels": names,
+        "rows": {role: splits[role]["rows_kept"] if role in splits else 0 for role in ROLES},
+        "label_counts": {role: s["label_counts"] for role, s in splits.items()},
+        "imbalance_ratio": ratio,
+        "splits": splits,
+        "checks": checks,
     }
-    return LabelledSplits(train_split, validation_split, test_split, labels, report)
+    if validation_split is not None:
+        report["validation_split"] = validation_split
+    return report
+
+
+def _label_counts(labels: np.ndarray, names: list[str]) -> dict[str, int]:
+    return {names[i]: int(c) for i, c in enumerate(np.bincount(labels, minlength=len(names)))}
