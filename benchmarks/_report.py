@@ -1,0 +1,47 @@
+"""Shared helpers of the benchmark scripts: machine description and docs/benchmarks.md sections."""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS_MD = ROOT / "docs" / "benchmarks.md"
+
+
+def machine() -> str:
+    """One line: CPU model, cores, RAM, Python and torch versions."""
+    import os
+
+    import psutil
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    ram = psutil.virtual_memory().total / 2**30
+    return (f"{cpu}, {os.cpu_count()} cores, {ram:.0f} GiB RAM, Python {platform.python_version()}, "
+            f"torch {torch.__version__}")
+
+
+def today() -> str:
+    return dt.date.today().isoformat()
+
+
+def write_section(name: str, body: str) -> None:
+    """Replace (or append) the section between ``<!-- bench:NAME:start/end -->`` markers."""
+    start, end = f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"
+    text = BENCHMARKS_MD.read_text() if BENCHMARKS_MD.is_file() else "# Benchmarks\n"
+    block = f"{start}\n{body.rstrip()}\n{end}"
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.DOTALL)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else \
+        text.rstrip() + "\n\n" + block + "\n"
+    BENCHMARKS_MD.parent.mkdir(parents=True, exist_ok=True)
+    BENCHMARKS_MD.write_text(text)
