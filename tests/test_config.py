@@ -102,9 +102,6 @@ def test_missing_required_key_is_named():
     assert "missing required key 'data'; add it to the config" in _error({"name": "x"})
 
 
-@pytest.mark.xfail(strict=True, reason="bug: union-typed fields (model.max_length, train.devices)"
-                   " report pydantic's branch tags as part of the key, e.g. "
-                   "\"model.max_length.literal['auto'] = 'abc'\" (config/loading.py _format_error)")
 def test_wrong_type_for_union_field_names_the_real_key(tmp_path):
     path = write_config(build_config({"model.max_length": "abc"}), tmp_path / "config.yaml")
     message = _error(path)
@@ -140,8 +137,6 @@ def test_set_nested_unknown_key_suggests_closest():
     assert "did you mean 'model.architecture.hidden_size'?" in message
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a typo in a parent section of a --set key gives no "
-                   "closest match, only 'see `entrena train --help`' (config/loading.py _suggest)")
 def test_set_typo_in_section_suggests_closest():
     message = _error(build_config(), ["trian.max_epochs=3"])
     assert "did you mean 'train" in message
@@ -160,9 +155,6 @@ def test_set_values_are_parsed_as_yaml_scalars():
     assert type(parsed["a"]) is int and type(parsed["b"]) is float
 
 
-@pytest.mark.xfail(strict=True, reason="bug: '1e-4' stays a string (PyYAML's YAML 1.1 float "
-                   "needs a dot), so --set data.max_train_samples=1e3 is refused "
-                   "(config/loading.py parse_overrides)")
 def test_set_parses_exponent_numbers():
     assert parse_overrides(["x=1e-4", "y=1e3"]) == {"x": 1e-4, "y": 1000.0}
 

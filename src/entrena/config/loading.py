@@ -7,6 +7,7 @@ each line naming the file and line, the key, what was given, and how to fix it.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,8 +90,13 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
+        if isinstance(value, str) and _NUMBER.match(value.strip()):
+            value = float(value)  # YAML 1.1 reads 1e-4 (no dot) as a string
         overrides[key.strip()] = value
     return overrides
+
+
+_NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
 def _fields_at(path: tuple[str, ...]) -> dict[str, Any] | None:
@@ -146,20 +152,41 @@ def _deep_copy(data: Any) -> Any:
 
 
 def _suggest(parts: tuple[str, ...]) -> str:
-    """'did you mean …?' for an unknown key, else the list of valid keys at that level."""
-    parent = parts[:-1]
+    """'did you mean …?' for an unknown key, else the list of valid keys at that level.
+
+    The first part of the path that names nothing is the one corrected (``trian.max_epochs``
+    → ``train.max_epochs``).
+    """
+    depth = 0
+    while depth < len(parts) - 1 and _fields_at(parts[:depth + 1]) is not None:
+        depth += 1
+    parent, wrong, rest = parts[:depth], parts[depth], parts[depth + 1:]
     fields = _fields_at(parent)
     if fields is None:
-        return "see `entrena train --help` for the config keys"
+        return "see the config reference in README.md for the valid keys"
     prefix = ".".join(parent) + "." if parent else ""
-    close = difflib.get_close_matches(parts[-1], list(fields), n=1, cutoff=0.5)
+    suffix = "." + ".".join(rest) if rest else ""
+    close = difflib.get_close_matches(wrong, list(fields), n=1, cutoff=0.5)
     if close:
-        return f"did you mean '{prefix}{close[0]}'?"
+        return f"did you mean '{prefix}{close[0]}{suffix}'?"
     return f"valid keys here: {', '.join(prefix + f for f in fields)}"
 
 
-def _format_error(err: dict[str, Any], source: str, lines: dict[tuple[str, ...], int]) -> str:
+def _schema_loc(loc: tuple[str, ...]) -> tuple[str, ...]:
+    """The part of a pydantic error location that names config keys (drops union branch tags
+    such as ``literal['auto']`` or ``constrained-int``)."""
+    for depth in range(len(loc)):
+        fields = _fields_at(loc[:depth])
+        if fields is None or loc[depth] not in fields:
+            return loc[:depth] or loc[:1]
+    return loc
+
+
+def _format_error(err: dict[str, Any], source: str, lines: dict[tuple[str, ...], int],
+                  msg: str | None = None) -> str:
     loc = tuple(str(p) for p in err["loc"])
+    if err["type"] != "extra_forbidden":
+        loc = _schema_loc(loc)
     key = ".".join(loc)
     line = None
     for depth in range(len(loc), 0, -1):
@@ -173,8 +200,8 @@ def _format_error(err: dict[str, Any], source: str, lines: dict[tuple[str, ...],
     if kind == "missing":
         return f"{where}: missing required key '{key}'; add it to the config"
     given = err.get("input")
-    msg = err["msg"].removeprefix("Value error, ")
-    return f"{where}: {key} = {given!r} is invalid: {msg}; fix the value"
+    msg = msg or err["msg"].removeprefix("Value error, ")
+    return f"{where}: {key} = {given!r} is invalid: {msg}"
 
 
 def validate_config(
@@ -187,7 +214,23 @@ def validate_config(
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        messages = [_format_error(e, source, lines or {}) for e in exc.errors()]
+        errors = exc.errors()
+        # A value failing every branch of a union (`auto` or an integer) is one message.
+        merged: dict[tuple[Any, ...], list[str]] = {}
+        for err in errors:
+            loc = tuple(str(p) for p in err["loc"])
+            key = loc if err["type"] == "extra_forbidden" else _schema_loc(loc)
+            merged.setdefault(key, []).append(err["msg"].removeprefix("Value error, "))
+        messages = []
+        seen: set[tuple[Any, ...]] = set()
+        for err in errors:
+            loc = tuple(str(p) for p in err["loc"])
+            key = loc if err["type"] == "extra_forbidden" else _schema_loc(loc)
+            if key in seen:
+                continue
+            seen.add(key)
+            text = " or ".join(dict.fromkeys(merged[key]))
+            messages.append(_format_error(err, source, lines or {}, text))
         messages.sort(key=_line_of)
         raise ConfigError("\n".join(dict.fromkeys(messages))) from None
 
