@@ -141,7 +141,7 @@ def test_cli_doctor_json_is_one_document_on_stdout(tmp_path):
     assert "this machine" in table.stderr
 
 
-@pytest.mark.parametrize("command", ["doctor"])
+@pytest.mark.parametrize("command", ["doctor", "plan"])
 def test_help_of_the_planning_commands_does_not_import_torch(tmp_path, command):
     script = ("import sys\nfrom entrena.cli import app\n"
               f"try:\n    app(['{command}', '--help'])\nexcept SystemExit:\n    pass\n"

@@ -9,14 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "doctor", "DoctorReport",
-           "prepare", "PrepareResult", "train", "TrainResult", "export", "ExportResult",
-           "predict",
-           "PredictResult", "load_config"]
+__all__ = ["__version__", "doctor", "DoctorReport", "plan", "PlanResult",
+           "prepare", "PrepareResult", "train", "TrainResult", "export",
+           "ExportResult", "predict", "PredictResult", "load_config"]
 
 _LAZY = {
     "doctor": ("entrena.api", "doctor"),
     "DoctorReport": ("entrena.api", "DoctorReport"),
+    "plan": ("entrena.api", "plan"),
+    "PlanResult": ("entrena.api", "PlanResult"),
     "prepare": ("entrena.api", "prepare"),
     "PrepareResult": ("entrena.api", "PrepareResult"),
     "train": ("entrena.api", "train"),

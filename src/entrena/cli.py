@@ -447,6 +447,43 @@ def doctor(run_dir: Annotated[Path, typer.Option(
         _stderr_console().print(report.render())
 
 
+@app.command()
+def plan(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
+         deadline: Annotated[str | None, typer.Option(
+             "--deadline", help="Latest acceptable total time: 30m, 2h, 1.5d.",
+             show_default=False)] = None,
+         budget: Annotated[str | None, typer.Option(
+             "--budget", help="Money (20usd; a bare number is USD) or time (30m) to spend.",
+             show_default=False)] = None,
+         local_only: Annotated[bool, typer.Option(
+             "--local-only", help="Plan this machine only.")] = False,
+         hardware: Annotated[list[str] | None, typer.Option(
+             "--hardware", help="Plan only this option (a catalog offer or accelerator, or "
+             "local); repeat for more.", show_default=False)] = None,
+         calibrate: Annotated[bool, typer.Option(
+             "--calibrate", help="Time a few real training steps on this machine.")] = False,
+         catalog: Annotated[Path | None, typer.Option(
+             "--catalog", help="A catalog file merged over the shipped one (default: "
+             "$ENTRENA_CATALOG).", show_default=False)] = None,
+         json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+    """Plan CONFIG: parameters, FLOPs, memory, time and cost on this machine and on catalog
+    hardware (cloud GPUs, TPUs), and a recommendation."""
+    _setup_logging(verbose)
+
+    def call() -> Any:
+        from entrena.api import plan as plan_fn
+
+        return plan_fn(config, run_dir=run_dir, overrides=set_ or [], deadline=deadline,
+                       budget=budget, local_only=local_only, hardware=hardware,
+                       calibrate=calibrate, catalog=catalog)
+
+    result = _call_verb(call, verbose)
+    if json_output:
+        typer.echo(json.dumps(result.as_dict(), indent=2))
+    else:
+        _stderr_console().print(result.render())
+
+
 def _print_summary(result: Any) -> None:
     from rich.table import Table
 

@@ -2,10 +2,11 @@
 
 from entrena.api.doctoring import DoctorReport, doctor
 from entrena.api.exporting import ExportResult, ParityFailed, export
+from entrena.api.planning import PlanResult, plan
 from entrena.api.predicting import PredictResult, predict
 from entrena.api.preparing import DataCheckFailed, PrepareResult, prepare
 from entrena.api.training import TrainResult, train
 
-__all__ = ["DoctorReport", "doctor",
+__all__ = ["DoctorReport", "doctor", "PlanResult", "plan",
            "DataCheckFailed", "ExportResult", "ParityFailed", "PredictResult", "PrepareResult",
            "TrainResult", "export", "predict", "prepare", "train"]

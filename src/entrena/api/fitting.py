@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from entrena.api.planning import peak_memory_bytes, plan_run, plan_vs_actual, reset_peak_memory
 from entrena.api.preparing import PreparedData
 from entrena.callbacks.checkpoint import ModelCheckpoint, PeriodicCheckpoint, unwrap
 from entrena.callbacks.early_stopping import EarlyStopping
@@ -31,11 +32,11 @@ from entrena.engine.checkpointing import (CheckpointInfo, CheckpointStore, resto
                                           restore_training, training_payload)
 from entrena.engine.loop import FitSettings, fit, predict
 from entrena.errors import ConfigError, Interrupted, NonFiniteError
-from entrena.units import parse_duration_s
 from entrena.tasks.metrics import classification_metrics
 from entrena.tasks.text_classification import build_classifier, model_length_limit, save_classifier
 from entrena.tracking.events import EventLog
 from entrena.tracking.mlflow_tracker import MLflowTracker, default_tracking_uri
+from entrena.units import parse_duration_s
 
 __all__ = ["run_fit", "build_optimizer"]
 
@@ -56,14 +57,7 @@ def build_optimizer(model: torch.nn.Module, learning_rate: float,
 
 
 def _peak_memory_bytes(accelerator: str) -> int | None:
-    if accelerator == "cuda":
-        return int(torch.cuda.max_memory_allocated())
-    try:
-        import resource
-
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
-    except (ImportError, OSError):  # pragma: no cover
-        return None
+    return peak_memory_bytes(accelerator)  # since reset_peak_memory() before the fit
 
 
 def _console(console: Any) -> Any:
@@ -113,6 +107,10 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     log.info("max_length %d tokens (%s); %.1f%% of training texts are truncated", max_length,
              prepared.report["encoding"]["max_length_from"],
              100 * prepared.report["splits"]["train"]["truncated_fraction"])
+
+    plan = plan_run(loaded, sources, prepared, model, paths.plan,
+                    accelerator=backend.accelerator, precision=backend.precision,
+                    max_length=max_length, resumed=resume is not None)
 
     eval_batch = tcfg.eval_batch_size or 2 * tcfg.batch_size
     pad_id = tokenizer.pad_token_id or 0
@@ -195,12 +193,14 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                            check_gradients=backend.precision != "16-mixed")
     log.info("training on %d examples, validating on %d; %d labels: %s", len(splits.train),
              len(splits.validation), len(splits.labels), ", ".join(splits.labels))
+    reset_peak_memory(backend.accelerator)  # the fit's own peak, after planning's probe
     with preemption.installed():
         if rng_state is not None:
             restore_rng(rng_state)  # last thing before the loop: nothing may draw in between
         state = fit(backend=backend, model=model, optimizer=optimizer, train=train_data,
                     evaluate=evaluate, settings=settings, callbacks=all_callbacks, state=state,
                     save_checkpoint=save_checkpoint)
+    fit_peak_bytes = peak_memory_bytes(backend.accelerator)
     if state.interrupted == "nonfinite":
         raise _nonfinite_error(state, paths, splits, loaded)
     if state.interrupted:
@@ -234,6 +234,11 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                        "test_rows": len(splits.test) if splits.test is not None else 0,
                        "labels": splits.labels}
     metrics["history"] = state.history
+    comparison = plan_vs_actual(plan, peak_memory_bytes=fit_peak_bytes,
+                                train_time_s=state.train_time_s,
+                                samples_seen=state.samples_seen, train_rows=len(splits.train))
+    if comparison is not None:
+        metrics["plan_vs_actual"] = comparison
 
     save_classifier(unwrap(model), tokenizer, paths.model, labels=splits.labels,
                     max_length=max_length)

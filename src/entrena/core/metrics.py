@@ -53,6 +53,10 @@ _TABLE = [
     MetricKey("data.test_rows", "rows", "test rows used"),
     MetricKey("data.labels", "", "the label map, index order"),
     MetricKey("history", "", "one entry per evaluation: epoch, step and validation metrics"),
+    MetricKey("plan_vs_actual.peak_memory_bytes", "B", "predicted (plan.json) and actual peak "
+              "memory of the fit: CPU resident set or CUDA allocator peak"),
+    MetricKey("plan_vs_actual.epoch_time_s", "s", "predicted (plan.json) and actual time in "
+              "training steps per epoch (actual: per-sample training time x training rows)"),
 ]
 
 METRIC_KEYS: dict[str, MetricKey] = {m.key: m for m in _TABLE}

@@ -19,6 +19,11 @@ class RunPaths:
         return self.root / "config.yaml"
 
     @property
+    def plan(self) -> Path:
+        """What the planner predicted before the fit (``entrena.api.planning``)."""
+        return self.root / "plan.json"
+
+    @property
     def data_report(self) -> Path:
         return self.root / "data_report.json"
 

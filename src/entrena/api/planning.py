@@ -1,0 +1,456 @@
+"""``entrena.plan``: memory, time and cost of a config on this machine and on catalog hardware.
+
+Also :func:`plan_for_fit`, the planning step of ``entrena.train`` (always calibrated), and
+:func:`plan_vs_actual`, the comparison written into ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from entrena.api.preparing import PreparedData, prepare_data, resolve_model_sources
+from entrena.config import Config, LoadedConfig, load_config
+from entrena.errors import ConfigError
+from entrena.hardware.catalog import Accelerator, Catalog, Offer, closest_names, load_catalog
+from entrena.hardware.detection import Machine, detect_machine
+from entrena.hardware.memory import current_rss_bytes
+from entrena.planning.model import meta_classifier, profile_model
+from entrena.planning.options import Option
+from entrena.planning.planner import LOCAL, make_plan, plan_document, run_shape
+from entrena.planning.recommend import Recommendation
+from entrena.planning.report import render_plan
+from entrena.planning.timing import Calibration
+from entrena.units import Budget, parse_budget
+
+__all__ = ["PlanResult", "plan", "plan_for_fit", "plan_run", "plan_vs_actual",
+           "resolve_hardware", "reset_peak_memory", "peak_memory_bytes"]
+
+log = logging.getLogger("entrena")
+
+
+@dataclass
+class PlanResult:
+    """What ``entrena plan`` found.
+
+    Attributes:
+        document: The JSON document (``--json``, ``plan.json``).
+        options: The planned options, this machine first.
+        recommendation: The recommendation.
+    """
+
+    document: dict[str, Any]
+    options: list[Option]
+    recommendation: Recommendation
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.document
+
+    def render(self) -> Any:
+        """A Rich renderable: the options table and the recommendation."""
+        return render_plan(self.document)
+
+
+def resolve_hardware(names: list[str], catalog: Catalog) -> list[Offer | Accelerator | str]:
+    """Catalog entries (or ``"local"``) for ``--hardware NAME ...``.
+
+    Raises:
+        ConfigError: A name is unknown; the message lists every choice and the closest one.
+    """
+    chosen: list[Offer | Accelerator | str] = []
+    unknown = []
+    for name in names:
+        if name.strip().lower() in (LOCAL, "this", "here"):
+            chosen.append(LOCAL)
+            continue
+        entry = catalog.find(name)
+        if entry is None:
+            unknown.append(name)
+        else:
+            chosen.append(entry)
+    if unknown:
+        choices = [LOCAL, *catalog.names()]
+        hints = []
+        for name in unknown:
+            close = closest_names(name, choices)
+            hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ConfigError(f"--hardware: unknown hardware {', '.join(hints)}; choose from: "
+                          f"{', '.join(choices)}; or add it in a catalog file (--catalog)")
+    return chosen
+
+
+def _limit(text: str | float | None, *, option: str, bare: str) -> Budget | None:
+    if text is None:
+        return None
+    try:
+        return parse_budget(text, bare=bare, what=option)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _lengths(prepared: PreparedData, role: str, max_length: int) -> Any:
+    encoded = prepared.encoded.get(role)
+    return encoded.lengths(max_length) if encoded is not None else []
+
+
+def _profile_cache_key(cfg: Config, sources: dict[str, str], num_labels: int, tokenizer: Any,
+                       max_length: int) -> str | None:
+    """A key for the model profile, or ``None`` when the model's config is not a local file."""
+    import hashlib
+    import importlib.metadata
+    import json
+
+    shape: Any
+    if cfg.model.architecture is not None:
+        shape = cfg.model.architecture.model_dump()
+    else:
+        config_file = Path(sources.get("weights") or "") / "config.json"
+        if not config_file.is_file():
+            return None
+        shape = config_file.read_text(encoding="utf-8")
+    versions = [importlib.metadata.version(d) for d in ("torch", "transformers")]
+    blob = json.dumps([shape, len(tokenizer), tokenizer.pad_token_id, num_labels,
+                       cfg.model.pooling, max_length, versions, 2], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def _profile(loaded: LoadedConfig, sources: dict[str, str], num_labels: int, tokenizer: Any,
+             max_length: int) -> Any:
+    """The model profile, measured on the meta device once and then read from the cache
+    (``<cache>/profiles/``): building the model imports most of transformers."""
+    import json
+
+    from entrena.data.cache import default_cache_dir
+    from entrena.planning.model import ModelProfile
+
+    cfg = loaded.config
+    key = _profile_cache_key(cfg, sources, num_labels, tokenizer, max_length)
+    configured = getattr(cfg.data, "cache_dir", None)
+    path = (default_cache_dir(loaded.resolve_path(configured) if configured else None)
+            / "profiles" / f"{key}.json") if key else None
+    if path is not None and path.is_file():
+        try:
+            return ModelProfile(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            pass  # a damaged or outdated entry is measured again
+    profile = _measure_profile(cfg, sources, num_labels, tokenizer, max_length)
+    if path is not None:
+        from entrena.core.files import write_json_atomic
+
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(path, profile.as_dict(), durable=False)
+        except OSError:
+            log.debug("could not cache the model profile in %s", path, exc_info=True)
+    return profile
+
+
+def _measure_profile(cfg: Config, sources: dict[str, str], num_labels: int, tokenizer: Any,
+                     max_length: int) -> Any:
+    model = meta_classifier(
+        num_labels=num_labels, pretrained=sources.get("weights"),
+        architecture=cfg.model.architecture.model_dump() if cfg.model.architecture else None,
+        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id or 0,
+        pooling=cfg.model.pooling, dropout=cfg.model.dropout)
+    return profile_model(model, max_length)
+
+
+def _shape(cfg: Config, prepared: PreparedData, profile: Any, max_length: int) -> Any:
+    t = cfg.train
+    return run_shape(
+        train_lengths=_lengths(prepared, "train", max_length),
+        eval_lengths=_lengths(prepared, "validation", max_length),
+        test_lengths=_lengths(prepared, "test", max_length), profile=profile,
+        batch_size=t.batch_size, eval_batch_size=t.eval_batch_size or 2 * t.batch_size,
+        precision=t.precision, max_epochs=t.max_epochs, max_steps=t.max_steps,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        evals_per_epoch=t.evals_per_epoch, devices=t.devices, seed=t.seed,
+        group_by_length=t.group_by_length)
+
+
+def _probe_batches(cfg: Config, prepared: PreparedData, max_length: int) -> list[Any]:
+    """The median-length and the longest batch of the first epoch, as tensors."""
+    from entrena.data.loaders import TextBatches
+
+    t = cfg.train
+    batches = TextBatches(prepared.encoded["train"], prepared.splits.train.labels,
+                          max_length=max_length, batch_size=t.batch_size,
+                          pad_id=prepared.tokenizer.pad_token_id or 0, shuffle=True,
+                          group_by_length=t.group_by_length, seed=t.seed)
+    plan = batches.plan(0)
+    full = [b for b in plan if len(b) == t.batch_size] or plan
+    by_length = sorted(full, key=lambda b: int(batches.lengths[b].max()))
+    chosen = [by_length[len(by_length) // 2], by_length[-1]]
+    return [batches.collate(b) for b in chosen]
+
+
+def _calibrate(model: Any, cfg: Config, prepared: PreparedData, profile: Any, max_length: int,
+               machine: Machine, catalog: Catalog, device: str, precision: str,
+               base_rss: float | None) -> Calibration:
+    from entrena.planning.options import cpu_peak_flops, peak_for_precision
+    from entrena.planning.timing import probe
+
+    batches = _probe_batches(cfg, prepared, max_length)
+    flops = [int(b["input_ids"].shape[0]) * profile.flops_per_sample(int(b["input_ids"].shape[1]))
+             for b in batches]
+    if device == "cpu":
+        peak, _ = cpu_peak_flops(machine, catalog)
+    else:
+        acc = catalog.accelerator_for_device(machine.gpus[0].name) if machine.gpus else None
+        peak = peak_for_precision(acc, precision) if acc else None
+    # Median and longest batch, twice each: two shapes separate the per-step cost from the
+    # FLOP rate, and the repeat halves the noise of a busy machine.
+    order = [0, 1, 0, 1]
+    return probe(model, [batches[i] for i in order], [flops[i] for i in order],
+                 device=device, precision=precision, peak_flops=peak, base_rss_bytes=base_rss)
+
+
+def plan(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | None = None,
+         overrides: list[str] | dict[str, Any] | None = None, deadline: str | float | None = None,
+         budget: str | float | None = None, local_only: bool = False,
+         hardware: list[str] | None = None, calibrate: bool = False,
+         catalog: str | Path | None = None) -> PlanResult:
+    """Plan a run: the model, memory, time and cost on this machine and catalog hardware.
+
+    Args:
+        config: A YAML file, a dict or a :class:`~entrena.config.Config`.
+        run_dir: The run directory (only its parent matters: the data cache lives there).
+        overrides: ``--set`` style overrides.
+        deadline: Latest acceptable total time (``"2h"``, ``"30m"``; a bare number is seconds).
+        budget: ``"20usd"`` (a bare number is USD) or a duration.
+        local_only: Plan this machine only.
+        hardware: Plan only these options (catalog names, aliases, or ``local``).
+        calibrate: Time a few real training steps on this machine (takes seconds to
+            minutes; says how long in the result).
+        catalog: A user catalog file merged over the shipped one (default: ``ENTRENA_CATALOG``).
+
+    Returns:
+        The :class:`PlanResult`; ``as_dict()`` is the ``--json`` document.
+
+    Raises:
+        ConfigError: Invalid config, deadline, budget or catalog file, or an unknown hardware
+            name (with the choices and the closest).
+        DataError: A data file is missing or unreadable.
+    """
+    started = time.perf_counter()
+    deadline_limit = _limit(deadline, option="--deadline", bare="s")
+    if deadline_limit is not None and deadline_limit.seconds is None:
+        raise ConfigError(f"--deadline: {deadline!r} is an amount of money; a deadline is a "
+                          f"duration such as '2h' (use --budget for money)")
+    budget_limit = _limit(budget, option="--budget", bare="usd")
+    loaded = load_config(config, overrides)
+    sources = resolve_model_sources(loaded)
+    merged = load_catalog(catalog)
+    selection = resolve_hardware(hardware, merged) if hardware else None
+    prepared = prepare_data(loaded, sources)
+    cfg = loaded.config
+    max_length = int(prepared.max_length)
+    profile = _profile(loaded, sources, len(prepared.splits.labels), prepared.tokenizer,
+                       max_length)
+    shape = _shape(cfg, prepared, profile, max_length)
+    machine = detect_machine(Path(run_dir).parent if run_dir else "runs")
+    calibration = None
+    base_rss = current_rss_bytes()
+    weights_in_base = False
+    if calibrate:
+        calibration, base_rss = _calibrate_here(loaded, sources, prepared, profile, max_length,
+                                                machine, merged)
+    elif "lightning" not in sys.modules:
+        from entrena.planning.memory import FIT_IMPORTS_RSS_BYTES
+
+        base_rss += FIT_IMPORTS_RSS_BYTES
+    options, recommendation = make_plan(
+        profile=profile, shape=shape, machine=machine, catalog=merged, selection=selection,
+        local_only=local_only, calibration=calibration, base_rss_bytes=base_rss,
+        weights_in_base=weights_in_base,
+        deadline_s=deadline_limit.seconds if deadline_limit else None, budget=budget_limit)
+    document = plan_document(
+        machine=machine, profile=profile, shape=shape, options=options,
+        recommendation=recommendation, max_length=max_length,
+        train_lengths=_lengths(prepared, "train", max_length),
+        model_name=cfg.model.name if cfg.model.architecture is None else "architecture",
+        calibration=calibration, catalog=merged,
+        deadline_s=deadline_limit.seconds if deadline_limit else None, budget=budget_limit,
+        extra={"planning_time_s": time.perf_counter() - started})
+    return PlanResult(document, options, recommendation)
+
+
+def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: PreparedData,
+                    profile: Any, max_length: int, machine: Machine,
+                    catalog: Catalog) -> tuple[Calibration, float]:
+    """``plan --calibrate``: set up the fit's backend (its imports belong to the base memory),
+    measure the base memory, probe a fresh model (weights loaded as ``train`` would) on the
+    device and precision the fit would use."""
+    from entrena.engine.backend import configure_threads, create_backend
+    from entrena.tasks.text_classification import build_classifier
+
+    cfg = loaded.config
+    configure_threads(cfg.train.num_threads)  # as the fit does: the probe's speed depends on it
+    backend = create_backend(accelerator=cfg.train.accelerator, devices=1,
+                             precision=cfg.train.precision, seed=cfg.train.seed,
+                             deterministic=False)
+    if cfg.tracking.enabled:
+        import mlflow  # noqa: F401 - the fit imports it: its memory belongs to the base
+    device = backend.accelerator if backend.accelerator in ("cpu", "cuda") else "cpu"
+    precision = backend.precision if device == backend.accelerator else "32-true"
+    base_rss = current_rss_bytes()
+    tokenizer = prepared.tokenizer
+    model = build_classifier(
+        num_labels=len(prepared.splits.labels), pretrained=sources.get("weights"),
+        architecture=cfg.model.architecture.model_dump() if cfg.model.architecture else None,
+        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id or 0,
+        pooling=cfg.model.pooling, dropout=cfg.model.dropout).to(device)
+    calibration = _calibrate(model, cfg, prepared, profile, max_length, machine, catalog,
+                             device, precision, base_rss)
+    return calibration, base_rss
+
+
+def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: PreparedData,
+                 model: Any, *, device: str, precision: str, max_length: int) -> dict[str, Any]:
+    """The plan ``entrena train`` writes to ``plan.json`` before its fit (always calibrated).
+
+    The probe trains a deep copy of ``model`` (the run's model and random state are left
+    untouched) with the run's batch size on the run's device.
+
+    Args:
+        loaded: The loaded config.
+        sources: Model and tokenizer sources.
+        prepared: The prepared data.
+        model: The run's model, built, on the CPU or already on ``device``.
+        device: ``cpu`` or ``cuda`` (what the backend chose).
+        precision: The resolved precision.
+        max_length: The truncation length the fit uses.
+
+    Returns:
+        The plan document (options: this machine only).
+    """
+    started = time.perf_counter()
+    cfg = loaded.config
+    machine = detect_machine(Path("runs"))
+    catalog = load_catalog()
+    profile = _profile(loaded, sources, len(prepared.splits.labels), prepared.tokenizer,
+                       max_length)
+    shape = _shape(cfg, prepared, profile, max_length)
+    if shape.precision == "auto":
+        shape = _with_precision(shape, precision)
+    base_rss = current_rss_bytes()
+    twin = copy.deepcopy(model).to(device)
+    calibration = _calibrate(twin, cfg, prepared, profile, max_length, machine, catalog,
+                             device, precision, base_rss)
+    del twin
+    options, recommendation = make_plan(
+        profile=profile, shape=shape, machine=machine, catalog=catalog, local_only=True,
+        calibration=calibration, base_rss_bytes=base_rss, weights_in_base=device == "cpu")
+    return plan_document(
+        machine=machine, profile=profile, shape=shape, options=options,
+        recommendation=recommendation, max_length=max_length,
+        train_lengths=_lengths(prepared, "train", max_length),
+        model_name=cfg.model.name if cfg.model.architecture is None else "architecture",
+        calibration=calibration, catalog=catalog, deadline_s=None, budget=None,
+        extra={"planning_time_s": time.perf_counter() - started})
+
+
+def _with_precision(shape: Any, precision: str) -> Any:
+    from dataclasses import replace
+
+    return replace(shape, precision=precision)
+
+
+def plan_vs_actual(plan_document_: dict[str, Any] | None, *, peak_memory_bytes: int | None,
+                   train_time_s: float, samples_seen: int, train_rows: int
+                   ) -> dict[str, Any] | None:
+    """``metrics.json``'s ``plan_vs_actual``: predicted (from ``plan.json``) against measured.
+
+    Args:
+        plan_document_: The plan written before the fit, or ``None``.
+        peak_memory_bytes: The fit's peak (CPU resident set, or CUDA allocator peak).
+        train_time_s: Seconds in training steps over the fit.
+        samples_seen: Training samples processed over the fit.
+        train_rows: Training rows per epoch (after subsampling, splitting, de-duplication).
+
+    Returns:
+        ``{"peak_memory_bytes": {"predicted", "actual"}, "epoch_time_s": {"predicted",
+        "actual"}}`` (the actual epoch time is the training time per sample times the rows of
+        an epoch), or ``None`` without a plan.
+    """
+    if not plan_document_:
+        return None
+    local = next((o for o in plan_document_.get("options", []) if o.get("kind") == "local"),
+                 None)
+    if local is None:
+        return None
+    epoch = train_time_s / samples_seen * train_rows if samples_seen else None
+    return {"peak_memory_bytes": {"predicted": local.get("peak_memory_bytes"),
+                                  "actual": peak_memory_bytes},
+            "epoch_time_s": {"predicted": local.get("epoch_time_s"), "actual": epoch}}
+
+
+def plan_run(loaded: LoadedConfig, sources: dict[str, str], prepared: PreparedData, model: Any,
+             plan_path: Path, *, accelerator: str, precision: str, max_length: int,
+             resumed: bool) -> dict[str, Any] | None:
+    """``entrena train``'s planning step: plan (calibrated on the run's device), write
+    ``plan.json``, log the prediction. A resumed run keeps the plan it wrote first.
+
+    Planning never stops training: a failure is logged and ``None`` returned.
+
+    Returns:
+        The plan document, or ``None``.
+    """
+    import json
+
+    if resumed and plan_path.is_file():
+        try:
+            return json.loads(plan_path.read_text())
+        except (OSError, ValueError):
+            pass
+    if accelerator not in ("cpu", "cuda"):
+        log.info("no plan on %s: the probe runs on CPU and CUDA devices", accelerator)
+        return None
+    try:
+        document = plan_for_fit(loaded, sources, prepared, model, device=accelerator,
+                                precision=precision, max_length=max_length)
+    except Exception as exc:  # noqa: BLE001 - a planning bug must not cost the user the run
+        log.warning("planning failed (%s: %s); training goes on without plan.json",
+                    type(exc).__name__, exc)
+        log.debug("planning failure", exc_info=True)
+        return None
+    from entrena.core.files import write_json_atomic
+    from entrena.units import format_bytes, format_duration
+
+    write_json_atomic(plan_path, document, durable=False)
+    local = document["options"][0]
+    calibration = document.get("calibration") or {}
+    log.info("plan: peak memory %s, %s per epoch of training steps (probe: %d steps in %.1fs)",
+             format_bytes(local["peak_memory_bytes"] or 0),
+             format_duration(local["epoch_time_s"] or 0), calibration.get("steps", 0),
+             calibration.get("probe_s", 0.0))
+    return document
+
+
+def reset_peak_memory(accelerator: str) -> None:
+    """Start measuring the fit's peak memory now (CPU resident set or CUDA allocator)."""
+    if accelerator == "cuda":
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        from entrena.hardware.memory import reset_peak_rss
+
+        reset_peak_rss()
+
+
+def peak_memory_bytes(accelerator: str) -> int | None:
+    """Peak memory since :func:`reset_peak_memory`: ``torch.cuda.max_memory_allocated`` on
+    CUDA, the process's peak resident set elsewhere."""
+    if accelerator == "cuda":
+        import torch
+
+        return int(torch.cuda.max_memory_allocated())
+    from entrena.hardware.memory import peak_rss_bytes
+
+    return peak_rss_bytes()

@@ -1,0 +1,63 @@
+"""The plan for a terminal: a Rich table of the options and the recommendation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from entrena.units import format_bytes, format_duration, format_usd
+
+__all__ = ["render_plan"]
+
+
+def _time(seconds: float | None) -> str:
+    return format_duration(seconds) if seconds is not None else "?"
+
+
+def render_plan(doc: dict[str, Any]) -> Any:
+    """A Rich renderable of a plan document (:func:`~entrena.planning.planner.plan_document`)."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    model, data, run = doc["model"], doc["data"], doc["run"]
+    head = Text(
+        f"model {model['name']}: {model['parameters'] / 1e6:.1f}M parameters "
+        f"({model['trainable_parameters'] / 1e6:.1f}M trainable), "
+        f"{model['flops_per_sample'] / 1e9:.2f} GFLOP per training sample at the data's "
+        f"lengths (attention included)\n"
+        f"data: {data['train_rows']} training rows, mean {data['mean_length']:.0f} tokens, "
+        f"max_length {data['max_length']}, {data['batches_per_epoch']} batches/epoch of "
+        f"{run['batch_size']}, {data['padding_fraction']:.1%} padding; "
+        f"{run['epochs']:g} epoch(s) planned")
+    table = Table(title="options", show_header=True)
+    for column, justify in (("option", "left"), ("fits: peak / memory", "right"),
+                            ("max batch", "right"), ("precision", "left"),
+                            ("epoch", "right"), ("total", "right"),
+                            ("cost (spot)", "right"), ("notes", "left")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for option in doc["options"]:
+        fits = {True: "yes", False: "NO", None: "?"}[option["fits"]]
+        peak = format_bytes(option["peak_memory_bytes"]) if option["peak_memory_bytes"] else "?"
+        capacity = (format_bytes(option["memory_capacity_bytes"])
+                    if option["memory_capacity_bytes"] else "?")
+        cost = format_usd(option["cost_usd"])
+        if option["cost_usd_spot"] is not None:
+            cost += f" ({format_usd(option['cost_usd_spot'])})"
+        flags = (["oversized"] if option["oversized"] else []) + \
+            [n for n in option["notes"] if not n.startswith("oversized")][:1]
+        table.add_row(option["name"], f"{fits}: {peak} / {capacity}",
+                      str(option["max_batch_size"]) if option["max_batch_size"] is not None
+                      else "?", option["precision"], _time(option["epoch_time_s"]),
+                      _time(option["total_time_s"]), cost, "; ".join(flags))
+    rec = doc["recommendation"]
+    lines = [head, table, Text(f"recommendation: {rec['summary']}")]
+    lines.extend(Text(f"  - {reason}") for reason in rec["reasons"])
+    calibration = doc.get("calibration")
+    if calibration:
+        efficiency = calibration.get("efficiency")
+        lines.append(Text(
+            f"probe: {calibration['steps']} steps in {calibration['probe_s']:.1f}s, "
+            f"{calibration['flops_per_s'] / 1e9:.1f} GFLOP/s achieved"
+            + (f" ({efficiency:.0%} of nominal peak)" if efficiency else "")
+            + f", {calibration['step_overhead_s'] * 1000:.0f} ms fixed per step"))
+    return Group(*lines)

@@ -1,0 +1,207 @@
+"""Time: the epoch's real batches, their FLOPs, and how fast a device turns FLOPs into steps.
+
+A step's time is modelled as ``t = α + F / R``: F the batch's training FLOPs (from
+:class:`~entrena.planning.model.ModelProfile` at the batch's padded length), R the achieved
+FLOP/s and α a fixed cost per step (optimizer step, framework and launch overheads). On this
+machine a short probe (:func:`probe`) measures α and R on real batches of the data; elsewhere
+``R = peak × efficiency`` from the catalog and α is unknown (0), so small models on large GPUs
+come out optimistic — the plan says so.
+
+Evaluation runs the forward pass only, a third of the training FLOPs (forward 2N, backward 4N
+per token: Kaplan et al. 2020, "Scaling Laws for Neural Language Models", §2.1).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from entrena.planning.model import ModelProfile
+
+__all__ = ["BatchPlan", "epoch_batches", "Calibration", "probe", "FORWARD_SHARE"]
+
+FORWARD_SHARE = 1.0 / 3.0
+"""Forward FLOPs as a share of training FLOPs (2N of 6N per token; Kaplan et al. 2020)."""
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """One epoch's batches as the loader will cut them.
+
+    Attributes:
+        sizes: Samples per batch, shape (N_batches,).
+        tokens: Padded length per batch (its longest member), shape (N_batches,).
+        real_tokens: Real (unpadded) tokens in the epoch.
+        indices: Example indices of each batch (for building probe batches).
+    """
+
+    sizes: np.ndarray
+    tokens: np.ndarray
+    real_tokens: int
+    indices: list[list[int]] = field(default_factory=list, repr=False)
+
+    @property
+    def batches(self) -> int:
+        return int(len(self.sizes))
+
+    @property
+    def samples(self) -> int:
+        return int(self.sizes.sum())
+
+    @property
+    def longest(self) -> int:
+        """The longest padded length of the epoch, tokens (where memory peaks)."""
+        return int(self.tokens.max()) if len(self.tokens) else 0
+
+    @property
+    def padding_fraction(self) -> float:
+        slots = float((self.sizes * self.tokens).sum())
+        return 1.0 - self.real_tokens / slots if slots else 0.0
+
+    def flops(self, profile: ModelProfile) -> np.ndarray:
+        """Training FLOPs of each batch, shape (N_batches,)."""
+        return np.array([int(b) * profile.flops_per_sample(int(t))
+                         for b, t in zip(self.sizes, self.tokens, strict=True)], dtype=float)
+
+
+def epoch_batches(lengths: Sequence[int], batch_size: int, *, seed: int,
+                  group_by_length: bool = True, shuffle: bool = True) -> BatchPlan:
+    """The batches of the first epoch, built by the same functions the loader uses.
+
+    Args:
+        lengths: Token length of each example after truncation, shape (N,).
+        batch_size: Samples per batch.
+        seed: ``train.seed`` (the loader shuffles epoch e with ``seed + e``).
+        group_by_length: ``train.group_by_length``.
+        shuffle: Training order; ``False`` gives the evaluation order (sorted by length).
+
+    Returns:
+        The :class:`BatchPlan`.
+    """
+    from entrena.data.batching import group_by_length as grouped
+    from entrena.data.batching import random_batches, sequential_batches
+
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if not shuffle:
+        plan = sequential_batches(lengths, batch_size)
+    elif group_by_length:
+        plan = grouped(lengths, batch_size, seed)
+    else:
+        plan = random_batches(len(lengths), batch_size, seed)
+    sizes = np.array([len(b) for b in plan], dtype=np.int64)
+    tokens = np.array([int(lengths[b].max()) if len(b) else 0 for b in plan], dtype=np.int64)
+    return BatchPlan(sizes, tokens, int(lengths.sum()), plan)
+
+
+@dataclass
+class Calibration:
+    """What a short real probe measured on this machine.
+
+    Attributes:
+        device: ``cpu`` or ``cuda``.
+        precision: The precision probed.
+        flops_per_s: Achieved training FLOP/s, R.
+        step_overhead_s: Fixed seconds per step, α (≥ 0).
+        probe_s: Wall time of the whole probe, set-up included.
+        steps: Timed steps.
+        shapes: ``[batch_size, tokens, seconds]`` of each timed step.
+        peak_flops: The device's nominal peak for the precision, or ``None``.
+        base_rss_bytes: Resident memory of the process before the probe (CPU), or ``None``.
+    """
+
+    device: str
+    precision: str
+    flops_per_s: float
+    step_overhead_s: float
+    probe_s: float
+    steps: int
+    shapes: list[list[float]]
+    peak_flops: float | None = None
+    base_rss_bytes: float | None = None
+
+    def step_time_s(self, flops: np.ndarray | float) -> np.ndarray | float:
+        """Predicted seconds of steps of ``flops`` training FLOPs each."""
+        return self.step_overhead_s + np.asarray(flops) / self.flops_per_s
+
+    @property
+    def efficiency(self) -> float | None:
+        """Achieved FLOP/s over the nominal peak (MFU), when the peak is known."""
+        return self.flops_per_s / self.peak_flops if self.peak_flops else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "efficiency": self.efficiency}
+
+
+def _fit_rate(flops: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
+    """Least squares ``seconds = α + flops / R`` with α ≥ 0; returns (α, R)."""
+    if len(set(np.round(flops, -3))) >= 2:
+        slope, intercept = np.polyfit(flops, seconds, 1)
+        if slope > 0 and intercept >= 0:
+            return float(intercept), float(1.0 / slope)
+    rate = float(flops.sum() / max(seconds.sum(), 1e-12))
+    return 0.0, rate
+
+
+def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float], *,
+          device: str, precision: str, warmup: int = 1, peak_flops: float | None = None,
+          base_rss_bytes: float | None = None) -> Calibration:
+    """Time real training steps (forward, backward, AdamW step) on this machine.
+
+    The model is trained on its own optimizer and the random number generators are restored
+    afterwards: pass a copy of the model the run will train, or a fresh one.
+
+    Args:
+        model: A real ``TextClassifier`` on ``device`` (its weights change).
+        batches: Batches (``input_ids`` (B, T), ``attention_mask`` (B, T), ``labels`` (B,)),
+            each timed once after ``warmup`` untimed steps on the first.
+        flops: Training FLOPs of each batch (same order).
+        device: ``"cpu"`` or ``"cuda"``.
+        precision: Fabric precision (``bf16-mixed`` and ``16-mixed`` run under autocast).
+        warmup: Untimed steps first (kernel selection, allocator growth).
+        peak_flops: The device's nominal peak for the precision, for the efficiency figure.
+        base_rss_bytes: Resident memory measured before the probe, kept in the result.
+
+    Returns:
+        The :class:`Calibration`.
+    """
+    import torch
+
+    started = time.perf_counter()
+    dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    model.train()
+
+    def step(batch: dict[str, Any]) -> float:
+        ids = batch["input_ids"].to(device)
+        mask = batch["attention_mask"].to(device)
+        labels = batch["labels"].to(device)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        begin = time.perf_counter()
+        with torch.autocast(device_type=device, dtype=dtype, enabled=dtype is not None):
+            logits = model(ids, mask)
+        loss = torch.nn.functional.cross_entropy(logits.float(), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - begin
+
+    devices = [torch.cuda.current_device()] if device == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        for _ in range(warmup):
+            step(batches[0])
+        seconds = np.array([step(batch) for batch in batches])
+    flops_arr = np.asarray(flops, dtype=float)
+    alpha, rate = _fit_rate(flops_arr, seconds)
+    shapes = [[int(b["input_ids"].shape[0]), int(b["input_ids"].shape[1]), float(s)]
+              for b, s in zip(batches, seconds, strict=True)]
+    return Calibration(device=device, precision=precision, flops_per_s=rate,
+                       step_overhead_s=alpha, probe_s=time.perf_counter() - started,
+                       steps=len(batches), shapes=shapes, peak_flops=peak_flops,
+                       base_rss_bytes=base_rss_bytes)

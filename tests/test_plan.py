@@ -1,0 +1,122 @@
+"""``entrena plan`` and the planning step of ``entrena train``: documents, CLI, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, run_cli
+from entrena.api import plan, train
+from entrena.errors import ConfigError
+
+OPTION_KEYS = {"name", "kind", "fits", "batch_size", "precision", "peak_memory_bytes",
+               "epoch_time_s", "total_time_s", "cost_usd", "cost_usd_spot"}
+
+
+def one_line_error(result) -> str:
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def test_plan_document_has_the_keys_scripts_depend_on(tiny_config, config_file):
+    doc = plan(config_file(tiny_config)).as_dict()
+    assert set(doc) >= {"machine", "model", "options", "recommendation"}
+    assert doc["model"]["parameters"] == doc["model"]["trainable_parameters"] > 0
+    assert doc["model"]["flops_per_sample"] > 0
+    kinds = {o["kind"] for o in doc["options"]}
+    assert kinds == {"local", "cloud", "tpu"}
+    for option in doc["options"]:
+        assert OPTION_KEYS <= set(option)
+    local = doc["options"][0]
+    assert local["name"] == "local" and local["fits"] is True and local["batch_size"] == 8
+    assert local["peak_memory_bytes"] > 0 and local["precision"] == "32-true"
+    assert doc["recommendation"]["summary"]
+    json.dumps(doc)
+
+
+@pytest.mark.parametrize("example", sorted(p.parent.name for p in EXAMPLES.glob("*/config.yaml")))
+def test_every_shipped_example_config_is_planned(example, reviews_data):
+    result = plan(EXAMPLES / example / "config.yaml", local_only=True)
+    local = result.options[0]
+    assert local.fits and local.peak_memory_bytes > 0
+    assert result.document["data"]["train_rows"] > 0
+
+
+def test_hardware_selection_deadline_and_budget(tiny_config, config_file):
+    result = plan(config_file(tiny_config), hardware=["A100", "local", "aws-p3.2xlarge"],
+                  deadline="2h", budget="5usd")
+    assert [o.name for o in result.options] == ["local", "A100-40GB", "aws-p3.2xlarge"]
+    a100 = result.options[1]
+    assert a100.kind == "gpu" and a100.cost_usd is None  # an accelerator has no price
+    assert result.document["constraints"] == {"deadline_s": 7200.0, "budget_usd": 5.0,
+                                              "budget_s": None}
+
+
+def test_bad_limits_and_hardware_names_are_config_errors(tiny_config, config_file):
+    path = config_file(tiny_config)
+    with pytest.raises(ConfigError, match="invalid --deadline 'soon'"):
+        plan(path, deadline="soon")
+    with pytest.raises(ConfigError, match="a deadline is a duration"):
+        plan(path, deadline="20usd")
+    with pytest.raises(ConfigError, match="invalid --budget '20eur'"):
+        plan(path, budget="20eur")
+    with pytest.raises(ConfigError) as info:
+        plan(path, hardware=["h10", "p3.2xlarge"])
+    message = str(info.value)
+    assert "'h10' (did you mean 'H100'?)" in message
+    assert "'p3.2xlarge' (did you mean 'aws-p3.2xlarge'?)" in message
+    assert "choose from: local, aws-p3.2xlarge" in message
+
+
+def test_cli_plan_json_is_one_document(tiny_config, config_file, tmp_path):
+    result = run_cli("plan", config_file(tiny_config), "--json", "--local-only", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert [o["name"] for o in doc["options"]] == ["local"]
+    table = run_cli("plan", config_file(tiny_config), "--hardware", "T4", cwd=tmp_path)
+    assert table.returncode == 0 and table.stdout == ""
+    assert "recommendation:" in table.stderr and "T4" in table.stderr
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--hardware", "rtx4090x"], "unknown hardware 'rtx4090x' (did you mean 'RTX-4090'?)"),
+    (["--deadline", "tomorrow"], "invalid --deadline 'tomorrow'"),
+    (["--budget", "lots"], "invalid --budget 'lots'"),
+])
+def test_cli_bad_input_exits_2_with_one_line(args, expected, tiny_config, config_file, tmp_path):
+    result = run_cli("plan", config_file(tiny_config), *args, cwd=tmp_path)
+    assert result.returncode == 2
+    assert expected in one_line_error(result)
+
+
+def test_cli_catalog_file_with_a_missing_or_negative_number_exits_2(tiny_config, config_file,
+                                                                    tmp_path):
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text("offers:\n  aws-g5.xlarge:\n    usd_per_hour: -1\n"
+                       "  aws-p3.2xlarge:\n    usd_per_hour_spot:\n")
+    result = run_cli("plan", config_file(tiny_config), "--catalog", catalog, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"{catalog}: offers.aws-g5.xlarge.usd_per_hour: must not be negative" \
+        in result.stderr
+    assert "offers.aws-p3.2xlarge.usd_per_hour_spot: is missing a number" in result.stderr
+
+
+def test_train_writes_plan_json_and_plan_vs_actual(tiny_config, config_file, tmp_path):
+    config = dict(tiny_config)
+    config["train"] = {**config["train"], "max_epochs": 1}
+    result = train(config_file(config))
+    plan_doc = json.loads((Path(result.run_dir) / "plan.json").read_text())
+    local = plan_doc["options"][0]
+    assert plan_doc["calibration"]["steps"] == 4 and local["time_source"].startswith("probe")
+    comparison = result.metrics["plan_vs_actual"]
+    assert comparison["peak_memory_bytes"]["predicted"] == local["peak_memory_bytes"]
+    assert comparison["epoch_time_s"]["predicted"] == local["epoch_time_s"]
+    assert comparison["peak_memory_bytes"]["actual"] > 0
+    # One full epoch: the actual epoch time is the time in training steps.
+    assert comparison["epoch_time_s"]["actual"] == pytest.approx(
+        result.metrics["fit"]["train_time_s"])
