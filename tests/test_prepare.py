@@ -298,3 +298,22 @@ def _quiet_console():
     from rich.console import Console
 
     return Console(file=io.StringIO(), width=200)
+
+
+def test_fast_tokenizing_gives_the_ids_of_the_tokenizer_call(reviews_data):
+    import pandas as pd
+
+    from entrena.config.models import resolve_model_name
+    from entrena.data.encoding import tokenize_block
+    from entrena.tasks.text_classification import build_tokenizer
+
+    tokenizer = build_tokenizer(resolve_model_name("minilm-l6", Path("."), "model.name"))
+    texts = pd.read_csv(reviews_data / "test.csv")["review"].tolist()[:300]
+    texts += ["", "é😀 ünïcode", "word " * 1000]
+    settings = (tokenizer.backend_tokenizer.padding, tokenizer.backend_tokenizer.truncation)
+    flat, offsets = tokenize_block(texts, tokenizer, 129)
+    assert (tokenizer.backend_tokenizer.padding,
+            tokenizer.backend_tokenizer.truncation) == settings  # left as they were
+    expected = tokenizer(texts, truncation=True, max_length=129)["input_ids"]
+    assert [flat[offsets[i]:offsets[i + 1]].tolist() for i in range(len(texts))] == expected
+    assert len(expected[-1]) == 129

@@ -126,13 +126,38 @@ def tokenize_block(texts: list[str], tokenizer: Any, length_cap: int
     """
     if not texts:
         return np.zeros(0, np.int32), np.zeros(1, np.int64)
-    ids = tokenizer(texts, truncation=True, max_length=length_cap, return_attention_mask=False,
-                    return_token_type_ids=False)["input_ids"]
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        ids = _backend_ids(backend, texts, length_cap)
+    else:
+        ids = tokenizer(texts, truncation=True, max_length=length_cap,
+                        return_attention_mask=False, return_token_type_ids=False)["input_ids"]
     offsets = np.zeros(len(ids) + 1, dtype=np.int64)
     np.cumsum(np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids)),
               out=offsets[1:])
     flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(offsets[-1]))
     return flat, offsets
+
+
+def _backend_ids(backend: Any, texts: list[str], length_cap: int) -> list[list[int]]:
+    """Ids straight from the Rust tokenizer: what ``tokenizer(texts, truncation=True,
+    max_length=length_cap)`` returns, about twice as fast (no offsets, no Python wrappers).
+    The backend's truncation and padding settings are restored afterwards."""
+    truncation, padding = backend.truncation, backend.padding
+    backend.enable_truncation(length_cap)
+    backend.no_padding()
+    try:
+        encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
+        return [e.ids for e in encode(texts, add_special_tokens=True)]
+    finally:
+        if truncation is None:
+            backend.no_truncation()
+        else:
+            backend.enable_truncation(**truncation)
+        if padding is not None:
+            backend.enable_padding(**{k: v for k, v in padding.items()
+                                      if k in ("direction", "pad_id", "pad_type_id",
+                                               "pad_token", "length", "pad_to_multiple_of")})
 
 
 def _id_lists(flat: np.ndarray, offsets: np.ndarray) -> pa.Array:
