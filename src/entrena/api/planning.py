@@ -115,7 +115,7 @@ def _profile_cache_key(cfg: Config, sources: dict[str, str], num_labels: int, to
         shape = config_file.read_text(encoding="utf-8")
     versions = [importlib.metadata.version(d) for d in ("torch", "transformers")]
     blob = json.dumps([shape, len(tokenizer), tokenizer.pad_token_id, num_labels,
-                       cfg.model.pooling, max_length, versions, 2], sort_keys=True)
+                       cfg.model.pooling, max_length, versions, 3], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 

@@ -42,7 +42,7 @@ _ACCELERATOR_KEYS = {"kind", "aliases", "match", "note", "memory_gib", "bandwidt
 _OFFER_KEYS = {"provider", "instance", "accelerator", "count", "region", "usd_per_hour",
                "usd_per_hour_spot", "host_included", "note"}
 _TOP_KEYS = {"sources", "accelerators", "offers", "efficiency", "local_usd_per_hour"}
-_EFFICIENCY_KEYS = {"cpu_fp32", "gpu_fp32", "gpu_mixed", "tpu_bf16"}
+_EFFICIENCY_KEYS = {"cpu_fp32", "gpu_fp32", "gpu_mixed", "tpu_bf16", "gpu_seconds_per_op"}
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,8 @@ class Catalog:
         accelerators: By name.
         offers: By name.
         efficiency: MFU assumed without a probe: ``cpu_fp32``, ``gpu_fp32``, ``gpu_mixed``,
-            ``tpu_bf16`` (:class:`Number` or ``None``).
+            ``tpu_bf16``; and ``gpu_seconds_per_op``, the fixed cost of one operator on a GPU
+            in eager mode (:class:`Number` or ``None``).
         local_usd_per_hour: This machine's own hourly cost, or ``None`` (free).
         files: The files merged, shipped one first.
     """
@@ -487,7 +488,7 @@ def load_catalog(user_file: str | Path | None = None, *,
         number = _number(raw_efficiency.get(name), f"efficiency.{name}",
                          errors if from_user else shipped_errors, sources,
                          files[-1] if from_user else None, required=False)
-        if number is not None and number.value > 1:
+        if number is not None and number.value > 1 and not name.endswith("_per_op"):
             errors.add(f"efficiency.{name}", f"is a fraction of the peak (0 to 1), got "
                                              f"{number.value}")
         efficiency[name] = number

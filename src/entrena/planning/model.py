@@ -40,7 +40,10 @@ class ModelProfile:
         flops_constant: Training FLOPs per sample that do not depend on the length, a0.
         flops_linear: Training FLOPs (forward + backward) per sample per token, a1.
         flops_quadratic: Training FLOPs per sample per token², a2 (attention).
-        saved_constant: Bytes saved per sample whatever the length, b0.
+        saved_constant: Bytes saved per batch whatever the length, b0.
+        ops_per_step: ATen operators a forward + backward pass dispatches, views excluded
+            (each launches at least one kernel on a GPU: the per-step launch cost scales
+            with it).
         saved_linear: Bytes autograd saves per sample per token on this CPU (fp32), b1.
         saved_quadratic: Bytes saved per sample per token², b2 (attention probabilities).
         profile_s: Seconds spent building and measuring on the meta device.
@@ -60,6 +63,7 @@ class ModelProfile:
     saved_quadratic: float
     flops_constant: float = 0.0
     saved_constant: float = 0.0
+    ops_per_step: int = 0
     profile_s: float = 0.0
 
     def flops_per_sample(self, tokens: float) -> float:
@@ -117,8 +121,29 @@ def meta_classifier(*, num_labels: int, pretrained: str | None,
     return model.train()
 
 
-def _measure(model: Any, tokens: int) -> tuple[float, float]:
-    """(training FLOPs, saved bytes) of one sample of ``tokens`` tokens on the meta device."""
+def _op_counter() -> Any:
+    """A dispatch mode counting the ATen operators that compute (views and metadata excluded)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class OpCounter(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            if not func.is_view and "detach" not in func.__name__:
+                self.count += 1
+            return func(*args, **(kwargs or {}))
+
+    return OpCounter()
+
+
+def _measure(model: Any, tokens: int, ops: Any = None) -> tuple[float, float]:
+    """(training FLOPs, saved bytes) of one sample of ``tokens`` tokens on the meta device;
+    ``ops``, an :func:`_op_counter`, counts the operators too."""
+    import contextlib
+
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -133,7 +158,7 @@ def _measure(model: Any, tokens: int) -> tuple[float, float]:
 
     ids = torch.zeros(1, tokens, dtype=torch.long, device="meta")
     counter = FlopCounterMode(display=False)
-    with counter:
+    with counter, (ops if ops is not None else contextlib.nullcontext()):
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
             hidden = model.encoder(input_ids=ids).last_hidden_state  # (1, T, H)
             pooled = hidden.mean(1) if model.pooling == "mean" else hidden[:, 0]
@@ -175,7 +200,8 @@ def profile_model(model: Any, max_length: int) -> ModelProfile:
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     long = max(16, int(max_length))
     lengths = (long // 4, long // 2, long)
-    measured = [(t, *_measure(model, t)) for t in lengths]
+    ops = _op_counter()
+    measured = [(t, *_measure(model, t, ops if t == long else None)) for t in lengths]
     a0, a1, a2 = _fit([(t, f) for t, f, _ in measured])
     b0, b1, b2 = _fit([(t, s) for t, _, s in measured])
     return ModelProfile(
@@ -188,5 +214,5 @@ def profile_model(model: Any, max_length: int) -> ModelProfile:
         intermediate_size=int(getattr(config, "intermediate_size", 0) or 0),
         vocab_size=int(getattr(config, "vocab_size", 0) or 0),
         flops_linear=a1, flops_quadratic=a2, saved_linear=b1, saved_quadratic=b2,
-        flops_constant=a0, saved_constant=b0,
+        flops_constant=a0, saved_constant=b0, ops_per_step=ops.count,
         profile_s=time.perf_counter() - started)

@@ -276,12 +276,17 @@ def catalog_option(entry: Offer | Accelerator, catalog: Catalog, profile: ModelP
                                                    else "gpu_mixed")
     efficiency = catalog.efficiency.get(eff_key) or (
         catalog.efficiency.get("gpu_mixed") if device == "tpu" else None)
+    per_op = catalog.efficiency.get("gpu_seconds_per_op") if device == "cuda" else None
     if peak and efficiency:
         rate = peak * efficiency.value * used
-        option.epoch_time_s, option.total_time_s = _times(shape, profile, rate, 0.0)
+        overhead = per_op.value * profile.ops_per_step if per_op else 0.0
+        option.epoch_time_s, option.total_time_s = _times(shape, profile, rate, overhead)
         option.time_source = (f"catalog peak {peak / 1e12:g} TFLOP/s x efficiency "
-                              f"{efficiency.value:g} x {used} device(s); per-step overheads "
-                              "not modelled")
+                              f"{efficiency.value:g} x {used} device(s)"
+                              + (f" + {overhead * 1000:.1f} ms per step ({profile.ops_per_step} "
+                                 f"operators)" if per_op else
+                                 "; per-step overheads not modelled (a lower bound for small "
+                                 "models)"))
     else:
         notes.append(f"time unknown: no {PRECISION_DTYPE.get(precision, 'fp32')} peak or "
                      "efficiency for it in the catalog")

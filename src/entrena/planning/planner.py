@@ -85,7 +85,8 @@ def make_plan(*, profile: ModelProfile, shape: RunShape, machine: Machine, catal
         budget: A USD or time limit.
 
     Returns:
-        ``(options, recommendation)``; this machine comes first.
+        ``(options, recommendation)``; this machine first, then by on-demand cost (unpriced
+        last).
     """
     local = local_option(machine, catalog, profile, shape, calibration=calibration,
                          base_rss_bytes=base_rss_bytes, weights_in_base=weights_in_base)
@@ -97,7 +98,7 @@ def make_plan(*, profile: ModelProfile, shape: RunShape, machine: Machine, catal
         entries = list(selection)
     options = [local if entry == LOCAL else catalog_option(entry, catalog, profile, shape)
                for entry in entries if entry == LOCAL or not isinstance(entry, str)]
-    options.sort(key=lambda o: o.kind != "local")
+    options.sort(key=lambda o: (o.kind != "local", o.cost_usd is None, o.cost_usd or 0.0))
     return options, recommend(options, deadline_s=deadline_s, budget=budget)
 
 

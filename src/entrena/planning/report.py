@@ -13,6 +13,25 @@ def _time(seconds: float | None) -> str:
     return format_duration(seconds) if seconds is not None else "?"
 
 
+def _flags(option: dict[str, Any]) -> list[str]:
+    """Short markers for the table; the full notes are in the JSON document."""
+    flags = ["oversized"] if option["oversized"] else []
+    for note in option["notes"]:
+        if note.startswith("uses ") and " of " in note:
+            flags.append(note.split(" (")[0].removeprefix("uses ") + " used")
+        elif "host VM" in note:
+            flags.append("+host VM")
+        elif "no native bf16" in note:
+            flags.append("no bf16")
+        elif note.startswith("time unknown"):
+            flags.append("time ?")
+    if option["time_source"] and option["time_source"].startswith("probe"):
+        flags.append("measured")
+    elif option["time_source"] and "lower bound" in option["time_source"]:
+        flags.append("time >=")
+    return list(dict.fromkeys(flags))
+
+
 def render_plan(doc: dict[str, Any]) -> Any:
     """A Rich renderable of a plan document (:func:`~entrena.planning.planner.plan_document`)."""
     from rich.console import Group
@@ -29,26 +48,21 @@ def render_plan(doc: dict[str, Any]) -> Any:
         f"max_length {data['max_length']}, {data['batches_per_epoch']} batches/epoch of "
         f"{run['batch_size']}, {data['padding_fraction']:.1%} padding; "
         f"{run['epochs']:g} epoch(s) planned")
-    table = Table(title="options", show_header=True)
-    for column, justify in (("option", "left"), ("fits: peak / memory", "right"),
-                            ("max batch", "right"), ("precision", "left"),
-                            ("epoch", "right"), ("total", "right"),
-                            ("cost (spot)", "right"), ("notes", "left")):
+    table = Table(title="options (this machine first, then by cost)", show_header=True)
+    for column, justify in (("option", "left"), ("fits", "left"), ("peak / memory", "right"),
+                            ("max batch", "right"), ("epoch", "right"), ("total", "right"),
+                            ("cost", "right"), ("spot", "right"), ("flags", "left")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for option in doc["options"]:
         fits = {True: "yes", False: "NO", None: "?"}[option["fits"]]
         peak = format_bytes(option["peak_memory_bytes"]) if option["peak_memory_bytes"] else "?"
         capacity = (format_bytes(option["memory_capacity_bytes"])
                     if option["memory_capacity_bytes"] else "?")
-        cost = format_usd(option["cost_usd"])
-        if option["cost_usd_spot"] is not None:
-            cost += f" ({format_usd(option['cost_usd_spot'])})"
-        flags = (["oversized"] if option["oversized"] else []) + \
-            [n for n in option["notes"] if not n.startswith("oversized")][:1]
-        table.add_row(option["name"], f"{fits}: {peak} / {capacity}",
+        table.add_row(option["name"], fits, f"{peak} / {capacity}",
                       str(option["max_batch_size"]) if option["max_batch_size"] is not None
-                      else "?", option["precision"], _time(option["epoch_time_s"]),
-                      _time(option["total_time_s"]), cost, "; ".join(flags))
+                      else "?", _time(option["epoch_time_s"]), _time(option["total_time_s"]),
+                      format_usd(option["cost_usd"]), format_usd(option["cost_usd_spot"]),
+                      ", ".join(_flags(option)))
     rec = doc["recommendation"]
     lines = [head, table, Text(f"recommendation: {rec['summary']}")]
     lines.extend(Text(f"  - {reason}") for reason in rec["reasons"])
