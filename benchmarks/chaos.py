@@ -6,9 +6,11 @@ Usage: .venv/bin/python benchmarks/chaos.py [--kills 20] [--signals 5] [--seed 0
 
 1. An uninterrupted reference run.
 2. One run of the same config, disrupted ``--kills`` times with SIGKILL and ``--signals``
-   times with SIGTERM, in a seeded random order, restarted after each. A SIGKILL lands at a
-   random moment of the fit, or (every third one) the moment a checkpoint's temporary file
-   appears, i.e. in the middle of a checkpoint write.
+   times with SIGTERM, in a seeded random order, restarted after each. The disruptions aim at
+   random steps spread over the whole run, in increasing order (each process is watched
+   through its per-step records in events.jsonl); a SIGKILL lands up to two steps' time after
+   its target step, or (every third one) the moment a checkpoint's temporary file appears
+   after it, i.e. in the middle of a checkpoint write.
 3. After each disruption: every complete checkpoint must verify (its SHA-256 and size match
    its marker) and load with ``torch.load``; the restart must say ``resuming from step S``
    with S the newest complete checkpoint's step (or start over when there is none). After a
@@ -17,8 +19,9 @@ Usage: .venv/bin/python benchmarks/chaos.py [--kills 20] [--signals 5] [--seed 0
    for byte.
 
 Both runs use ``--set train.deterministic=true train.num_threads=1 tracking.enabled=false
-train.checkpoint.every_steps=5`` (MLflow is off to keep restarts short; exactness on CPU needs
-the same thread count). Exit status 0 when every check passed, 1 otherwise.
+train.checkpoint.every_steps=5 train.log_every_steps=1`` (MLflow is off to keep restarts
+short; exactness on CPU needs the same thread count; the last two only change how often
+files are written, not the weights). Exit status 0 when every check passed, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from _report import ROOT, machine, today, write_section  # noqa: E402
 
 CONFIG = ROOT / "examples" / "tiny" / "config.yaml"
 SETTINGS = ["train.deterministic=true", "train.num_threads=1", "tracking.enabled=false",
-            "train.checkpoint.every_steps=5"]
+            "train.checkpoint.every_steps=5", "train.log_every_steps=1"]
 RESUMING = re.compile(r"^resuming from step (\d+), epoch (\d+); (.+) of training lost$", re.M)
 SAVED = re.compile(r"saved checkpoint at step (\d+) \((SIG\w+)\), ([\d.]+)s after the signal")
 
@@ -72,6 +75,24 @@ def fit_starts(run_dir: Path) -> list[float]:
         if record.get("type") == "fit_start":
             starts.append(record["time"])
     return starts
+
+
+def step_records(run_dir: Path) -> list[tuple[float, int]]:
+    """(time, step) of every ``step`` record in events.jsonl."""
+    try:
+        lines = (run_dir / "events.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        if '"type": "step"' not in line:
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut by SIGKILL
+        found.append((record["time"], record["step"]))
+    return found
 
 
 def writing(checkpoints: Path) -> bool:
@@ -125,6 +146,21 @@ class Process:
             time.sleep(0.01)
         raise TimeoutError("the fit did not start")
 
+    def last_step(self) -> int:
+        """The highest step this process logged (``train.log_every_steps=1``)."""
+        steps = [step for t, step in step_records(self.run_dir) if t >= self.launched]
+        return max(steps, default=-1)
+
+    def wait_for_step(self, target: float, timeout: float = 600) -> bool:
+        """Wait until this process logged a step >= ``target`` (False: it exited first)."""
+        while time.monotonic() - self.started < timeout:
+            if self.last_step() >= target:
+                return True
+            if self.popen.poll() is not None:
+                return False
+            time.sleep(0.002)
+        raise TimeoutError(f"step {target} was not reached")
+
     def finish(self) -> tuple[int, str]:
         code = self.popen.wait()
         self.handle.close()
@@ -155,9 +191,12 @@ def run_chaos(kills: int, signals: int, seed: int, work: Path) -> dict:
     print(f"reference: {total_steps} steps, fit {fit_s:.1f}s", file=sys.stderr)
     plan = ["kill"] * kills + ["term"] * signals
     rng.shuffle(plan)
+    # Where each disruption lands: steps spread over the whole run, in order, so that kills
+    # meet every phase (mid-epoch, evaluations, epoch ends, checkpoint writes).
+    targets = sorted(rng.uniform(0.03, 0.97) * total_steps for _ in plan)
+    step_s = fit_s / total_steps
     run_dir = work / "runs" / "chaos"
     checkpoints = run_dir / "checkpoints"
-    span = 1.2 * fit_s / max(1, len(plan))  # mean progress per disruption: about half of it
     records: list[dict] = []
     failures: list[str] = []
     expected_resume: int | None = None
@@ -168,23 +207,28 @@ def run_chaos(kills: int, signals: int, seed: int, work: Path) -> dict:
         began = process.wait_for_fit()
         record["start_to_fit_s"] = began
         mode = ""
-        if kind == "kill" and began is not None:
-            kill_count += 1
-            mode = "write" if kill_count % 3 == 0 else "random"
-            if mode == "write":  # wait for a checkpoint write to begin, then kill at once
-                deadline = time.monotonic() + 4 * fit_s
-                while not writing(checkpoints) and time.monotonic() < deadline:
-                    if process.popen.poll() is not None:
-                        break
-                    time.sleep(0.0005)
+        if kind != "finish" and began is not None:
+            record["target_step"] = round(targets[index], 1)
+            reached = process.wait_for_step(targets[index])
+            if kind == "kill":
+                kill_count += 1
+                mode = "write" if kill_count % 3 == 0 else "random"
+                if mode == "write":  # wait for a checkpoint write to begin, then kill at once
+                    deadline = time.monotonic() + 4 * fit_s
+                    while not writing(checkpoints) and time.monotonic() < deadline:
+                        if process.popen.poll() is not None:
+                            break
+                        time.sleep(0.0005)
+                elif reached:
+                    time.sleep(rng.uniform(0, 2 * step_s))
+                record["during_write"] = writing(checkpoints)
+                record["killed_after_step"] = process.last_step()
+                process.popen.send_signal(signal.SIGKILL)
             else:
-                time.sleep(rng.uniform(0, span))
-            record["during_write"] = writing(checkpoints)
-            process.popen.send_signal(signal.SIGKILL)
-        elif kind == "term" and began is not None:
-            time.sleep(rng.uniform(0, span))
-            record["signal_sent"] = time.monotonic()
-            process.popen.send_signal(signal.SIGTERM)
+                if reached:
+                    time.sleep(rng.uniform(0, 2 * step_s))
+                record["signal_sent"] = time.monotonic()
+                process.popen.send_signal(signal.SIGTERM)
         code, stderr = process.finish()
         if "signal_sent" in record:
             record["signal_to_exit_s"] = time.monotonic() - record.pop("signal_sent")
@@ -221,7 +265,8 @@ def run_chaos(kills: int, signals: int, seed: int, work: Path) -> dict:
             record["note"] = "finished before the disruption"
         expected_resume = newest
         records.append(record)
-        print(f"  {index:2d} {kind:6s} {mode:6s} exit {code:4d} resumed from "
+        print(f"  {index:2d} {kind:6s} {mode:6s} target {record.get('target_step', '-')!s:>5s} "
+              f"exit {code:4d} resumed from "
               f"{record['resumed_from']!s:>4s} newest {newest!s:>4s}"
               f"{' (during a write)' if record.get('during_write') else ''}", file=sys.stderr)
         if code == 0:
@@ -231,6 +276,7 @@ def run_chaos(kills: int, signals: int, seed: int, work: Path) -> dict:
         failures.append("the final model files differ from the uninterrupted run's")
     return {"records": records, "failures": failures, "identical": same,
             "reference_fit_s": fit_s, "total_steps": total_steps,
+            "steps_per_epoch": total_steps // ref_metrics["fit"]["epochs"],
             "kills": sum(r["kind"] == "kill" and r["exit_code"] == -9 for r in records),
             "signals": sum("signal_to_saved_s" in r for r in records)}
 
@@ -252,6 +298,9 @@ def summary_markdown(result: dict, args: argparse.Namespace) -> str:
                 f"{fmt.format(min(values))}–{fmt.format(max(values))})")
 
     restarts = len(records) - 1
+    landed = ", ".join(str(r["killed_after_step"]) for r in killed)
+    epochs = (f"of {result['total_steps']}; epochs end at multiples of "
+              f"{result['steps_per_epoch']}")
     unreadable = sum(r["unreadable"] for r in records)
     identical = "yes" if result["identical"] else "NO"
     verdict = "passed" if not result["failures"] else "FAILED: " + "; ".join(result["failures"])
@@ -267,6 +316,7 @@ def summary_markdown(result: dict, args: argparse.Namespace) -> str:
 | figure | value |
 |---|---|
 | SIGKILLs / of them while a checkpoint was being written | {len(killed)} / {during_write} |
+| steps the SIGKILLs landed after ({epochs}) | {landed} |
 | SIGTERMs (exit 143 with a checkpoint of the step reported) | {len(saved)} |
 | restarts that resumed from the newest complete checkpoint | {len(resumed)} of {restarts} |
 | restarts with nothing to resume (killed before the first checkpoint) | {fresh} |

@@ -315,3 +315,23 @@ def test_a_resumed_run_continues_the_same_mlflow_run(make_config, tmp_path):
     runs = client.search_runs([experiment.experiment_id])
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     assert runs[0].data.metrics["fit.resumes"] == 1
+
+
+def test_tracking_server_down_training_goes_on_and_events_keep_the_numbers(make_config,
+                                                                           tmp_path, caplog):
+    import socket
+    import time
+
+    with socket.socket() as probe:  # a port nothing listens on: connections are refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = make_config(**{"tracking.enabled": True, "tracking.uri": f"http://127.0.0.1:{port}"})
+    started = time.perf_counter()
+    result = entrena.train(config, run_dir=tmp_path / "run", console=quiet())
+    assert time.perf_counter() - started < 60  # MLflow's default retries took 255 s
+    assert result.metrics["fit"]["steps"] == 20
+    assert caplog.text.count("MLflow tracking off") == 1 and "training goes on" in caplog.text
+    events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text()
+              .splitlines()]
+    assert [e["step"] for e in events if e["type"] == "eval"] == [10, 20]
+    assert [e["step"] for e in events if e["type"] == "step"] == [10, 20]
