@@ -163,3 +163,14 @@ def test_unknown_keys_and_bad_files_are_errors(tmp_path):
         load_catalog(bad, env={})
     with pytest.raises(ConfigError, match="efficiency.gpu_mixed: is a fraction"):
         load_catalog(write(tmp_path, "efficiency:\n  gpu_mixed: 3\n"), env={})
+
+
+def test_the_readme_catalog_example_is_valid(tmp_path):
+    text = (ROOT / "README.md").read_text()
+    after = text[text.index("**The hardware catalog**"):]
+    block = after[after.index("```yaml\n") + 8:]
+    block = block[:block.index("```")]
+    catalog = load_catalog(write(tmp_path, block), env={})
+    assert catalog.offers["lab-box"].count == 2
+    assert catalog.offers["aws-g5.xlarge"].usd_per_hour == 0.95
+    assert catalog.local_usd_per_hour.value == 0.05
