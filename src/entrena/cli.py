@@ -465,12 +465,33 @@ def plan(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
          catalog: Annotated[Path | None, typer.Option(
              "--catalog", help="A catalog file merged over the shipped one (default: "
              "$ENTRENA_CATALOG).", show_default=False)] = None,
+         llm: Annotated[bool, typer.Option(
+             "--llm", help="CONFIG is a language model: a Hugging Face config.json (or its "
+             "folder) or a known name (llama-3-8b, llama-3-70b, mistral-7b, qwen2.5-7b).")
+                        ] = False,
+         for_: Annotated[str, typer.Option(
+             "--for", help="--llm: inference, lora, qlora or full.")] = "inference",
+         context: Annotated[int, typer.Option("--context", help="--llm: tokens per "
+                                              "sequence.")] = 4096,
+         batch_size: Annotated[int, typer.Option("--batch-size", help="--llm: sequences at "
+                                                 "once.")] = 1,
+         quantization: Annotated[str, typer.Option(
+             "--quantization", help="--llm: weights as fp16, int8 or int4.")] = "fp16",
+         lora_rank: Annotated[int, typer.Option("--lora-rank", help="--llm: adapter "
+                                                "rank.")] = 16,
          json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     """Plan CONFIG: parameters, FLOPs, memory, time and cost on this machine and on catalog
-    hardware (cloud GPUs, TPUs), and a recommendation."""
+    hardware (cloud GPUs, TPUs), and a recommendation. With --llm: a language model's memory
+    (weights, KV cache, adapters, optimizer, activations) and the hardware that holds it."""
     _setup_logging(verbose)
 
     def call() -> Any:
+        if llm:
+            from entrena.api import plan_llm
+
+            return plan_llm(str(config), mode=for_, context=context, batch_size=batch_size,
+                            quantization=quantization, lora_rank=lora_rank, hardware=hardware,
+                            catalog=catalog)
         from entrena.api import plan as plan_fn
 
         return plan_fn(config, run_dir=run_dir, overrides=set_ or [], deadline=deadline,

@@ -2,11 +2,12 @@
 
 from entrena.api.doctoring import DoctorReport, doctor
 from entrena.api.exporting import ExportResult, ParityFailed, export
+from entrena.api.llm_planning import LlmPlanResult, plan_llm
 from entrena.api.planning import PlanResult, plan
 from entrena.api.predicting import PredictResult, predict
 from entrena.api.preparing import DataCheckFailed, PrepareResult, prepare
 from entrena.api.training import TrainResult, train
 
-__all__ = ["DoctorReport", "doctor", "PlanResult", "plan",
+__all__ = ["DoctorReport", "doctor", "PlanResult", "plan", "LlmPlanResult", "plan_llm",
            "DataCheckFailed", "ExportResult", "ParityFailed", "PredictResult", "PrepareResult",
            "TrainResult", "export", "predict", "prepare", "train"]

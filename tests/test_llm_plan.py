@@ -1,0 +1,79 @@
+"""``entrena plan --llm``: parameters, KV cache, adapters and which hardware holds a model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_cli
+
+from entrena.api import plan_llm
+from entrena.errors import ConfigError
+from entrena.planning.llm import llm_memory, load_llm_shape
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize(("name", "billions"), [("llama-3-8b", 8.03), ("llama-3-70b", 70.6),
+                                                ("mistral-7b", 7.24), ("qwen2.5-7b", 7.61)])
+def test_shipped_shapes_give_the_published_parameter_counts(name, billions):
+    assert load_llm_shape(name).parameters / 1e9 == pytest.approx(billions, rel=0.01)
+
+
+def test_kv_cache_honours_grouped_query_attention():
+    shape = load_llm_shape("llama-3-8b")  # 32 layers, 8 KV heads of 128
+    memory = llm_memory(shape, mode="inference", context=4096, batch_size=1)
+    assert memory.kv_cache_bytes == 2 * 4096 * 32 * 8 * 128 * 2  # exactly 0.5 GiB
+    double = llm_memory(shape, mode="inference", context=8192, batch_size=2)
+    assert double.kv_cache_bytes == 4 * memory.kv_cache_bytes
+
+
+def test_quantisation_and_adapters_shrink_memory_in_order():
+    shape = load_llm_shape("llama-3-8b")
+    fp16, int8, int4 = (llm_memory(shape, quantization=q).weights_bytes
+                        for q in ("fp16", "int8", "int4"))
+    assert fp16 == pytest.approx(2 * shape.parameters)
+    assert fp16 > int8 > int4
+    full, lora, qlora = (llm_memory(shape, mode=m, context=1024) for m in ("full", "lora",
+                                                                         "qlora"))
+    assert full.adapter_and_optimizer_bytes == 16 * shape.parameters
+    assert full.total_bytes > lora.total_bytes > qlora.total_bytes
+    assert lora.trainable_parameters == shape.lora_parameters(16) < shape.parameters / 100
+
+
+def test_a_config_json_path_works_and_missing_fields_are_named(tmp_path):
+    config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "vocab_size": 1000}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    shape = load_llm_shape(tmp_path)  # the folder
+    assert shape.kv_heads == 2 and shape.head_dim == 16 and shape.gated_mlp
+    del config["vocab_size"], config["intermediate_size"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match="lacks intermediate_size, vocab_size"):
+        load_llm_shape(tmp_path / "config.json")
+    with pytest.raises(ConfigError, match="did you mean 'llama-3-8b'"):
+        load_llm_shape("llama-3-9b")
+
+
+def test_plan_llm_lists_hardware_that_holds_the_model():
+    doc = plan_llm("llama-3-70b", mode="inference", quantization="fp16").as_dict()
+    assert doc["memory"]["total_bytes"] > 130 * GIB
+    by_name = {o["name"]: o for o in doc["options"]}
+    assert by_name["T4"]["fits"] is False
+    assert by_name["aws-p4de.24xlarge"]["fits"] is True  # 8 x 80 GB
+    assert by_name["aws-p4de.24xlarge"]["devices_needed"] == 2
+    assert doc["recommendation"]["option"] is not None
+    only = plan_llm("mistral-7b", hardware=["T4", "aws-g5.xlarge"]).as_dict()
+    assert [o["name"] for o in only["options"]] == ["aws-g5.xlarge", "T4"]
+
+
+def test_cli_llm_json_and_bad_input(tmp_path):
+    result = run_cli("plan", "--llm", "qwen2.5-7b", "--for", "lora", "--context", "1024",
+                     "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["workload"] == {"mode": "lora", "context": 1024, "batch_size": 1,
+                               "quantization": "fp16", "lora_rank": 16}
+    bad = run_cli("plan", "--llm", "llama-3-8b", "--for", "pretrain", cwd=tmp_path)
+    assert bad.returncode == 2 and "'pretrain' is not one of inference, lora" in bad.stderr
