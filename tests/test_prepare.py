@@ -317,3 +317,12 @@ def test_fast_tokenizing_gives_the_ids_of_the_tokenizer_call(reviews_data):
     expected = tokenizer(texts, truncation=True, max_length=129)["input_ids"]
     assert [flat[offsets[i]:offsets[i + 1]].tolist() for i in range(len(texts))] == expected
     assert len(expected[-1]) == 129
+
+
+def test_a_test_file_left_empty_by_dropped_labels_is_refused(tiny_data, tmp_path):
+    test = write_csv(tmp_path / "odd.csv", [("meh", "neutral"), ("so so", "neutral")])
+    with pytest.raises(DataError) as info:
+        splits(tiny_data["train"], test=str(test), on_unseen_labels="drop")
+    assert str(info.value) == (f"{test}: no test rows are left once the data checks have run "
+                               "(rows removed: 2 unseen_labels); keep them (data.checks.*, "
+                               "data.on_unseen_labels) or add rows")

@@ -161,6 +161,8 @@ class EntryWriter:
                 block_texts = (texts.array.slice(start, stop - start)
                                if isinstance(texts, TextColumn)
                                else pa.array(list(texts[start:stop]), type=pa.large_string()))
+                if isinstance(block_texts, pa.ChunkedArray):
+                    block_texts = block_texts.combine_chunks()
                 flat, offsets = tokenize_block(block_texts.to_pylist(), tokenizer, length_cap)
                 yield {"row": split.row_ids[start:stop], "label": split.labels[start:stop],
                        "text": block_texts, "flat": flat, "offsets": offsets}

@@ -327,6 +327,11 @@ def load_splits(*, train: str, validation: str | None, test: str | None, text_co
     for role, r in rows.items():
         r.keep(np.isin(r.index, _subsample(r.index, r.labels, limits[role], seed)),
                "subsampled")
+    for role, r in rows.items():
+        if len(r.index) == 0:
+            raise DataError(f"{specs[role] or train}: no {role} rows are left once the data "
+                            f"checks have run (rows removed: {_removed_text(r.removed)}); "
+                            "keep them (data.checks.*, data.on_unseen_labels) or add rows")
     ratio = hy.imbalance_ratio(np.bincount(t.labels[t.index], minlength=k))
     checks_out.append(hy.check_record(
         "imbalance", round(ratio or 0.0, 4), policy.imbalance,
@@ -449,6 +454,10 @@ def _leakage(rows: dict[str, _Rows], policy: hy.CheckPolicy, *, against: tuple[s
         "leakage", total, policy.leakage,
         f"{_n(total, 'training row')} also {_verb(total, 'occur')} (normalised) in validation or test (rows "
         f"{format_rows(t.examples['leaked_rows'])}); rows with a copy in training: {seen_in}")
+
+
+def _removed_text(removed: dict[str, int]) -> str:
+    return ", ".join(f"{n} {reason}" for reason, n in removed.items() if n) or "none"
 
 
 def _n(count: int, noun: str) -> str:
