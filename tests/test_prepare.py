@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import EXAMPLES, build_config, review_rows, run_cli, write_csv
 
 import entrena
+from conftest import EXAMPLES, build_config, review_rows, run_cli, write_csv
 from entrena.api import DataCheckFailed
 from entrena.data.hygiene import normalise, repeats, text_keys
 from entrena.data.tables import load_splits, stratified_group_split

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import build_config, review_rows, run_cli, write_csv
 
+from conftest import build_config, review_rows, run_cli, write_csv
 from entrena.data.sources import open_source, read_table
 from entrena.data.tables import load_splits
 from entrena.errors import DataError
@@ -64,7 +64,7 @@ def test_latin1_without_windows_punctuation_is_latin1(tmp_path):
 
 def test_undecodable_byte_names_file_offset_and_line(tmp_path):
     path = tmp_path / "train.csv"
-    path.write_bytes("text,label\ncafé ok,good\nbad \xff byte,bad\n".encode("utf-8")
+    path.write_bytes("text,label\ncafé ok,good\nbad \xff byte,bad\n".encode()
                      .replace(b"\xc3\xbf", b"\xff"))
     offset = path.read_bytes().index(b"\xff")
     message = data_error(path)

@@ -37,8 +37,9 @@ from entrena.data.hygiene import CheckPolicy, check_record, truncated_fraction
 from entrena.data.tables import LabelledSplits, load_splits, open_sources
 from entrena.errors import CheckFailed, ConfigError
 
-__all__ = ["DataCheckFailed", "PrepareResult", "PreparedData", "prepare", "prepare_data", "resolve_run_dir",
-           "resolve_model_sources", "report_table", "check_failure", "write_report"]
+__all__ = ["DataCheckFailed", "PrepareResult", "PreparedData", "prepare", "prepare_data",
+           "resolve_run_dir", "resolve_model_sources", "report_table", "check_failure",
+           "write_report"]
 
 log = logging.getLogger("entrena")
 

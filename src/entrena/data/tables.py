@@ -28,16 +28,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from entrena.data import checks as ck
 from entrena.data import hygiene as hy
-from entrena.data.reading import RawSplit, empty_values, format_rows, read_split
+from entrena.data.reading import empty_values, read_split
 from entrena.data.sources import SourceFile, open_source
 from entrena.errors import DataError
 
 __all__ = ["Split", "LabelledSplits", "TextColumn", "load_splits", "open_sources",
            "stratified_split", "stratified_group_split", "empty_values"]
 
-ROLES = ("train", "validation", "test")
-EXAMPLE_ROWS = 10
+ROLES = ck.ROLES
 
 
 class TextColumn(Sequence[str]):
@@ -209,30 +209,6 @@ def _subsample(index: np.ndarray, labels: np.ndarray, limit: int | None, seed: i
     return np.sort(kept)
 
 
-class _Rows:
-    """One split's rows while checks run: positions into its :class:`RawSplit`, labels, keys,
-    and why rows went."""
-
-    def __init__(self, role: str, raw: RawSplit, labels: np.ndarray, exact: np.ndarray,
-                 normal: np.ndarray):
-        self.role = role
-        self.raw = raw
-        self.index = np.arange(len(labels))
-        self.labels, self.exact, self.normal = labels, exact, normal
-        self.removed: dict[str, int] = {"empty_text": len(raw.empty_text),
-                                        "empty_label": len(raw.empty_label)}
-        self.counts: dict[str, Any] = {}
-        self.examples: dict[str, list[int]] = {}
-
-    def keep(self, mask: np.ndarray, reason: str) -> None:
-        """Keep the current rows where ``mask`` holds; count the others under ``reason``."""
-        self.removed[reason] = self.removed.get(reason, 0) + int(np.sum(~mask))
-        self.index = self.index[mask]
-
-    def rows(self) -> np.ndarray:
-        return self.raw.rows[self.index]
-
-
 def load_splits(*, train: str, validation: str | None, test: str | None, text_column: str,
                 label_column: str, validation_fraction: float, max_train_samples: int | None,
                 max_eval_samples: int | None, on_bad_rows: str, seed: int,
@@ -284,30 +260,30 @@ def load_splits(*, train: str, validation: str | None, test: str | None, text_co
     exact = dict(zip(present, hy.text_keys(*(raw[r].texts for r in present)), strict=True))
     normal = dict(zip(present, hy.text_keys(*(hy.normalise(raw[r].texts) for r in present)),
                       strict=True))
-    rows: dict[str, _Rows] = {}
+    rows: dict[str, ck.RowSet] = {}
     for role in present:
         codes = np.array([index_of.get(n, -1) for n in raw[role].label_names], dtype=np.int64)
-        rows[role] = _Rows(role, raw[role], codes[raw[role].label_codes], exact[role],
+        rows[role] = ck.RowSet(role, raw[role], codes[raw[role].label_codes], exact[role],
                            normal[role])
     for role in ("validation", "test"):
         if role in rows:
-            _unseen_labels(rows[role], names, label_column, on_unseen_labels)
+            ck.unseen_labels(rows[role], names, label_column, on_unseen_labels)
 
     k = len(names)
     checks_out: list[dict[str, Any]] = []
     for r in rows.values():
-        _describe_copies(r, k)
+        ck.describe_copies(r, k)
     t = rows["train"]
-    checks_out += _train_copies(t, k, policy)
+    checks_out += ck.train_copies(t, k, policy)
 
-    checks_out.append(_leakage(rows, policy, against=("validation", "test")))
+    checks_out.append(ck.leakage(rows, policy, against=("validation", "test")))
     validation_split: dict[str, Any] | None = None
     if "validation" not in rows:
         labels_now = t.labels[t.index]
         groups = (t.raw.groups[t.index] if group_column is not None else t.normal[t.index])
         _check_splittable(_group_labels(labels_now, groups), validation_fraction, names, train)
         kept, held = stratified_group_split(labels_now, groups, validation_fraction, seed)
-        v = _Rows("validation", t.raw, t.labels, t.exact, t.normal)
+        v = ck.RowSet("validation", t.raw, t.labels, t.exact, t.normal)
         v.index = t.index[held]
         v.removed = {}
         v.counts = {"exact_duplicates": 0, "normalised_duplicates": 0}
@@ -318,8 +294,8 @@ def load_splits(*, train: str, validation: str | None, test: str | None, text_co
                             "stratified": True, "seed": seed,
                             "grouped_by": group_column or "normalised text"}
     if group_column is not None and validation_split is not None:
-        checks_out[-1] = _leakage(rows, policy, against=("validation",), record=checks_out[-1])
-    checks_out += _class_checks(rows, names, policy,
+        checks_out[-1] = ck.leakage(rows, policy, against=("validation",), record=checks_out[-1])
+    checks_out += ck.class_checks(rows, names, policy,
                                 validation_fraction if validation_split else None)
 
     limits = {"train": max_train_samples, "validation": max_eval_samples,
@@ -330,7 +306,7 @@ def load_splits(*, train: str, validation: str | None, test: str | None, text_co
     for role, r in rows.items():
         if len(r.index) == 0:
             raise DataError(f"{specs[role] or train}: no {role} rows are left once the data "
-                            f"checks have run (rows removed: {_removed_text(r.removed)}); "
+                            f"checks have run (rows removed: {ck.removed_text(r.removed)}); "
                             "keep them (data.checks.*, data.on_unseen_labels) or add rows")
     ratio = hy.imbalance_ratio(np.bincount(t.labels[t.index], minlength=k))
     checks_out.append(hy.check_record(
@@ -340,12 +316,12 @@ def load_splits(*, train: str, validation: str | None, test: str | None, text_co
         failing=ratio is not None and ratio > policy.max_imbalance_ratio))
 
     splits = {role: Split(_texts(r), r.labels[r.index], r.rows()) for role, r in rows.items()}
-    report = _report(rows, names, specs, validation_split, ratio, checks_out)
+    report = ck.build_report(rows, names, specs, validation_split, ratio, checks_out)
     return LabelledSplits(splits["train"], splits["validation"], splits.get("test"), names,
                           report)
 
 
-def _texts(r: _Rows) -> TextColumn:
+def _texts(r: ck.RowSet) -> TextColumn:
     """The kept texts of ``r`` as a :class:`TextColumn`."""
     return TextColumn(r.raw.texts.take(pa.array(r.index, type=pa.int64())))
 
@@ -353,190 +329,3 @@ def _texts(r: _Rows) -> TextColumn:
 def _group_labels(labels: np.ndarray, groups: np.ndarray) -> np.ndarray:
     _, first = np.unique(groups, return_index=True)
     return labels[np.sort(first)]
-
-
-def _unseen_labels(r: _Rows, names: list[str], column: str, policy: str) -> None:
-    unseen = r.labels < 0
-    if not unseen.any():
-        return
-    found = sorted({r.raw.label_names[c] for c in r.raw.label_codes[unseen]})
-    bad_rows = r.raw.rows[unseen]
-    if policy == "error":
-        raise DataError(f"{r.raw.spec}: label(s) {', '.join(map(repr, found))} in {r.raw.role} "
-                        f"rows {format_rows(bad_rows.tolist())} never occur in the training "
-                        f"data (labels: {', '.join(names)}); fix the labels, add training "
-                        "examples, or set data.on_unseen_labels: drop")
-    r.counts["unseen_label_rows"] = int(unseen.sum())
-    r.counts["unseen_labels"] = found
-    r.examples["unseen_labels"] = bad_rows[:EXAMPLE_ROWS].tolist()
-    r.keep(~unseen[r.index], "unseen_labels")
-
-
-def _describe_copies(r: _Rows, k: int) -> None:
-    """Count exact and normalised copies and label conflicts among ``r``'s current rows."""
-    exact, normal, labels = r.exact[r.index], r.normal[r.index], r.labels[r.index]
-    exact_repeat, normal_repeat = hy.repeats(exact), hy.repeats(normal)
-    conflict = hy.conflicting(normal, labels, k)
-    rows = r.rows()
-    r.counts.update({
-        "exact_duplicates": int(exact_repeat.sum()),
-        "normalised_duplicates": int(normal_repeat.sum()),
-        "conflicting_label_rows": int(conflict.sum()),
-        "conflicting_label_texts": int(len(np.unique(normal[conflict]))),
-    })
-    r.examples["exact_duplicates"] = hy.first_rows(rows, exact_repeat, EXAMPLE_ROWS)
-    r.examples["normalised_duplicates"] = hy.first_rows(rows, normal_repeat & ~exact_repeat,
-                                                        EXAMPLE_ROWS)
-    r.examples["conflicting_labels"] = hy.first_rows(rows, conflict, EXAMPLE_ROWS)
-
-
-def _train_copies(t: _Rows, k: int, policy: hy.CheckPolicy) -> list[dict[str, Any]]:
-    """The duplicate and conflict checks on training rows, applying ``drop`` policies."""
-    exact, normal, labels = t.exact[t.index], t.normal[t.index], t.labels[t.index]
-    conflict = hy.conflicting(normal, labels, k)
-    exact_pair = hy.repeats(hy.pair_keys(exact, labels, k))
-    near = hy.repeats(hy.pair_keys(normal, labels, k)) & ~hy.repeats(exact)
-    c = t.counts
-    records = [
-        hy.check_record("conflicting_labels", int(conflict.sum()), policy.conflicting_labels,
-                        f"{_n(c['conflicting_label_rows'], 'training row')} "
-                        f"{_verb(c['conflicting_label_rows'], 'hold')} "
-                        f"{_n(c['conflicting_label_texts'], 'text')} with different labels "
-                        f"(rows {format_rows(t.examples['conflicting_labels'])})"),
-        hy.check_record("exact_duplicates", int(exact_pair.sum()), policy.exact_duplicates,
-                        f"{_n(int(exact_pair.sum()), 'training row')} "
-                        f"{_verb(int(exact_pair.sum()), 'repeat')} an earlier "
-                        "row's text and label (rows "
-                        f"{format_rows(t.examples['exact_duplicates'])})"),
-        hy.check_record("normalised_duplicates", int(near.sum()),
-                        policy.normalised_duplicates,
-                        f"{_n(int(near.sum()), 'more training row')} "
-                        f"{_verb(int(near.sum()), 'repeat')} an earlier "
-                        "row once case, punctuation and spacing are ignored (rows "
-                        f"{format_rows(t.examples['normalised_duplicates'])})"),
-    ]
-    current = np.ones(len(t.index), dtype=bool)
-    for record, mask in zip(records, (conflict, exact_pair, near), strict=True):
-        t.removed[record["check"]] = 0
-        if record["action"] == "drop":
-            t.removed[record["check"]] = int(np.sum(mask & current))
-            current &= ~mask
-    t.index = t.index[current]
-    return records
-
-
-def _leakage(rows: dict[str, _Rows], policy: hy.CheckPolicy, *, against: tuple[str, ...],
-             record: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Training rows whose normalised text also occurs in the ``against`` splits.
-
-    Runs before validation is split off (against the validation and test files), and again
-    after it when rows are grouped by ``data.group_column`` rather than by text (``record``:
-    the first run's, updated).
-    """
-    t = rows["train"]
-    train_keys = t.normal[t.index]
-    others = [rows[r] for r in against if r in rows]
-    for other in others:
-        leaked = np.isin(other.normal[other.index], train_keys)
-        other.counts["leaked_rows"] = other.counts.get("leaked_rows", 0) + int(leaked.sum())
-        other.examples["leaked_rows"] = hy.first_rows(other.rows(), leaked, EXAMPLE_ROWS)
-    other_keys = (np.concatenate([o.normal[o.index] for o in others]) if others
-                  else np.zeros(0, dtype=np.int64))
-    leaked = np.isin(train_keys, other_keys)
-    total = t.counts.get("leaked_rows", 0) + int(leaked.sum())
-    t.counts["leaked_rows"] = total
-    t.examples["leaked_rows"] = (t.examples.get("leaked_rows", [])
-                                 + hy.first_rows(t.rows(), leaked, EXAMPLE_ROWS))[:EXAMPLE_ROWS]
-    t.keep(~leaked if policy.leakage == "drop" else np.ones(len(leaked), dtype=bool), "leakage")
-    seen_in = ", ".join(f"{rows[r].counts.get('leaked_rows', 0)} {r}" for r in rows
-                        if r != "train")
-    return hy.check_record(
-        "leakage", total, policy.leakage,
-        f"{_n(total, 'training row')} also {_verb(total, 'occur')} (normalised) in validation or test (rows "
-        f"{format_rows(t.examples['leaked_rows'])}); rows with a copy in training: {seen_in}")
-
-
-def _removed_text(removed: dict[str, int]) -> str:
-    return ", ".join(f"{n} {reason}" for reason, n in removed.items() if n) or "none"
-
-
-def _n(count: int, noun: str) -> str:
-    """``"1 training row"``, ``"2 training rows"``."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def _verb(count: int, verb: str) -> str:
-    """``"repeats"`` for one, ``"repeat"`` for several."""
-    return verb + ("s" if count == 1 else "")
-
-
-def _class_checks(rows: dict[str, _Rows], names: list[str], policy: hy.CheckPolicy,
-                  fraction: float | None) -> list[dict[str, Any]]:
-    t = rows["train"]
-    counts = np.bincount(np.concatenate([t.labels[t.index], rows["validation"].labels[
-        rows["validation"].index]]) if fraction else t.labels[t.index], minlength=len(names))
-    small = {names[i]: int(counts[i]) for i in hy.small_classes(counts, fraction)}
-    absent: list[str] = []
-    if fraction is None:
-        v = rows["validation"]
-        in_validation = np.bincount(v.labels[v.index], minlength=len(names))
-        absent = [names[i] for i in np.flatnonzero((in_validation == 0) & (counts > 0))]
-    t.counts["small_classes"] = small
-    rows["validation"].counts["classes_absent"] = absent
-    parts = []
-    if small:
-        parts.append("too few training rows to split: " + ", ".join(
-            f"{n} ({c})" for n, c in small.items()))
-    if absent:
-        parts.append("absent from validation: " + ", ".join(absent))
-    return [hy.check_record("small_classes", len(small) + len(absent), policy.small_classes,
-                            "; ".join(parts) or "every class can be split")]
-
-
-def _report(rows: dict[str, _Rows], names: list[str], specs: dict[str, str | None],
-            validation_split: dict[str, Any] | None, ratio: float | None,
-            checks: list[dict[str, Any]]) -> dict[str, Any]:
-    splits: dict[str, Any] = {}
-    for role, r in rows.items():
-        from_train = role == "validation" and validation_split is not None
-        kept = len(r.index)
-        removed = {k: int(v) for k, v in r.removed.items()}
-        entry: dict[str, Any] = {
-            "file": None if from_train else specs[role],
-            "source": "split from train" if from_train else "file",
-            "rows_read": kept + sum(removed.values()),
-            "rows_kept": kept,
-            "exact_duplicates": int(r.counts.get("exact_duplicates", 0)),
-            "normalised_duplicates": int(r.counts.get("normalised_duplicates", 0)),
-            "conflicting_label_rows": int(r.counts.get("conflicting_label_rows", 0)),
-            "leaked_rows": int(r.counts.get("leaked_rows", 0)),
-            "empty_text": 0 if from_train else len(r.raw.empty_text),
-            "empty_label": 0 if from_train else len(r.raw.empty_label),
-            "unseen_label_rows": int(r.counts.get("unseen_label_rows", 0)),
-            "rows_removed": removed,
-            "label_counts": _label_counts(r.labels[r.index], names),
-            "examples": {k: v for k, v in r.examples.items() if v},
-        }
-        if not from_train:
-            entry["files"] = r.raw.files
-            entry["skipped_rows"] = {"empty_text": r.raw.empty_text[:100],
-                                     "empty_label": r.raw.empty_label[:100]}
-        for extra in ("small_classes", "classes_absent", "unseen_labels"):
-            if extra in r.counts:
-                entry[extra] = r.counts[extra]
-        splits[role] = entry
-    report: dict[str, Any] = {
-        "labels": names,
-        "rows": {role: splits[role]["rows_kept"] if role in splits else 0 for role in ROLES},
-        "label_counts": {role: s["label_counts"] for role, s in splits.items()},
-        "imbalance_ratio": ratio,
-        "splits": splits,
-        "checks": checks,
-    }
-    if validation_split is not None:
-        report["validation_split"] = validation_split
-    return report
-
-
-def _label_counts(labels: np.ndarray, names: list[str]) -> dict[str, int]:
-    return {names[i]: int(c) for i, c in enumerate(np.bincount(labels, minlength=len(names)))}
