@@ -12,8 +12,9 @@ from typing import Any
 
 import torch
 
-from entrena.api.planning import peak_memory_bytes, plan_run, plan_vs_actual, reset_peak_memory
 from entrena.api.preparing import PreparedData
+from entrena.api.training_plan import (peak_memory_bytes, plan_run, plan_vs_actual,
+                                       reset_peak_memory)
 from entrena.callbacks.checkpoint import ModelCheckpoint, PeriodicCheckpoint, unwrap
 from entrena.callbacks.early_stopping import EarlyStopping
 from entrena.callbacks.lr_schedule import LRSchedule

@@ -12,7 +12,6 @@ naming the file and the key of each.
 
 from __future__ import annotations
 
-import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,14 @@ from typing import Any
 import yaml
 
 from entrena.errors import ConfigError
+from entrena.hardware.validation import (
+    Errors,
+    Number,
+    check_keys,
+    closest_names,
+    parse_number,
+    scan_user_numbers,
+)
 
 __all__ = ["Number", "Accelerator", "Offer", "Catalog", "load_catalog", "CATALOG_FILE",
            "CATALOG_ENV", "closest_names", "PRECISION_DTYPE"]
@@ -43,27 +50,6 @@ _OFFER_KEYS = {"provider", "instance", "accelerator", "count", "region", "usd_pe
                "usd_per_hour_spot", "host_included", "note"}
 _TOP_KEYS = {"sources", "accelerators", "offers", "efficiency", "local_usd_per_hour"}
 _EFFICIENCY_KEYS = {"cpu_fp32", "gpu_fp32", "gpu_mixed", "tpu_bf16", "gpu_seconds_per_op"}
-
-
-@dataclass(frozen=True)
-class Number:
-    """A catalog figure with its provenance.
-
-    Attributes:
-        value: The number, in the unit its key names.
-        source: Citation (from the catalog's source table, or the user file's path).
-        date: When the source was read or published (ISO date), or ``None``.
-        note: How it was derived or what to watch for.
-    """
-
-    value: float
-    source: str
-    date: str | None = None
-    note: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "source": self.source, "date": self.date,
-                **({"note": self.note} if self.note else {})}
 
 
 @dataclass(frozen=True)
@@ -178,89 +164,11 @@ class Catalog:
         return best[1] if best else None
 
 
-def closest_names(name: str, choices: list[str], n: int = 1) -> list[str]:
-    """The closest choices to ``name`` (case-insensitive ``difflib``)."""
-    lowered = {c.lower(): c for c in choices}
-    key = name.lower()
-    containing = [c for low, c in lowered.items() if key and (key in low or low in key)]
-    close = [lowered[m] for m in difflib.get_close_matches(key, list(lowered), n=n + 2,
-                                                           cutoff=0.3)]
-    ranked = sorted(containing, key=lambda c: abs(len(c) - len(name))) + close
-    return list(dict.fromkeys(ranked))[:n]
-
-
-class _Errors:
-    def __init__(self, file: str):
-        self.file = file
-        self.items: list[str] = []
-        self.keys: set[str] = set()
-
-    def add(self, key: str, message: str) -> None:
-        if key not in self.keys:  # one message per key: the first is the most specific
-            self.keys.add(key)
-            self.items.append(f"{self.file}: {key}: {message}")
-
-
-def _number(raw: Any, key: str, errors: _Errors, sources: dict[str, dict[str, Any]],
-            user_file: str | None, *, required: bool) -> Number | None:
-    """Parse one figure; ``None`` for null (an error when ``required``)."""
-    if raw is None:
-        if required:
-            errors.add(key, "is null or missing; this number is required (write its value, "
-                            "e.g. `{value: 16, source: my-notes}` or a plain number)")
-        return None
-    note = None
-    if isinstance(raw, dict):
-        unknown = set(raw) - {"value", "source", "date", "note"}
-        if unknown:
-            errors.add(key, f"unknown field(s) {sorted(unknown)}; allowed: value, source, date, "
-                            "note")
-        value, source_id, date, note = (raw.get("value"), raw.get("source"), raw.get("date"),
-                                        raw.get("note"))
-        if "value" not in raw:
-            errors.add(key, "has no `value`")
-            return None
-        if value is None:
-            if required:
-                errors.add(key, "value is null; this number is required")
-            return None
-    else:
-        value, source_id, date = raw, None, None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        errors.add(key, f"must be a number, got {value!r}")
-        return None
-    if value < 0:
-        errors.add(key, f"must not be negative, got {value}")
-        return None
-    if source_id is None:
-        if user_file is None:
-            errors.add(key, "has no source (every shipped number names one)")
-            return None
-        return Number(float(value), f"user catalog {user_file}", date, note)
-    if source_id not in sources:
-        choices = closest_names(str(source_id), list(sources))
-        errors.add(key, f"unknown source {source_id!r}"
-                        + (f"; did you mean {choices[0]!r}?" if choices else "")
-                        + " (sources are declared under `sources:`)")
-        return None
-    entry = sources[source_id]
-    return Number(float(value), str(entry.get("citation", source_id)),
-                  str(date or entry.get("date") or "") or None, note)
-
-
-def _check_keys(raw: dict[str, Any], allowed: set[str], key: str, errors: _Errors) -> None:
-    for name in sorted(set(raw) - allowed):
-        choices = closest_names(name, sorted(allowed))
-        errors.add(f"{key}.{name}", "unknown key"
-                   + (f"; did you mean {choices[0]!r}?" if choices else "")
-                   + f" (allowed: {', '.join(sorted(allowed))})")
-
-
-def _accelerator(name: str, raw: dict[str, Any], errors: _Errors,
+def _accelerator(name: str, raw: dict[str, Any], errors: Errors,
                  sources: dict[str, dict[str, Any]], user_file: str | None,
                  new: bool) -> Accelerator | None:
     key = f"accelerators.{name}"
-    _check_keys(raw, _ACCELERATOR_KEYS, key, errors)
+    check_keys(raw, _ACCELERATOR_KEYS, key, errors)
     kind = raw.get("kind")
     if kind not in _KINDS:
         errors.add(f"{key}.kind", f"must be one of {', '.join(_KINDS)}, got {kind!r}")
@@ -268,7 +176,7 @@ def _accelerator(name: str, raw: dict[str, Any], errors: _Errors,
     figures: dict[str, Number] = {}
     if kind == "cpu":
         for flag, raw_number in (raw.get("flop_per_cycle_fp32") or {}).items():
-            number = _number(raw_number, f"{key}.flop_per_cycle_fp32.{flag}", errors, sources,
+            number = parse_number(raw_number, f"{key}.flop_per_cycle_fp32.{flag}", errors, sources,
                              user_file, required=True)
             if number:
                 figures[f"flop_per_cycle_fp32.{flag}"] = number
@@ -277,18 +185,18 @@ def _accelerator(name: str, raw: dict[str, Any], errors: _Errors,
     required = new and user_file is not None
     if "memory_gib" not in raw and not required and user_file is None:
         errors.add(f"{key}.memory_gib", "is missing (write null when unknown)")
-    memory = _number(raw.get("memory_gib"), f"{key}.memory_gib", errors, sources, user_file,
+    memory = parse_number(raw.get("memory_gib"), f"{key}.memory_gib", errors, sources, user_file,
                      required=required)
-    bandwidth = _number(raw.get("bandwidth_gbps"), f"{key}.bandwidth_gbps", errors, sources,
+    bandwidth = parse_number(raw.get("bandwidth_gbps"), f"{key}.bandwidth_gbps", errors, sources,
                         user_file, required=False)
     peaks: dict[str, float] = {}
     raw_peaks = raw.get("peak_tflops") or {}
     if not isinstance(raw_peaks, dict):
         errors.add(f"{key}.peak_tflops", "must be a mapping of fp32, tf32, fp16, bf16")
         raw_peaks = {}
-    _check_keys(raw_peaks, set(_DTYPES), f"{key}.peak_tflops", errors)
+    check_keys(raw_peaks, set(_DTYPES), f"{key}.peak_tflops", errors)
     for dtype in _DTYPES:
-        number = _number(raw_peaks.get(dtype), f"{key}.peak_tflops.{dtype}", errors, sources,
+        number = parse_number(raw_peaks.get(dtype), f"{key}.peak_tflops.{dtype}", errors, sources,
                          user_file, required=False)
         if number is not None:
             peaks[dtype] = number.value * 1e12
@@ -313,10 +221,10 @@ def _accelerator(name: str, raw: dict[str, Any], errors: _Errors,
 
 
 def _offer(name: str, raw: dict[str, Any], accelerators: dict[str, Accelerator],
-           errors: _Errors, sources: dict[str, dict[str, Any]], user_file: str | None,
+           errors: Errors, sources: dict[str, dict[str, Any]], user_file: str | None,
            new: bool) -> Offer | None:
     key = f"offers.{name}"
-    _check_keys(raw, _OFFER_KEYS, key, errors)
+    check_keys(raw, _OFFER_KEYS, key, errors)
     required = new and user_file is not None
     for field_name in ("provider", "accelerator", "count"):
         if field_name not in raw:
@@ -332,9 +240,9 @@ def _offer(name: str, raw: dict[str, Any], accelerators: dict[str, Accelerator],
         errors.add(f"{key}.count", f"must be a whole number >= 1, got {count!r}")
     if required and "usd_per_hour" not in raw:
         errors.add(f"{key}.usd_per_hour", "is missing (USD per hour of the whole instance)")
-    on_demand = _number(raw.get("usd_per_hour"), f"{key}.usd_per_hour", errors, sources,
+    on_demand = parse_number(raw.get("usd_per_hour"), f"{key}.usd_per_hour", errors, sources,
                         user_file, required=required)
-    spot = _number(raw.get("usd_per_hour_spot"), f"{key}.usd_per_hour_spot", errors, sources,
+    spot = parse_number(raw.get("usd_per_hour_spot"), f"{key}.usd_per_hour_spot", errors, sources,
                    user_file, required=False)
     if accelerator is None or not isinstance(count, int) or isinstance(count, bool) or count < 1:
         return None
@@ -377,49 +285,6 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-_NUMBER_PATHS = {"accelerators": ("memory_gib", "bandwidth_gbps", "peak_tflops.fp32",
-                                  "peak_tflops.tf32", "peak_tflops.fp16", "peak_tflops.bf16"),
-                 "offers": ("usd_per_hour", "usd_per_hour_spot")}
-
-
-def _scan_user_numbers(user: dict[str, Any], errors: _Errors) -> None:
-    """A user file's numbers: written but empty (null) or negative is an error."""
-
-    def check(raw: Any, key: str) -> None:
-        value = raw.get("value") if isinstance(raw, dict) else raw
-        if isinstance(raw, dict) and "value" not in raw:
-            return  # reported by the parser
-        if value is None:
-            errors.add(key, "is missing a number (empty or null); write the value, or delete "
-                            "the key to keep the shipped one")
-        elif isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
-            errors.add(key, f"must not be negative, got {value}")
-
-    for section, paths in _NUMBER_PATHS.items():
-        entries = user.get(section) or {}
-        if not isinstance(entries, dict):
-            errors.add(section, "must be a mapping of names to entries")
-            continue
-        for name, entry in entries.items():
-            if not isinstance(entry, dict):
-                errors.add(f"{section}.{name}", "must be a mapping of fields")
-                continue
-            for path in paths:
-                node: Any = entry
-                parts = path.split(".")
-                for part in parts:
-                    node = node.get(part, _ABSENT) if isinstance(node, dict) else _ABSENT
-                if node is not _ABSENT:
-                    check(node, f"{section}.{name}.{path}")
-    for name, raw in (user.get("efficiency") or {}).items():
-        check(raw, f"efficiency.{name}")
-    if "local_usd_per_hour" in user:
-        check(user["local_usd_per_hour"], "local_usd_per_hour")
-
-
-_ABSENT = object()
-
-
 def load_catalog(user_file: str | Path | None = None, *,
                  env: dict[str, str] | None = None) -> Catalog:
     """Load the shipped catalog and merge a user file over it.
@@ -451,10 +316,10 @@ def load_catalog(user_file: str | Path | None = None, *,
         user = _read(path)
         files.append(str(path))
         sources.update(user.get("sources") or {})
-    errors = _Errors(files[-1])
-    shipped_errors = _Errors(files[0])
-    _check_keys(user, _TOP_KEYS, "(top level)", errors)
-    _scan_user_numbers(user, errors)
+    errors = Errors(files[-1])
+    shipped_errors = Errors(files[0])
+    check_keys(user, _TOP_KEYS, "(top level)", errors)
+    scan_user_numbers(user, errors)
 
     accelerators: dict[str, Accelerator] = {}
     raw_accelerators = shipped.get("accelerators") or {}
@@ -481,11 +346,11 @@ def load_catalog(user_file: str | Path | None = None, *,
             offers[str(name)] = parsed
 
     raw_efficiency = _merge(shipped.get("efficiency") or {}, user.get("efficiency") or {})
-    _check_keys(user.get("efficiency") or {}, _EFFICIENCY_KEYS, "efficiency", errors)
+    check_keys(user.get("efficiency") or {}, _EFFICIENCY_KEYS, "efficiency", errors)
     efficiency: dict[str, Number | None] = {}
     for name in sorted(_EFFICIENCY_KEYS):
         from_user = name in (user.get("efficiency") or {})
-        number = _number(raw_efficiency.get(name), f"efficiency.{name}",
+        number = parse_number(raw_efficiency.get(name), f"efficiency.{name}",
                          errors if from_user else shipped_errors, sources,
                          files[-1] if from_user else None, required=False)
         if number is not None and number.value > 1 and not name.endswith("_per_op"):
@@ -493,7 +358,7 @@ def load_catalog(user_file: str | Path | None = None, *,
                                              f"{number.value}")
         efficiency[name] = number
     local_raw = user.get("local_usd_per_hour", shipped.get("local_usd_per_hour"))
-    local = _number(local_raw, "local_usd_per_hour", errors, sources,
+    local = parse_number(local_raw, "local_usd_per_hour", errors, sources,
                     files[-1] if "local_usd_per_hour" in user else None, required=False)
     problems = shipped_errors.items + errors.items
     if problems:
