@@ -30,6 +30,10 @@ def test_demo_reaches_target_accuracy(tmp_path: Path) -> None:
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["test"]["accuracy"] >= 0.85, metrics["test"]
     assert metrics["data"]["test_rows"] == 1000
+    report = json.loads((run_dir / "data_report.json").read_text())
+    assert report["splits"]["train"]["exact_duplicates"] == 20  # the reviews' real copies
+    assert report["splits"]["test"]["leaked_rows"] == 7  # test reviews also in training
+    assert report["splits"]["train"]["rows_removed"]["leakage"] == 7
 
     again = subprocess.run(command, capture_output=True, text=True, check=False)
     assert again.returncode == 0
