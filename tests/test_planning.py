@@ -194,6 +194,10 @@ def test_a_local_gpu_is_planned_as_cuda_with_its_catalog_peak(tiny_profile):
     local = options[0]
     assert local.device == "cuda" and local.precision == "bf16-mixed"
     assert local.total_time_s is not None and "989.40 TFLOP/s" in local.time_source
+    on_cpu, _ = make_plan(profile=tiny_profile, shape=shape_for(tiny_profile, accelerator="cpu"),
+                          machine=machine(gpus=[gpu]), catalog=load_catalog(env={}),
+                          local_only=True)
+    assert on_cpu[0].device == "cpu"  # train.accelerator: cpu
 
 
 def option(name, kind="cloud", fits=True, total=600.0, cost=1.0, spot=None, oversized=False,

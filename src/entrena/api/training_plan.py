@@ -50,8 +50,7 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Prepar
     profile = _profile(loaded, sources, len(prepared.splits.labels), prepared.tokenizer,
                        max_length)
     shape = _shape(cfg, prepared, profile, max_length)
-    if shape.precision == "auto":
-        shape = replace(shape, precision=precision)
+    shape = replace(shape, precision=precision, accelerator=device)
     base_rss = current_rss_bytes()
     twin = copy.deepcopy(model).to(device)
     calibration = _calibrate(twin, cfg, prepared, profile, max_length, machine, catalog,

@@ -44,6 +44,8 @@ class RunShape:
         train: The first epoch's batches.
         eval_flops: Forward FLOPs of every evaluation and the test pass over the whole fit.
         eval_batches: Number of evaluation batches over the whole fit (for per-step costs).
+        accelerator: ``train.accelerator`` (``cpu`` keeps this machine's option on its CPU
+            even when it has a GPU).
     """
 
     batch_size: int
@@ -53,6 +55,7 @@ class RunShape:
     train: BatchPlan
     eval_flops: float
     eval_batches: int
+    accelerator: str = "auto"
 
 
 @dataclass
@@ -170,7 +173,7 @@ def local_option(machine: Machine, catalog: Catalog, profile: ModelProfile, shap
     """
     notes: list[str] = []
     local_price = catalog.local_usd_per_hour.value if catalog.local_usd_per_hour else None
-    if machine.gpus:
+    if machine.gpus and shape.accelerator != "cpu":
         gpu = machine.gpus[0]
         acc = catalog.accelerator_for_device(gpu.name)
         precision = resolve_precision(shape.precision, "cuda", gpu.bf16)

@@ -31,7 +31,7 @@ def run_shape(*, train_lengths: Sequence[int], eval_lengths: Sequence[int],
               test_lengths: Sequence[int], profile: ModelProfile, batch_size: int,
               eval_batch_size: int, precision: str, max_epochs: int, max_steps: int | None,
               gradient_accumulation_steps: int, evals_per_epoch: int, devices: int | str,
-              seed: int, group_by_length: bool) -> RunShape:
+              seed: int, group_by_length: bool, accelerator: str = "auto") -> RunShape:
     """The run as the loop will execute it (lengths already truncated at ``max_length``).
 
     Args:
@@ -42,6 +42,7 @@ def run_shape(*, train_lengths: Sequence[int], eval_lengths: Sequence[int],
         max_epochs / max_steps / gradient_accumulation_steps / evals_per_epoch: ``train.*``.
         devices: ``train.devices`` (``auto`` counts as 1).
         seed / group_by_length: ``train.seed`` and ``train.group_by_length``.
+        accelerator: ``train.accelerator``.
 
     Returns:
         The :class:`~entrena.planning.options.RunShape`.
@@ -59,7 +60,8 @@ def run_shape(*, train_lengths: Sequence[int], eval_lengths: Sequence[int],
     return RunShape(batch_size=batch_size, precision=precision, epochs=epochs,
                     devices=devices if isinstance(devices, int) else 1, train=train,
                     eval_flops=float(eval_flops),
-                    eval_batches=(evals + 1) * evaluation.batches + test.batches)
+                    eval_batches=(evals + 1) * evaluation.batches + test.batches,
+                    accelerator=accelerator)
 
 
 def make_plan(*, profile: ModelProfile, shape: RunShape, machine: Machine, catalog: Catalog,
