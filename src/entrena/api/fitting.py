@@ -33,6 +33,7 @@ from entrena.engine.checkpointing import (CheckpointInfo, CheckpointStore, resto
                                           restore_training, training_payload)
 from entrena.engine.loop import FitSettings, fit, predict
 from entrena.errors import ConfigError, Interrupted, NonFiniteError
+from entrena.tasks.baselines import compare_with_baseline, text_baselines
 from entrena.tasks.metrics import classification_metrics
 from entrena.tasks.text_classification import build_classifier, model_length_limit, save_classifier
 from entrena.tracking.events import EventLog
@@ -71,7 +72,8 @@ def _console(console: Any) -> Any:
 
 def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
             prepared: PreparedData, console: Any = None, *, resume: CheckpointInfo | None = None,
-            config_hash: str = "", callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
+            config_hash: str = "", callbacks: Sequence[Callback] = (),
+            tracking_tags: dict[str, str] | None = None) -> dict[str, Any]:
     """Fit on the prepared data (from ``resume`` if given), restore the best weights, test,
     save the model, write metrics.
 
@@ -168,7 +170,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         rng_state = payload["rng"]
         del payload
     if tracker is not None:
-        tracker.start(cfg.model_dump(mode="json"), tags={"entrena.run_dir": str(paths.root)})
+        tracker.start(cfg.model_dump(mode="json"),
+                      tags={"entrena.run_dir": str(paths.root), **(tracking_tags or {})})
     resolved = cfg.model_dump(mode="json")
 
     def save_checkpoint(current: TrainState, reason: str) -> dict[str, Any]:
@@ -231,6 +234,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         "peak_memory_bytes": _peak_memory_bytes(backend.accelerator),
         "threads": threads,
     }
+    metrics["baseline"] = _baseline(splits, metrics, tcfg.seed)
     metrics["data"] = {"train_rows": len(splits.train), "validation_rows": len(splits.validation),
                        "test_rows": len(splits.test) if splits.test is not None else 0,
                        "labels": splits.labels}
@@ -250,6 +254,27 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         tracker.finish({k: v for k, v in metrics.items() if k != "history"},
                        [paths.metrics, paths.config, paths.data_report])
     return metrics
+
+
+def _baseline(splits: LabelledSplits, metrics: dict[str, Any], seed: int) -> dict[str, Any]:
+    """The cheap baselines on the same splits, and a loud warning when the model does not
+    beat them (on test when there is one, else validation)."""
+    evaluation = {role: (split.texts, split.labels) for role, split in splits.roles()
+                  if role != "train"}
+    result: dict[str, Any] = text_baselines(splits.train.texts, splits.train.labels, evaluation,
+                                            splits.labels, seed=seed)
+    role = "test" if "test" in metrics else "validation"
+    verdict = compare_with_baseline(metrics[role], result, role)
+    result["comparison"] = verdict
+    if not verdict["model_beats_baseline"]:
+        log.warning("THE MODEL DOES NOT BEAT THE CHEAP BASELINE: %s %s %.4f vs %s %.4f; a "
+                    "bag of words does as well for a fraction of the cost (more epochs, a "
+                    "pretrained model or more data may help)", role, verdict["metric"],
+                    verdict["model"], verdict["best"], verdict["best_score"])
+    else:
+        log.info("baseline: %s %s %.4f (model %.4f)", verdict["best"], role,
+                 verdict["best_score"], verdict["model"])
+    return result
 
 
 def _interrupted_error(state: TrainState, preemption: Preemption) -> Interrupted:

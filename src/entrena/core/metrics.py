@@ -53,6 +53,18 @@ _TABLE = [
     MetricKey("data.test_rows", "rows", "test rows used"),
     MetricKey("data.labels", "", "the label map, index order"),
     MetricKey("history", "", "one entry per evaluation: epoch, step and validation metrics"),
+    MetricKey("baseline.majority.validation", "fraction", "majority-class baseline: "
+              "accuracy and macro-F1 on validation"),
+    MetricKey("baseline.majority.test", "fraction", "majority-class baseline on test"),
+    MetricKey("baseline.majority.time_s", "s", "majority baseline: fit and score time"),
+    MetricKey("baseline.tfidf_logreg.validation", "fraction", "TF-IDF (word 1-2 grams) + "
+              "logistic regression on the training split: accuracy and macro-F1 on validation"),
+    MetricKey("baseline.tfidf_logreg.test", "fraction", "TF-IDF + logistic regression on test"),
+    MetricKey("baseline.tfidf_logreg.time_s", "s", "TF-IDF + logistic regression: fit and "
+              "score time"),
+    MetricKey("baseline.comparison", "", "model vs the best baseline on test (else "
+              "validation) accuracy: split, metric, model, best, best_score, "
+              "model_beats_baseline"),
     MetricKey("plan_vs_actual.peak_memory_bytes", "B", "predicted (plan.json) and actual peak "
               "memory of the fit: CPU resident set or CUDA allocator peak"),
     MetricKey("plan_vs_actual.epoch_time_s", "s", "predicted (plan.json) and actual time in "
