@@ -48,11 +48,11 @@ def test_normalised_keys_ignore_case_punctuation_and_spacing():
     import pyarrow as pa
 
     texts = pa.array(["Great coffee!!", "great   coffee", "GREAT coffee.", "great tea", "!!!",
-                      "???"])
+                      "???", "\tgreat\u00a0\ncoffee "])
     keys = text_keys(normalise(texts))[0]
-    assert keys[0] == keys[1] == keys[2] != keys[3]
+    assert keys[0] == keys[1] == keys[2] == keys[6] != keys[3]
     assert keys[4] != keys[5]  # texts that normalise to nothing are not copies of each other
-    assert repeats(keys).tolist() == [False, True, True, False, False, False]
+    assert repeats(keys).tolist() == [False, True, True, False, False, False, True]
 
 
 def test_group_split_keeps_groups_together_and_equals_the_row_split_for_single_rows():

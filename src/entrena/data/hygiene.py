@@ -22,6 +22,10 @@ __all__ = ["CheckPolicy", "normalise", "text_keys", "repeats", "conflicting", "p
            "imbalance_ratio", "small_classes", "truncated_fraction", "first_rows",
            "check_record", "CHECK_NAMES"]
 
+_OTHER_WHITESPACE = (r"[\t\n\r\f\v\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}"
+                     r"\x{202f}\x{205f}\x{3000}]")
+"""Whitespace other than the plain space (RE2's ``\\s`` is ASCII-only)."""
+
 CHECK_NAMES = ("exact_duplicates", "normalised_duplicates", "conflicting_labels", "leakage",
                "small_classes", "imbalance", "truncation")
 
@@ -53,7 +57,9 @@ def normalise(texts: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """
     lowered = pc.utf8_lower(texts)
     bare = pc.replace_substring_regex(lowered, r"[\p{P}\p{S}]+", "")
-    spaced = pc.utf8_trim_whitespace(pc.replace_substring_regex(bare, r"\s+", " "))
+    # Two rare patterns, not `\s+` → " ": that one rewrites every single space (4x slower).
+    spaces = pc.replace_substring_regex(bare, _OTHER_WHITESPACE, " ")
+    spaced = pc.utf8_trim_whitespace(pc.replace_substring_regex(spaces, "  +", " "))
     return pc.if_else(pc.equal(spaced, ""), texts, spaced)
 
 
