@@ -35,6 +35,7 @@ from entrena.data.encoding import (
     tokenize_block,
     write_encoded,
 )
+from entrena.data.remote import default_cache_dir
 from entrena.data.tables import Split, TextColumn
 
 __all__ = ["CACHE_FORMAT", "default_cache_dir", "CachedSplits", "PreparedCache", "EntryWriter"]
@@ -44,17 +45,6 @@ log = logging.getLogger("entrena")
 CACHE_FORMAT = 2
 """Bumped whenever what an entry holds, or how checks decide, changes."""
 COLUMNS = {"row": pa.int64(), "label": pa.int64(), "text": pa.large_string()}
-
-
-def default_cache_dir(configured: str | None = None) -> Path:
-    """The cache root: ``configured``, else ``$ENTRENA_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/entrena``, else ``~/.cache/entrena``."""
-    if configured:
-        return Path(configured).expanduser()
-    if os.environ.get("ENTRENA_CACHE_DIR"):
-        return Path(os.environ["ENTRENA_CACHE_DIR"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "entrena"
 
 
 @dataclass

@@ -21,9 +21,20 @@ from typing import Any
 
 from entrena.errors import DataError
 
-__all__ = ["is_url", "has_magic", "fetch_remote"]
+__all__ = ["is_url", "has_magic", "fetch_remote", "default_cache_dir"]
 
 log = logging.getLogger("entrena")
+
+
+def default_cache_dir(configured: str | None = None) -> Path:
+    """The cache root: ``configured``, else ``$ENTRENA_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/entrena``, else ``~/.cache/entrena``."""
+    if configured:
+        return Path(configured).expanduser()
+    if os.environ.get("ENTRENA_CACHE_DIR"):
+        return Path(os.environ["ENTRENA_CACHE_DIR"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "entrena"
 
 
 def is_url(spec: str) -> bool:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from entrena.data.remote import fetch_remote, has_magic, is_url
+from entrena.data.remote import default_cache_dir, fetch_remote, has_magic, is_url
 from entrena.data.sniffing import FileScan, detect_delimiter, scan_file
 from entrena.errors import DataError
 
@@ -69,15 +69,14 @@ def resolve_source(spec: str, *, key: str, cache_dir: Path | None = None
         spec: A local path (already resolved against the config's folder), a glob pattern or
             an fsspec URL.
         key: The config key (``data.train``), for messages.
-        cache_dir: The cache root for downloads (URLs only).
+        cache_dir: The cache root for downloads (URLs only; default
+            :func:`~entrena.data.remote.default_cache_dir`).
 
     Raises:
         DataError: Nothing exists or matches there, or a URL cannot be fetched.
     """
     if is_url(spec):
-        if cache_dir is None:
-            raise DataError(f"{key}: {spec}: URLs need a cache folder; set data.cache_dir")
-        return fetch_remote(spec, key=key, cache_dir=cache_dir)
+        return fetch_remote(spec, key=key, cache_dir=cache_dir or default_cache_dir())
     spec = spec.removeprefix("file://")
     if has_magic(spec):
         matches = sorted(p for p in glob.glob(spec, recursive=True) if Path(p).is_file())
