@@ -260,3 +260,10 @@ def test_prepare_bad_file_exits_2_with_one_line(tmp_path, config_file, content, 
     assert len(lines) == 1 and lines[0].startswith("error: data.train: "), result.stderr
     assert expected in lines[0]
     assert result.stdout == "" and not (tmp_path / "runs").exists()
+
+
+def test_a_folder_is_not_a_data_file(tmp_path):
+    (tmp_path / "images").mkdir()
+    assert data_error(tmp_path / "images") == (
+        f"data.train: {tmp_path / 'images'} is a folder; name a file or a glob pattern of files "
+        f"such as {tmp_path / 'images' / '*.csv'}")
