@@ -11,7 +11,7 @@ from typing import Any
 __version__ = "0.1.0"
 __all__ = ["__version__", "doctor", "DoctorReport", "plan", "PlanResult",
            "prepare", "PrepareResult", "train", "TrainResult", "export",
-           "ExportResult", "predict", "PredictResult", "load_config"]
+           "ExportResult", "predict", "PredictResult", "tune", "TuneResult", "load_config"]
 
 _LAZY = {
     "doctor": ("entrena.api", "doctor"),
@@ -26,6 +26,8 @@ _LAZY = {
     "ExportResult": ("entrena.api", "ExportResult"),
     "predict": ("entrena.api", "predict"),
     "PredictResult": ("entrena.api", "PredictResult"),
+    "tune": ("entrena.api", "tune"),
+    "TuneResult": ("entrena.api", "TuneResult"),
     "load_config": ("entrena.config", "load_config"),
 }
 

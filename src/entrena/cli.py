@@ -505,6 +505,57 @@ def plan(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
         _stderr_console().print(result.render())
 
 
+@app.command()
+def tune(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
+         trials: Annotated[int | None, typer.Option(
+             "--trials", min=1, help="Trials this invocation runs at most (default 20 unless "
+             "--budget is a duration).", show_default=False)] = None,
+         budget: Annotated[str | None, typer.Option(
+             "--budget", help="Wall time (30m) or money (5usd, the planner's cost per trial) "
+             "this invocation may spend.", show_default=False)] = None,
+         storage: Annotated[str | None, typer.Option(
+             "--storage", help="Optuna storage URL shared by workers (default: SQLite in "
+             "runs/<name>-tune/study.db).", show_default=False)] = None,
+         study: Annotated[str | None, typer.Option(
+             "--study", help="Study name (default: the config's name).",
+             show_default=False)] = None,
+         json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+    """Search CONFIG's tune.space (TPE, median pruning on the validation metric); each trial
+    is a run directory under runs/<name>-tune/ and a nested MLflow run; writes
+    best_config.yaml. Re-running continues the study."""
+    _setup_logging(verbose)
+
+    def call() -> Any:
+        from entrena.api import tune as tune_fn
+
+        return tune_fn(config, trials=trials, budget=budget, storage=storage, study=study,
+                       run_dir=run_dir, overrides=set_ or [], console=_stderr_console())
+
+    result = _call_verb(call, verbose)
+    if json_output:
+        typer.echo(json.dumps(result.summary, indent=2, default=str))
+        return
+    from rich.table import Table
+
+    summary = result.summary
+    table = Table(title=f"study {summary['study']} ({summary['metric']}, "
+                  f"{summary['direction']})")
+    for column in ("trial", "state", "value", "params"):
+        table.add_column(column)
+    for row in summary["table"]:
+        value = "" if row["value"] is None else f"{row['value']:.4f}"
+        params = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in row["params"].items())
+        table.add_row(str(row["number"]), row["state"], value, params)
+    console = _stderr_console()
+    console.print(table)
+    if summary["importances"]:
+        console.print("importances: " + ", ".join(
+            f"{k} {v:.2f}" for k, v in summary["importances"].items()))
+    console.print(f"{summary['trials']} trials, {summary['pruned']} pruned; best config: "
+                  f"{result.best_config}", highlight=False)
+
+
 def _print_summary(result: Any) -> None:
     from rich.table import Table
 

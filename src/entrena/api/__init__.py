@@ -7,7 +7,8 @@ from entrena.api.planning import PlanResult, plan
 from entrena.api.predicting import PredictResult, predict
 from entrena.api.preparing import DataCheckFailed, PrepareResult, prepare
 from entrena.api.training import TrainResult, train
+from entrena.api.tuning import TuneResult, tune
 
 __all__ = ["DoctorReport", "doctor", "PlanResult", "plan", "LlmPlanResult", "plan_llm",
            "DataCheckFailed", "ExportResult", "ParityFailed", "PredictResult", "PrepareResult",
-           "TrainResult", "export", "predict", "prepare", "train"]
+           "TrainResult", "TuneResult", "export", "predict", "prepare", "train", "tune"]

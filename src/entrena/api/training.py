@@ -156,7 +156,7 @@ def _attach_log_file(path: Path) -> logging.Handler:
 def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | None = None,
           overrides: list[str] | dict[str, Any] | None = None, restart: bool = False,
           resume_with_changes: bool = False, callbacks: list[Any] | None = None,
-          console: Any = None) -> TrainResult:
+          console: Any = None, tracking_tags: dict[str, str] | None = None) -> TrainResult:
     """Train a model as the config says and write the run directory; resume an unfinished one.
 
     Args:
@@ -169,6 +169,7 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
             after the built-in ones; their ``state_dict()`` is saved in checkpoints).
         console: A ``rich.console.Console`` for progress and the resume notice (default: one
             on stderr).
+        tracking_tags: Extra tags of the MLflow run (``mlflow.parentRunId`` nests it).
 
     Returns:
         The run's :class:`TrainResult`. A run that was already finished is not retrained:
@@ -222,7 +223,8 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
             "status": "running", "started": time.time(),
             **({"resumed_from_step": resume.step} if resume else {})})
         metrics = run_fit(loaded, paths, sources, prepared, console=console, resume=resume,
-                          config_hash=new_hash, callbacks=callbacks or [])
+                          config_hash=new_hash, callbacks=callbacks or [],
+                          tracking_tags=tracking_tags)
         _write_json_atomic(paths.status, {"status": "finished", "finished": time.time()})
         return TrainResult(paths.root, metrics,
                            resumed_from_step=resume.step if resume else None)

@@ -175,6 +175,8 @@ def _suggest(parts: tuple[str, ...]) -> str:
 def _schema_loc(loc: tuple[str, ...]) -> tuple[str, ...]:
     """The part of a pydantic error location that names config keys (drops union branch tags
     such as ``literal['auto']`` or ``constrained-int``)."""
+    if loc[:2] == ("tune", "space") and len(loc) > 2:
+        return loc[:3]  # tune.space.<config path>: the dotted key is one name
     for depth in range(len(loc)):
         fields = _fields_at(loc[:depth])
         if fields is None or loc[depth] not in fields:

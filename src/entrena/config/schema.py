@@ -7,7 +7,8 @@ imports torch.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import difflib
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -15,6 +16,9 @@ from entrena.units import parse_duration_s
 
 __all__ = [
     "StrictModel",
+    "ParamSpec",
+    "TuneConfig",
+    "config_paths",
     "DataChecksConfig",
     "DataConfig",
     "ArchitectureConfig",
@@ -250,7 +254,15 @@ class TrainConfig(StrictModel):
     accelerator: Literal["auto", "cpu", "cuda", "mps", "tpu"] = "auto"
     """Device type; `auto` takes the best one present."""
     devices: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
-    """Number of devices to train on."""
+    """Devices (GPUs, or CPU processes) per node to train on; more than one starts one process
+    each (DDP by default; on CPU over gloo). `auto`: every device present."""
+    num_nodes: Annotated[int, Field(ge=1)] = 1
+    """Machines taking part (launch them with `torchrun` or SLURM; see `entrena launch`)."""
+    strategy: Literal["auto", "ddp", "fsdp", "deepspeed"] = "auto"
+    """How several devices share the work (Lightning Fabric strategies): `auto` picks DDP for
+    more than one device; `fsdp` shards parameters, gradients and optimizer state; `deepspeed`
+    needs the deepspeed package. `batch_size` stays per device: the global batch is
+    `batch_size` x devices x nodes."""
     seed: int = 42
     """Seed for splits, shuffling, dropout and initialisation."""
     deterministic: bool = False
@@ -304,6 +316,112 @@ class TrackingConfig(StrictModel):
     """MLflow experiment name."""
 
 
+class ParamSpec(StrictModel):
+    """One search dimension: a range (`low`, `high`, optional `log` or `step`) or `choices`.
+    Integer bounds search integers; Optuna's rules apply (`low <= high`, `log` needs
+    `low > 0`, `log` and `step` exclude each other)."""
+
+    low: int | float | None = None
+    """Smallest value."""
+    high: int | float | None = None
+    """Largest value."""
+    log: bool = False
+    """Sample on a log scale (learning rates)."""
+    step: int | float | None = None
+    """Spacing of the values searched (a grid within the range)."""
+    choices: list[Any] | None = None
+    """The values to choose from, instead of a range."""
+
+    @model_validator(mode="after")
+    def _optuna_rules(self) -> ParamSpec:
+        if self.choices is not None:
+            if self.low is not None or self.high is not None:
+                raise ValueError("give either choices or low/high, not both")
+            if not self.choices:
+                raise ValueError("choices must not be empty")
+            return self
+        if self.low is None or self.high is None:
+            raise ValueError("give low and high (a range) or choices (a list)")
+        if self.low > self.high:
+            raise ValueError(f"`low <= high` must hold, but got low={self.low} and "
+                             f"high={self.high}; swap them")
+        if self.log and self.low <= 0:
+            raise ValueError(f"`low > 0` must hold for log: true, but got low={self.low}; "
+                             "use a positive low or log: false")
+        if self.log and self.step is not None:
+            raise ValueError("log and step cannot be used together; drop one")
+        if self.step is not None and self.step <= 0:
+            raise ValueError(f"step must be positive, got {self.step}")
+        return self
+
+
+class TuneConfig(StrictModel):
+    """Hyperparameter search (`entrena tune`; `entrena train` ignores this section)."""
+
+    space: dict[str, ParamSpec] | None = None
+    """Search space keyed by config paths (`train.learning_rate: {low: 1e-5, high: 1e-3,
+    log: true}`, `train.batch_size: {choices: [16, 32]}`). Default: `train.learning_rate`
+    1e-5 to 1e-3 (log), `train.batch_size` 16 or 32, `train.weight_decay` 0 to 0.1,
+    `model.dropout` 0 to 0.3."""
+    metric: Literal["validation.loss", "validation.accuracy", "validation.macro_f1"] = (
+        "validation.loss")
+    """Validation metric optimised, reported to the pruner at every evaluation."""
+    direction: Literal["auto", "minimize", "maximize"] = "auto"
+    """`auto`: minimise a loss, maximise the rest."""
+    pruner: Literal["median", "hyperband", "none"] = "median"
+    """Stop unpromising trials early: `median` (below the median of earlier trials at the
+    same step), `hyperband`, or `none`."""
+    startup_trials: Annotated[int, Field(ge=0)] = 2
+    """Trials run to the end before the pruner and TPE sampler take over from random search."""
+    trial_max_time: str | None = "15m"
+    """Time limit of one trial (`90s`, `15m`); the trial's `train.max_time`."""
+
+    @field_validator("trial_max_time", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> object:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            value = f"{value}s"
+        if isinstance(value, str) and parse_duration_s(value) <= 0:
+            raise ValueError(f"must be a positive duration, got {value!r}")
+        return value
+
+    @field_validator("space")
+    @classmethod
+    def _known_keys(cls, space: dict[str, ParamSpec] | None) -> dict[str, ParamSpec] | None:
+        if not space:
+            return space
+        paths = config_paths()
+        problems = []
+        for key in space:
+            if key not in paths:
+                close = difflib.get_close_matches(key, sorted(paths), n=1, cutoff=0.5)
+                hint = f"did you mean '{close[0]}'?" if close else \
+                    "keys are config paths such as train.learning_rate"
+                problems.append(f"'{key}' is not a config key to search; {hint}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return space
+
+
+def config_paths() -> set[str]:
+    """Dotted paths of every searchable value of :class:`Config` (`train.learning_rate` …);
+    not `name`, `tune.*`, nor sections themselves."""
+    paths: set[str] = set()
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, info in model.model_fields.items():
+            candidates = [info.annotation, *getattr(info.annotation, "__args__", ())]
+            sub = next((c for c in candidates
+                        if isinstance(c, type) and issubclass(c, BaseModel)), None)
+            if sub is not None and sub is not ParamSpec:
+                walk(sub, f"{prefix}{name}.")
+            else:
+                paths.add(f"{prefix}{name}")
+
+    walk(Config, "")
+    return {p for p in paths if p != "name" and not p.startswith("tune.")}
+
+
 class Config(StrictModel):
     """A whole entrena run."""
 
@@ -319,3 +437,5 @@ class Config(StrictModel):
     """Training section."""
     tracking: TrackingConfig = TrackingConfig()
     """Tracking section."""
+    tune: TuneConfig = TuneConfig()
+    """Search section (`entrena tune`)."""

@@ -1,0 +1,202 @@
+"""``entrena.tune``: an Optuna search over config values, each trial a tracked run."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from entrena.api.preparing import resolve_run_dir
+from entrena.config import Config, load_config, parse_overrides
+from entrena.config.loading import apply_overrides
+from entrena.core.files import write_json_atomic
+from entrena.errors import ConfigError
+from entrena.units import Budget, format_usd, parse_budget, parse_duration_s
+
+__all__ = ["TuneResult", "tune"]
+
+log = logging.getLogger("entrena")
+
+
+@dataclass
+class TuneResult:
+    """What ``entrena tune`` produced.
+
+    Attributes:
+        study_dir: ``runs/<name>-tune/``: the study's SQLite store, ``tune.json``,
+            ``best_config.yaml`` and one run directory per trial (``trial-0003/``).
+        summary: The ``--json`` document: ``best`` (``trial``, ``value``, ``params``),
+            ``trials``, ``pruned``, ``completed``, ``importances``, ``table`` ….
+        best_config: ``best_config.yaml``, or ``None`` if no trial completed.
+    """
+
+    study_dir: Path
+    summary: dict[str, Any]
+    best_config: Path | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.summary
+
+
+def _budget(budget: str | float | None) -> Budget | None:
+    if budget is None:
+        return None
+    try:
+        return parse_budget(budget, bare="usd", what="--budget")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _cost_per_trial_usd(config: Any, run_dir: Path, overrides: dict[str, Any]) -> float:
+    """The planner's cost of one trial on this machine (the tuned run as configured)."""
+    from entrena.api.planning import plan
+
+    result = plan(config, run_dir=run_dir, overrides=overrides, local_only=True)
+    local = result.options[0]
+    if not local.cost_usd:
+        raise ConfigError(
+            "--budget in USD: the planner has no price for this machine (it counts it free), "
+            "so a money budget cannot limit the search; set local_usd_per_hour in a catalog "
+            "file (--catalog / ENTRENA_CATALOG) or give --budget as a duration (30m)")
+    return float(local.cost_usd)
+
+
+def _parent_run(study_dir: Path, cfg: Config, study: str) -> str | None:
+    """The study's MLflow parent run id (created once, reused by later invocations)."""
+    if not cfg.tracking.enabled:
+        return None
+    marker = study_dir / "mlflow_parent_run_id"
+    if marker.is_file():
+        return marker.read_text().strip() or None
+    try:
+        from mlflow.tracking import MlflowClient
+
+        from entrena.tracking.mlflow_tracker import default_tracking_uri
+
+        client = MlflowClient(tracking_uri=default_tracking_uri(study_dir, cfg.tracking.uri))
+        found = client.get_experiment_by_name(cfg.tracking.experiment)
+        if found is None:
+            (study_dir / "mlartifacts").mkdir(parents=True, exist_ok=True)
+            experiment = client.create_experiment(
+                cfg.tracking.experiment,
+                artifact_location=(study_dir / "mlartifacts").resolve().as_uri())
+        else:
+            experiment = found.experiment_id
+        run = client.create_run(experiment, run_name=f"{study} (study)",
+                                tags={"entrena.study": study})
+        marker.write_text(run.info.run_id)
+        return run.info.run_id
+    except Exception as exc:  # noqa: BLE001 - tracking never stops the work
+        log.warning("MLflow parent run not created (%s: %s); trials are tracked unnested",
+                    type(exc).__name__, exc)
+        return None
+
+
+def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = None,
+         budget: str | float | None = None, storage: str | None = None,
+         study: str | None = None, run_dir: str | Path | None = None,
+         overrides: list[str] | dict[str, Any] | None = None, console: Any = None) -> TuneResult:
+    """Search ``tune.space`` with TPE and median pruning; each trial is a run directory and
+    an MLflow run nested under the study's.
+
+    Args:
+        config: A YAML file, a dict or a :class:`~entrena.config.Config`.
+        trials: Trials this invocation runs at most (default 20 unless a time budget is given).
+        budget: ``"30m"`` caps this invocation's wall time (a running trial stops at it);
+            ``"5usd"`` caps its cost at the planner's cost per trial on this machine.
+        storage: An Optuna storage URL; default ``sqlite:///<study dir>/study.db``, so a study
+            re-run continues; a PostgreSQL/MySQL URL lets workers on several machines share it.
+        study: The study name (default: the config's ``name``).
+        run_dir: The study directory (default ``runs/<name>-tune``).
+        overrides: ``--set`` style overrides applied to every trial.
+
+    Returns:
+        The :class:`TuneResult`.
+
+    Raises:
+        ConfigError: Invalid config or search space, budget in an unknown unit, a storage
+            URL that cannot be opened, or a money budget without a price for this machine.
+    """
+    from entrena.tuning import DEFAULT_SPACE, run_study
+
+    limit = _budget(budget)
+    fixed = overrides if isinstance(overrides, dict) else parse_overrides(overrides or [])
+    loaded = load_config(config, fixed)
+    cfg = loaded.config
+    name = study or cfg.name
+    study_dir = Path(run_dir) if run_dir is not None else resolve_run_dir(cfg, None).with_name(
+        f"{cfg.name}-tune")
+    study_dir.mkdir(parents=True, exist_ok=True)
+    storage_url = storage or f"sqlite:///{(study_dir / 'study.db').resolve()}"
+    space = cfg.tune.space or DEFAULT_SPACE
+    metric = cfg.tune.metric
+    direction = cfg.tune.direction
+    if direction == "auto":
+        direction = "minimize" if metric.endswith("loss") else "maximize"
+    trial_limit_s = parse_duration_s(cfg.tune.trial_max_time) if cfg.tune.trial_max_time else None
+    if trials is None and (limit is None or limit.usd is not None):
+        trials = 20
+    if limit is not None and limit.usd is not None:
+        per_trial = _cost_per_trial_usd(config, study_dir / "plan", fixed)
+        affordable = math.floor(limit.usd / per_trial)
+        log.info("budget %s at %s a trial (planner, this machine): %d trials", limit,
+                 format_usd(per_trial), affordable)
+        if affordable < 1:
+            raise ConfigError(f"--budget {budget}: one trial costs about {format_usd(per_trial)} "
+                              f"on this machine (planner); raise the budget")
+        trials = min(trials or affordable, affordable)
+    parent = _parent_run(study_dir, cfg, name)
+    tags = {"mlflow.parentRunId": parent, "entrena.study": name} if parent else {}
+
+    def run_trial(number: int, params: dict[str, Any], report: Any, max_time_s: float) -> float:
+        from entrena.api.training import train
+        from entrena.tuning import PruningCallback
+
+        trial_dir = study_dir / f"trial-{number:04d}"
+        values = {**fixed, **params, "train.max_time": f"{max(1, int(max_time_s))}s"}
+        try:
+            result = train(config, run_dir=trial_dir, overrides=values, restart=True,
+                           callbacks=[PruningCallback(report, metric)], console=console,
+                           tracking_tags=tags)
+        except Exception as exc:
+            import optuna
+
+            if isinstance(exc, optuna.TrialPruned):
+                write_json_atomic(trial_dir / "status.json",
+                                  {"status": "pruned", "message": str(exc)}, durable=False)
+            raise
+        section, key = metric.split(".", 1)
+        return float(result.metrics[section][key])
+
+    log.info("study %s in %s: %s trials, budget %s, space %s", name, storage_url,
+             trials if trials is not None else "unlimited", limit or "none", ", ".join(space))
+    result = run_study(run_trial, space=space, study_name=name, storage=storage_url,
+                       direction=direction, pruner=cfg.tune.pruner,
+                       startup_trials=cfg.tune.startup_trials, n_trials=trials,
+                       timeout_s=limit.seconds if limit is not None else None,
+                       trial_max_time_s=trial_limit_s, seed=cfg.train.seed)
+    summary = {"metric": metric, **result.as_dict(), "study_dir": str(study_dir)}
+    best_path = None
+    if result.best is not None:
+        best = cfg.model_dump(mode="json")
+        best.pop("tune", None)
+        for section in ("train", "validation", "test"):
+            path = best["data"].get(section)
+            if path:
+                best["data"][section] = loaded.resolve_path(path)
+        best = apply_overrides(best, result.best["params"])
+        best_path = study_dir / "best_config.yaml"
+        best_path.write_text(
+            f"# best of study {name}: trial {result.best['trial']}, {metric} = "
+            f"{result.best['value']:.6g}\n" + yaml.safe_dump(best, sort_keys=False),
+            encoding="utf-8")
+        summary["best_config"] = str(best_path)
+    write_json_atomic(study_dir / "tune.json", summary, durable=False)
+    log.info("study %s: %d trials (%d pruned, %d completed); %s", name, result.trials,
+             result.pruned, result.completed,
+             f"best trial {result.best['trial']}" if result.best else "no trial completed")
+    return TuneResult(study_dir, summary, best_path)

@@ -1,0 +1,159 @@
+"""`entrena tune`: the search space validated like the config, a study under a budget that a
+second invocation extends, pruning through the real loop, nested tracked trials."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import optuna
+import pytest
+import yaml
+
+import entrena
+from conftest import run_cli
+from entrena.config import load_config
+from entrena.errors import ConfigError
+from entrena.tuning import run_study
+from entrena.tuning.space import DEFAULT_SPACE
+
+SPACE = {"train.learning_rate": {"low": 1e-4, "high": 1e-2, "log": True},
+         "train.batch_size": {"choices": [8, 16]}}
+
+
+def _config(**tune):
+    return {"name": "x", "data": {"train": "a.csv"}, "tune": tune}
+
+
+@pytest.mark.parametrize("space, message", [
+    ({"train.learning_rat": {"low": 1e-5, "high": 1e-3}},
+     "'train.learning_rat' is not a config key to search; did you mean 'train.learning_rate'?"),
+    ({"train.learning_rate": {"low": 1e-3, "high": 1e-5}},
+     "tune.space.train.learning_rate = {'low': 0.001, 'high': 1e-05} is invalid: `low <= high` "
+     "must hold, but got low=0.001 and high=1e-05"),
+    ({"train.learning_rate": {"low": 0, "high": 1e-3, "log": True}},
+     "`low > 0` must hold for log: true, but got low=0"),
+    ({"train.batch_size": {"choices": []}}, "choices must not be empty"),
+    ({"train.batch_size": {"low": 8}}, "give low and high (a range) or choices (a list)"),
+])
+def test_a_bad_search_space_is_a_config_error(space, message):
+    with pytest.raises(ConfigError) as info:
+        load_config(_config(space=space))
+    assert message in str(info.value)
+
+
+def test_the_default_space_and_the_tiny_example_are_valid(reviews_data):
+    from conftest import EXAMPLES
+
+    loaded = load_config(EXAMPLES / "tiny" / "config.yaml")
+    assert set(loaded.config.tune.space) == {"train.learning_rate", "train.batch_size"}
+    assert load_config(_config(space={k: v.model_dump() for k, v in DEFAULT_SPACE.items()}))
+
+
+def _fake_trial(number, params, report, max_time_s):
+    """A trial without training: the value falls with steps; a large rate is bad early."""
+    lr = params["train.learning_rate"]
+    value = 0.0
+    for step in range(1, 4):
+        value = abs(lr - 1e-3) * 100 + 1.0 / step
+        if report(value, step):
+            raise optuna.TrialPruned()
+    return value
+
+
+def test_a_study_prunes_continues_and_is_shared_without_duplicates(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    space = load_config(_config(space=SPACE)).config.tune.space
+    common = dict(space=space, study_name="s", storage=storage, direction="minimize",
+                  startup_trials=2, importances=False)
+    first = run_study(_fake_trial, n_trials=4, **common)
+    assert first.trials == 4 and first.ran == 4
+    assert first.best is not None and set(first.best) == {"trial", "value", "params"}
+    second = run_study(_fake_trial, n_trials=2, **common)  # a re-run extends the study
+    assert second.trials == 6 and second.ran == 2
+    threads = [threading.Thread(target=run_study, args=(_fake_trial,),
+                                kwargs=dict(n_trials=2, seed=i, **common)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    final = run_study(_fake_trial, n_trials=1, **common)
+    numbers = [row["number"] for row in final.table]
+    assert len(numbers) == 11 and len(set(numbers)) == 11  # two workers, no duplicates
+    assert final.pruned >= 1
+    assert final.completed + final.pruned == 11
+
+
+def test_a_time_budget_stops_the_study_and_caps_the_running_trial(tmp_path):
+    limits = []
+
+    def trial(number, params, report, max_time_s):
+        limits.append(max_time_s)
+        return 1.0
+
+    clock = iter(range(0, 1000, 40)).__next__  # 40 s per call
+    space = load_config(_config(space=SPACE)).config.tune.space
+    result = run_study(trial, space=space, study_name="t", storage=f"sqlite:///{tmp_path}/t.db",
+                       direction="minimize", timeout_s=100, trial_max_time_s=600,
+                       clock=clock)
+    assert limits and all(limit <= 100 for limit in limits)
+    assert result.stop_reason == "budget"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"budget": "5 parsecs"}, "invalid --budget '5 parsecs'"),
+    ({"trials": 1, "storage": "nosuchdb://host/x"}, "--storage 'nosuchdb://host/x': cannot "
+     "open the study storage"),
+])
+def test_bad_tune_options_are_config_errors(tiny_config, kwargs, message):
+    with pytest.raises(ConfigError) as info:
+        entrena.tune(tiny_config, **kwargs)
+    assert message in str(info.value)
+
+
+def test_tune_runs_a_tracked_trial_and_writes_the_best_config(tiny_config):
+    """In process, one trial (untracked: the slow CLI test checks the nested MLflow runs); its
+    config has a `tune` section, which `train` ignores."""
+    tiny_config["tune"] = {"space": {"train.learning_rate": {"low": 1e-4, "high": 1e-2,
+                                                             "log": True}}}
+    tiny_config["train"]["max_epochs"] = 1
+    result = entrena.tune(tiny_config, trials=1)
+    summary = result.summary
+    assert (summary["trials"], summary["pruned"], summary["best"]["trial"]) == (1, 0, 0)
+    best = yaml.safe_load(result.best_config.read_text())
+    assert "tune" not in best
+    assert best["train"]["learning_rate"] == summary["best"]["params"]["train.learning_rate"]
+    assert json.loads((result.study_dir / "trial-0000" / "status.json").read_text())[
+        "status"] == "finished"
+    assert not (result.study_dir / "mlflow_parent_run_id").exists()  # tracking is off
+
+
+@pytest.mark.slow
+def test_tune_runs_tracked_trials_and_writes_the_best_config(tiny_config, config_file, tmp_path):
+    tiny_config["tune"] = {"space": {"train.learning_rate": {"low": 1e-4, "high": 1e-2,
+                                                             "log": True}},
+                           "startup_trials": 1}
+    tiny_config["tracking"] = {"enabled": True}
+    tiny_config["train"]["max_epochs"] = 1
+    tiny_config["train"]["evals_per_epoch"] = 2
+    path = config_file(tiny_config)
+    result = run_cli("tune", path, "--trials", "2", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["trials"] == 2 and summary["pruned"] + summary["completed"] == 2
+    assert set(summary["best"]) == {"trial", "value", "params"}
+    study_dir = tmp_path / "runs" / "tiny-tune"
+    best = yaml.safe_load((study_dir / "best_config.yaml").read_text())
+    assert "tune" not in best
+    assert best["train"]["learning_rate"] == summary["best"]["params"]["train.learning_rate"]
+    assert load_config(study_dir / "best_config.yaml").config.name == "tiny"
+    for number in (0, 1):
+        assert (study_dir / f"trial-{number:04d}" / "status.json").is_file()
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{study_dir / 'mlflow.db'}")
+    parent = (study_dir / "mlflow_parent_run_id").read_text()
+    experiment = client.get_experiment_by_name("entrena")
+    runs = client.search_runs([experiment.experiment_id],
+                              filter_string=f"tags.mlflow.parentRunId = '{parent}'")
+    assert len(runs) == 2
