@@ -21,7 +21,8 @@ def test_baselines_fit_on_train_and_score_each_split():
 
 
 def test_a_model_below_the_baseline_is_flagged():
-    baselines = {"majority": {"test": {"accuracy": 0.6}}, "tfidf_logreg": {"test": {"accuracy": 0.8}}}
+    baselines = {"majority": {"test": {"accuracy": 0.6}},
+                 "tfidf_logreg": {"test": {"accuracy": 0.8}}}
     verdict = compare_with_baseline({"accuracy": 0.7}, baselines, "test")
     assert verdict["best"] == "tfidf_logreg" and verdict["best_score"] == 0.8
     assert verdict["model_beats_baseline"] is False

@@ -112,6 +112,8 @@ def train(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
         log_path = getattr(exc, "entrena_log", None) or "the run's train.log"
         _fail(f"internal error: {type(exc).__name__}: {exc}; traceback in {log_path}",
               EXIT_INTERNAL)
+    if result.worker:  # rank > 0 of a distributed fit: rank 0 reports
+        return
     if json_output:
         typer.echo(json.dumps(result.metrics, indent=2))
     else:

@@ -31,6 +31,7 @@ from entrena.data.tables import LabelledSplits
 from entrena.engine.backend import configure_threads, create_backend
 from entrena.engine.checkpointing import (CheckpointInfo, CheckpointStore, restore_rng,
                                           restore_training, training_payload)
+from entrena.engine.distributed import ShardedBatches
 from entrena.engine.loop import FitSettings, fit, predict
 from entrena.errors import ConfigError, Interrupted, NonFiniteError
 from entrena.tasks.baselines import compare_with_baseline, text_baselines
@@ -96,7 +97,9 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     threads = configure_threads(tcfg.num_threads)
     backend = create_backend(accelerator=tcfg.accelerator, devices=tcfg.devices,
                              precision=tcfg.precision, seed=tcfg.seed,
-                             deterministic=tcfg.deterministic)
+                             deterministic=tcfg.deterministic, num_nodes=tcfg.num_nodes,
+                             strategy=tcfg.strategy)
+    world, leader = backend.world_size, backend.is_global_zero  # only rank 0 writes and tracks
     log.info("device %s, precision %s, %d CPU threads", backend.device, backend.precision, threads)
 
     splits, encoded, tokenizer = prepared.splits, prepared.encoded, prepared.tokenizer
@@ -113,7 +116,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
 
     plan = plan_run(loaded, sources, prepared, model, paths.plan,
                     accelerator=backend.accelerator, precision=backend.precision,
-                    max_length=max_length, resumed=resume is not None)
+                    max_length=max_length, resumed=resume is not None) if leader else None
 
     eval_batch = tcfg.eval_batch_size or 2 * tcfg.batch_size
     pad_id = tokenizer.pad_token_id or 0
@@ -125,6 +128,13 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                            shuffle=shuffle, group_by_length=tcfg.group_by_length, seed=tcfg.seed)
 
     train_data = batches("train", shuffle=True)
+    fit_data: Any = train_data
+    if world > 1:  # each rank takes its share of a global batch of batch_size x world
+        fit_data = ShardedBatches(
+            TextBatches(encoded["train"], splits.train.labels, max_length=max_length,
+                        batch_size=tcfg.batch_size * world, pad_id=pad_id, shuffle=True,
+                        group_by_length=tcfg.group_by_length, seed=tcfg.seed),
+            backend.global_rank, world)
     validation_data = batches("validation", shuffle=False)
     optimizer = build_optimizer(model, tcfg.learning_rate, tcfg.weight_decay)
     model, optimizer = backend.setup(model, optimizer)
@@ -139,11 +149,11 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     early_stopping = EarlyStopping(monitor, es.patience) if es.enabled else None
     schedule = LRSchedule(tcfg.scheduler, tcfg.warmup_fraction, monitor,
                           factor=tcfg.plateau_factor, patience=tcfg.plateau_patience)
-    checkpoint = ModelCheckpoint(paths.checkpoints, monitor)
+    checkpoint = ModelCheckpoint(paths.checkpoints if leader else None, monitor)
     preemption = Preemption()
     time_limit = TimeLimit(parse_duration_s(tcfg.max_time)) if tcfg.max_time else None
     tracker = None
-    if cfg.tracking.enabled:
+    if cfg.tracking.enabled and leader:
         tracker = MLflowTracker(default_tracking_uri(paths.runs_root, cfg.tracking.uri),
                                 cfg.tracking.experiment, cfg.name,
                                 paths.runs_root / "mlartifacts", tcfg.log_every_steps)
@@ -151,7 +161,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                      PeriodicCheckpoint(tcfg.checkpoint.every_steps,
                                         tcfg.checkpoint.every_minutes),
                      preemption, *([time_limit] if time_limit else []),
-                     EventLog(paths.events, tcfg.log_every_steps), ProgressBar(_console(console)),
+                     *([EventLog(paths.events, tcfg.log_every_steps),
+                        ProgressBar(_console(console))] if leader else []),
                      *([tracker] if tracker else []), *callbacks]
 
     state = TrainState()
@@ -175,6 +186,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     resolved = cfg.model_dump(mode="json")
 
     def save_checkpoint(current: TrainState, reason: str) -> dict[str, Any]:
+        if not leader:
+            return {"step": current.step, "path": None}
         started = time.perf_counter()
         payload = training_payload(current, model=model, optimizer=optimizer, backend=backend,
                                    callbacks=all_callbacks, config_hash=config_hash)
@@ -201,7 +214,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     with preemption.installed():
         if rng_state is not None:
             restore_rng(rng_state)  # last thing before the loop: nothing may draw in between
-        state = fit(backend=backend, model=model, optimizer=optimizer, train=train_data,
+        state = fit(backend=backend, model=model, optimizer=optimizer, train=fit_data,
                     evaluate=evaluate, settings=settings, callbacks=all_callbacks, state=state,
                     save_checkpoint=save_checkpoint)
     fit_peak_bytes = peak_memory_bytes(backend.accelerator)
@@ -233,7 +246,10 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         "device": str(backend.device),
         "peak_memory_bytes": _peak_memory_bytes(backend.accelerator),
         "threads": threads,
+        "world_size": world,
     }
+    if not leader:  # rank 0 tests, compares, saves and tracks
+        return metrics
     metrics["baseline"] = _baseline(splits, metrics, tcfg.seed)
     metrics["data"] = {"train_rows": len(splits.train), "validation_rows": len(splits.validation),
                        "test_rows": len(splits.test) if splits.test is not None else 0,

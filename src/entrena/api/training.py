@@ -25,6 +25,7 @@ from entrena.config.fingerprint import config_changes, config_hash, format_chang
 from entrena.core.files import write_json_atomic
 from entrena.core.rundir import RunPaths
 from entrena.engine.checkpointing import CheckpointInfo, CheckpointStore
+from entrena.engine.distributed import launched_rank
 from entrena.errors import ConfigError, EntrenaError, Interrupted
 from entrena.units import format_duration
 
@@ -42,12 +43,14 @@ class TrainResult:
         metrics: The content of ``metrics.json`` (``test.accuracy``, ``validation.loss`` …).
         already_finished: The run was finished before this call, nothing was trained.
         resumed_from_step: The checkpoint's step this call resumed from, or ``None``.
+        worker: This process is a rank above 0 of a distributed fit (it wrote nothing).
     """
 
     run_dir: Path
     metrics: dict[str, Any] = field(default_factory=dict)
     already_finished: bool = False
     resumed_from_step: int | None = None
+    worker: bool = False
 
     @property
     def model_dir(self) -> Path:
@@ -153,6 +156,22 @@ def _attach_log_file(path: Path) -> logging.Handler:
     return handler
 
 
+def _train_worker(loaded: Any, sources: dict[str, str], paths: RunPaths,
+                  callbacks: list[Any]) -> TrainResult:
+    """Rank > 0 of a distributed fit: the checkpoint rank 0 resumes from (chosen and checked
+    before it started this process), the cached data, and the fit; no file is written."""
+    resume = CheckpointStore(paths.checkpoints).latest_readable() if paths.root.exists() \
+        else None
+    prepared = prepare_data(loaded, sources)
+    from entrena.api.fitting import run_fit
+
+    metrics = run_fit(loaded, paths, sources, prepared, resume=resume,
+                      config_hash=config_hash(loaded.config.model_dump(mode="json")),
+                      callbacks=callbacks)
+    return TrainResult(paths.root, metrics, resumed_from_step=resume.step if resume else None,
+                       worker=True)
+
+
 def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | None = None,
           overrides: list[str] | dict[str, Any] | None = None, restart: bool = False,
           resume_with_changes: bool = False, callbacks: list[Any] | None = None,
@@ -187,6 +206,8 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
     loaded = load_config(config, overrides)
     sources = _check_model_source(loaded)
     paths = RunPaths(resolve_run_dir(loaded.config, run_dir))
+    if launched_rank() > 0:  # a process that rank 0 started (DDP): it reads, never writes
+        return _train_worker(loaded, sources, paths, callbacks or [])
 
     if paths.root.exists() and restart:
         shutil.rmtree(paths.root)

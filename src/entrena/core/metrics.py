@@ -65,6 +65,38 @@ _TABLE = [
     MetricKey("baseline.comparison", "", "model vs the best baseline on test (else "
               "validation) accuracy: split, metric, model, best, best_score, "
               "model_beats_baseline"),
+    MetricKey("efficiency.mfu", "fraction", "model FLOPs utilisation: useful training FLOPs "
+              "(planner's per-sample count at real lengths, padding excluded) / training time "
+              "/ device peak (GPU: catalog; CPU: measured matmul peak)", True),
+    MetricKey("efficiency.padding_fraction", "fraction", "share of token slots that were "
+              "padding", False),
+    MetricKey("efficiency.data_wait_fraction", "fraction", "share of training-step time spent "
+              "building and moving batches (waiting for data)", False),
+    MetricKey("efficiency.throughput_samples_per_s", "samples/s", "training samples per second "
+              "of training-step time", True),
+    MetricKey("efficiency.throughput_tokens_per_s", "tokens/s", "real tokens per second", True),
+    MetricKey("efficiency.throughput_padded_tokens_per_s", "tokens/s", "token slots "
+              "(padding included) per second"),
+    MetricKey("efficiency.achieved_flops_per_s", "FLOP/s", "useful training FLOPs per second"),
+    MetricKey("efficiency.useful_flops", "FLOP", "useful training FLOPs over the fit"),
+    MetricKey("efficiency.useful_flops_per_step", "FLOP", "useful training FLOPs per step"),
+    MetricKey("efficiency.peak_flops_per_s", "FLOP/s", "the MFU denominator"),
+    MetricKey("efficiency.peak_source", "", "where the peak comes from"),
+    MetricKey("efficiency.data_wait_s", "s", "time waiting for data in training steps"),
+    MetricKey("efficiency.compute_s", "s", "training-step time minus data wait"),
+    MetricKey("efficiency.peak_memory_bytes", "B", "peak memory (CPU RSS or CUDA allocator)"),
+    MetricKey("efficiency.memory_capacity_bytes", "B", "the device's memory (GPU) or RAM"),
+    MetricKey("efficiency.memory_share", "fraction", "peak memory / capacity"),
+    MetricKey("efficiency.cpu_utilisation", "fraction", "process CPU time / (threads x wall "
+              "time of the fit, evaluation included)"),
+    MetricKey("efficiency.gpu_utilisation", "fraction", "mean NVML GPU utilisation at the "
+              "monitor's intervals (null without NVML)"),
+    MetricKey("efficiency.threads", "threads", "CPU threads torch used"),
+    MetricKey("efficiency.cores", "cores", "physical cores of the machine"),
+    MetricKey("efficiency.device", "", "device trained on"),
+    MetricKey("efficiency.precision", "", "numeric precision used"),
+    MetricKey("diagnosis", "", "findings: code, the figure that triggered it, message, the "
+              "change to make"),
     MetricKey("plan_vs_actual.peak_memory_bytes", "B", "predicted (plan.json) and actual peak "
               "memory of the fit: CPU resident set or CUDA allocator peak"),
     MetricKey("plan_vs_actual.epoch_time_s", "s", "predicted (plan.json) and actual time in "

@@ -24,6 +24,8 @@ class TrainState:
         samples_seen / tokens_seen / padded_tokens_seen: Running counts over the fit
             (tokens are real tokens; padded tokens include padding).
         train_time_s: Seconds spent in training steps (evaluation excluded).
+        data_wait_s: The part of ``train_time_s`` spent building batches and moving them to
+            the device (collate + transfer), i.e. waiting for data.
         eval_metrics: The latest validation metrics (``{"loss": …, "accuracy": …}``).
         history: One dict per evaluation (step, epoch, metrics).
         should_stop: Set by a callback to end the fit after the current step (and an
@@ -58,6 +60,7 @@ class TrainState:
     tokens_seen: int = 0
     padded_tokens_seen: int = 0
     train_time_s: float = 0.0
+    data_wait_s: float = 0.0
     eval_metrics: dict[str, float] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     should_stop: bool = False
@@ -95,5 +98,5 @@ class TrainState:
 
 
 _COUNTERS = ("epoch", "step", "batch_in_epoch", "samples_seen", "tokens_seen",
-             "padded_tokens_seen", "train_time_s", "best_score", "best_step", "history",
-             "stop_reason", "skipped_steps", "resumes")
+             "padded_tokens_seen", "train_time_s", "data_wait_s", "best_score", "best_step",
+             "history", "stop_reason", "skipped_steps", "resumes")

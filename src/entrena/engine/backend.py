@@ -84,6 +84,13 @@ class Backend:
     def world_size(self) -> int:
         return self.fabric.world_size
 
+    @property
+    def global_rank(self) -> int:
+        return self.fabric.global_rank
+
+    def barrier(self) -> None:
+        self.fabric.barrier()
+
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[Any, Any]:
         return self.fabric.setup(model, optimizer)
 
@@ -111,12 +118,28 @@ class Backend:
         return self.fabric.autocast()
 
 
+def _check_devices(accelerator: str, devices: int | str) -> None:
+    if devices == "auto" or accelerator != "cuda":
+        return  # on CPU, devices are processes
+    present = torch.cuda.device_count()
+    if int(devices) > present:
+        raise ResourceError(
+            f"train.devices = {devices} but this machine has {present} CUDA device"
+            f"{'s' if present != 1 else ''}; set train.devices to at most {present}, or use "
+            f"more nodes (train.num_nodes) with `entrena launch`")
+
+
 def create_backend(*, accelerator: str, devices: int | str, precision: str, seed: int,
-                   deterministic: bool) -> Backend:
+                   deterministic: bool, num_nodes: int = 1, strategy: str = "auto") -> Backend:
     """Create and launch the Fabric backend.
 
+    With more than one device (or node), ``launch()`` starts the other local processes by
+    re-running this command (Fabric's subprocess launcher; under torchrun or SLURM it joins
+    the processes already started); ranks above 0 continue from here too.
+
     Raises:
-        ResourceError: The requested accelerator is not present.
+        ResourceError: The requested accelerator is not present, or fewer devices than
+            ``devices``.
     """
     from lightning.fabric import Fabric
 
@@ -127,7 +150,9 @@ def create_backend(*, accelerator: str, devices: int | str, precision: str, seed
     chosen = choose_precision(precision, resolved)
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
-    fabric = Fabric(accelerator=resolved, devices=devices, precision=chosen)
+    _check_devices(resolved, devices)
+    fabric = Fabric(accelerator=resolved, devices=devices, num_nodes=num_nodes,
+                    strategy=strategy, precision=chosen)
     fabric.launch()
     fabric.seed_everything(seed, workers=True, verbose=False)
     return Backend(fabric=fabric, accelerator=resolved, precision=chosen)

@@ -192,6 +192,7 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource,
             hooks.fire(Event.BATCH_START, state)
             started = time.perf_counter()
             batch = backend.to_device(train.collate(indices))
+            data_wait_s = time.perf_counter() - started
             micro = position % accumulation
             last_micro = micro == accumulation - 1 or position == len(plan) - 1
             with backend.no_backward_sync(model, enabled=not last_micro):
@@ -242,6 +243,7 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource,
             state.tokens_seen += int(batch["attention_mask"].sum())
             state.padded_tokens_seen += int(batch["attention_mask"].numel())
             state.train_time_s += time.perf_counter() - started
+            state.data_wait_s += data_wait_s
             state.extras["last_micro"] = stepped  # an optimizer step ended with this batch
             hooks.fire(Event.BATCH_END, state)
             if stepped and settings.max_steps and state.step >= settings.max_steps:

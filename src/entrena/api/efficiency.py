@@ -1,0 +1,97 @@
+"""``entrena train``'s efficiency step: build the monitor (peak, FLOP formula, memory
+capacity) and, after the fit, ``metrics.json``'s ``efficiency`` and ``diagnosis``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from entrena.callbacks.diagnosis import diagnose
+from entrena.callbacks.efficiency import EfficiencyMonitor, Emit
+from entrena.core.state import TrainState
+
+__all__ = ["build_monitor", "device_peak_flops", "efficiency_metrics"]
+
+log = logging.getLogger("entrena")
+
+
+def device_peak_flops(accelerator: str, precision: str, threads: int,
+                      cache_dir: Path | None) -> tuple[float | None, str]:
+    """The MFU denominator: on CPU a measured (cached) fp32 matmul peak; on a GPU the
+    catalog's dense peak for the precision's matrix dtype.
+
+    Returns:
+        ``(flop_per_s or None, source)``.
+    """
+    if accelerator == "cpu":
+        from entrena.hardware.peak import cpu_peak_flops_measured
+
+        return cpu_peak_flops_measured(cache_dir, threads)
+    if accelerator == "cuda":
+        import torch
+
+        from entrena.hardware.catalog import load_catalog
+        from entrena.planning.options import peak_for_precision
+
+        name = torch.cuda.get_device_name()
+        acc = load_catalog().accelerator_for_device(name)
+        peak = peak_for_precision(acc, precision) if acc else None
+        if peak is None:
+            return None, f"{name}: no catalog peak for {precision}"
+        return peak, f"catalog peak of {acc.name} for {precision}"
+    return None, f"no peak known for {accelerator}"
+
+
+def _capacity_bytes(accelerator: str) -> int | None:
+    if accelerator == "cuda":
+        import torch
+
+        return int(torch.cuda.get_device_properties(0).total_memory)
+    import psutil
+
+    return int(psutil.virtual_memory().total)
+
+
+def build_monitor(*, plan: dict[str, Any] | None, lengths: np.ndarray, accelerator: str,
+                  precision: str, threads: int, cache_dir: Path | None, every_steps: int,
+                  emit: Emit | None, peak_memory: Any) -> EfficiencyMonitor:
+    """The :class:`EfficiencyMonitor` of a fit; the FLOP formula comes from ``plan.json``
+    (no plan: no MFU). Never fails the run: a missing figure is ``None``."""
+    formula = None
+    raw = ((plan or {}).get("model") or {}).get("flops_per_sample_formula")
+    if raw:
+        formula = (float(raw["constant"]), float(raw["per_token"]),
+                   float(raw["per_token_squared"]))
+    try:
+        peak, source = device_peak_flops(accelerator, precision, threads, cache_dir)
+    except Exception as exc:  # noqa: BLE001 - a missing peak only costs the MFU figure
+        log.debug("no device peak: %s", exc, exc_info=True)
+        peak, source = None, f"unknown ({type(exc).__name__})"
+    import psutil
+
+    return EfficiencyMonitor(
+        lengths=lengths, flops_formula=formula, peak_flops_per_s=peak, peak_source=source,
+        device=accelerator, threads=threads, memory_capacity_bytes=_capacity_bytes(accelerator),
+        peak_memory=peak_memory, every_steps=every_steps, emit=emit,
+        cores=psutil.cpu_count(logical=False))
+
+
+def efficiency_metrics(state: TrainState, monitor: EfficiencyMonitor, *, precision: str,
+                       max_epochs: int, plan: dict[str, Any] | None,
+                       plan_vs_actual: dict[str, Any] | None) -> tuple[dict[str, Any], list]:
+    """``(efficiency, diagnosis)`` for ``metrics.json``; each finding is logged."""
+    summary = state.extras.get("efficiency") or monitor.summary(state)
+    summary = {**summary, "precision": precision}
+    epochs = state.epoch + (1 if state.batch_in_epoch else 0)
+    local = next((o for o in (plan or {}).get("options", []) if o.get("kind") == "local"), {})
+    fit = {"stop_reason": state.stop_reason, "epochs": epochs, "max_epochs": max_epochs,
+           "epoch_time_s": state.train_time_s / epochs if epochs else None,
+           "usd_per_hour": local.get("usd_per_hour")}
+    findings = diagnose(summary, plan_vs_actual=plan_vs_actual, fit=fit)
+    for finding in findings:
+        log.warning("diagnosis: %s [%s] -> %s", finding["message"], finding["figure"],
+                    finding["change"])
+    return summary, findings

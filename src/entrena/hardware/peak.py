@@ -1,0 +1,91 @@
+"""This CPU's measured matrix-multiply peak (FLOP/s), for MFU on a CPU.
+
+A nominal CPU peak (cores × clock × FLOP/cycle) is rarely reached by any library, and depends
+on turbo, SMT and what else runs; MFU against it says little. The denominator used instead is
+what a large fp32 matrix multiply achieves here, with the fit's thread count: measured once
+(a fraction of a second) and cached per CPU model, thread count and torch version.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["measure_matmul_flops", "cpu_peak_flops_measured"]
+
+log = logging.getLogger("entrena")
+
+CACHE_FILE = "cpu_peak.json"
+
+
+def measure_matmul_flops(threads: int, *, size: int = 1024, min_time_s: float = 0.3) -> float:
+    """Best FLOP/s of ``size × size`` fp32 matrix multiplies over about ``min_time_s`` seconds
+    (2·n³ FLOPs each; one warm-up call not timed)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(max(1, threads))
+    try:
+        a = torch.randn(size, size)
+        b = torch.randn(size, size)
+        torch.mm(a, b)  # warm-up
+        best = 0.0
+        spent = 0.0
+        while spent < min_time_s:
+            started = time.perf_counter()
+            torch.mm(a, b)
+            elapsed = time.perf_counter() - started
+            spent += elapsed
+            best = max(best, 2 * size**3 / max(elapsed, 1e-9))
+        return best
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_peak_flops_measured(cache_dir: Path | None, threads: int) -> tuple[float, str]:
+    """This CPU's fp32 matrix-multiply FLOP/s with ``threads`` threads, cached in
+    ``cache_dir/cpu_peak.json``.
+
+    Returns:
+        ``(flop_per_s, source)``; the source says it was measured, when, and with how many threads.
+    """
+    import torch
+
+    key = f"{_cpu_name()}|threads={threads}|torch={torch.__version__}"
+    path = cache_dir / CACHE_FILE if cache_dir is not None else None
+    cached: dict[str, Any] = {}
+    if path is not None and path.is_file():
+        try:
+            cached = json.loads(path.read_text())
+        except (OSError, ValueError):
+            cached = {}
+    entry = cached.get(key)
+    if isinstance(entry, dict) and entry.get("flop_per_s"):
+        return float(entry["flop_per_s"]), str(entry["source"])
+    flops = measure_matmul_flops(threads)
+    source = (f"measured: fp32 1024x1024 matmul, {threads} thread(s), "
+              f"{time.strftime('%Y-%m-%d')}")
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            cached[key] = {"flop_per_s": flops, "source": source}
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(cached, indent=1))
+            tmp.replace(path)
+        except OSError as exc:
+            log.debug("could not cache the CPU peak in %s: %s", path, exc)
+    return flops, source

@@ -1,0 +1,106 @@
+"""The efficiency monitor and the diagnosis: FLOP counting, windows, findings, and the loop
+with a slow data source (input-bound) and batches padded to the maximum length."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import torch
+
+from entrena.callbacks.diagnosis import diagnose, window_findings
+from entrena.callbacks.efficiency import EfficiencyMonitor, useful_flops
+from entrena.engine.loop import FitSettings, fit
+from fakes import FakeBackend, FakeSource, ScriptedEvaluate, TinyModel
+
+
+def test_useful_flops_counts_real_lengths():
+    assert useful_flops(np.array([2, 3]), (10.0, 100.0, 1.0)) == 2 * 10 + 100 * 5 + (4 + 9)
+
+
+class SlowSource(FakeSource):
+    """Collate sleeps: the loop waits for its data."""
+
+    def collate(self, indices):
+        time.sleep(0.05)
+        return super().collate(indices)
+
+
+class PaddedSource(FakeSource):
+    """Each sequence has 2 real tokens, padded to 8 (a run padded to max_length)."""
+
+    def collate(self, indices):
+        batch = super().collate(indices)
+        ids = torch.zeros(len(indices), 8, dtype=torch.long)
+        ids[:, :2] = batch["input_ids"][:, :2]
+        mask = torch.zeros_like(ids)
+        mask[:, :2] = 1
+        return {"input_ids": ids, "attention_mask": mask, "labels": batch["labels"]}
+
+
+def monitored_fit(source, records=None):
+    monitor = EfficiencyMonitor(
+        lengths=np.full(source.n, 6), flops_formula=(0.0, 1000.0, 0.0), peak_flops_per_s=1e9,
+        peak_source="test", device="cpu", threads=1, memory_capacity_bytes=2**34,
+        peak_memory=lambda: 2**30, every_steps=2, persist_windows=2,
+        emit=(lambda kind, state, **f: records.append((kind, f))) if records is not None
+        else None)
+    model = TinyModel()
+    state = fit(backend=FakeBackend(), model=model,
+                optimizer=torch.optim.SGD(model.parameters(), lr=0.1), train=source,
+                evaluate=ScriptedEvaluate([1.0]), settings=FitSettings(max_epochs=1),
+                callbacks=[monitor])
+    return state, monitor
+
+
+def test_monitor_summarises_the_fit_and_emits_windows():
+    records = []
+    state, monitor = monitored_fit(FakeSource(n=40, batch_size=4), records)
+    summary = state.extras["efficiency"]
+    assert summary["useful_flops"] == 40 * 6 * 1000.0
+    assert summary["mfu"] == summary["achieved_flops_per_s"] / 1e9
+    assert 0 < summary["data_wait_fraction"] < 1
+    assert summary["throughput_samples_per_s"] == state.samples_seen / state.train_time_s
+    assert summary["padding_fraction"] == 0.0
+    assert [kind for kind, _ in records] == ["efficiency"] * 5  # 10 steps, every 2
+    assert monitor.state_dict() == {"useful_flops": 240000.0}
+
+
+def test_a_slow_data_source_is_diagnosed_as_input_bound(caplog):
+    with caplog.at_level(logging.WARNING, logger="entrena"):
+        state, _ = monitored_fit(SlowSource(n=40, batch_size=4))
+    summary = state.extras["efficiency"]
+    assert summary["data_wait_fraction"] > 0.3
+    codes = [f["code"] for f in diagnose(summary)]
+    assert codes[0] == "input_bound"
+    assert "input-bound" in caplog.text  # live: the condition held for 2 windows
+
+
+def test_padding_to_max_length_is_diagnosed_as_padding_waste():
+    state, _ = monitored_fit(PaddedSource(n=40, batch_size=4))
+    summary = state.extras["efficiency"]
+    assert summary["padding_fraction"] == 0.75
+    finding = next(f for f in diagnose(summary) if f["code"] == "padding_waste")
+    assert "75%" in finding["figure"] and "group_by_length" in finding["change"]
+
+
+def test_diagnosis_findings_name_their_figure_and_change():
+    summary = {"mfu": 0.05, "peak_flops_per_s": 1e11, "peak_source": "measured", "device": "cpu",
+               "memory_share": 0.1, "peak_memory_bytes": 2**30, "memory_capacity_bytes": 10 * 2**30,
+               "cpu_utilisation": 0.3, "threads": 2, "cores": 2, "data_wait_fraction": 0.01,
+               "padding_fraction": 0.05}
+    found = {f["code"]: f for f in diagnose(
+        summary, plan_vs_actual={"epoch_time_s": {"predicted": 10.0, "actual": 30.0},
+                                 "peak_memory_bytes": {"predicted": 100, "actual": 110}},
+        fit={"stop_reason": "early_stopping", "epochs": 2, "max_epochs": 5,
+             "epoch_time_s": 120.0, "usd_per_hour": 2.0})}
+    assert set(found) == {"memory_headroom", "low_mfu", "threads_idle", "early_stopping_saved",
+                          "plan_off"}
+    assert "3 epoch(s)" in found["early_stopping_saved"]["message"]
+    assert "6.0 min" in found["early_stopping_saved"]["message"]
+    assert "0.20 USD" in found["early_stopping_saved"]["message"]
+    assert "epoch_time_s" in found["plan_off"]["figure"] and "3.00x" in found["plan_off"]["figure"]
+    for finding in found.values():
+        assert finding["figure"] and finding["change"]
+    assert window_findings({"data_wait_fraction": 0.1, "padding_fraction": 0.1}) == []
