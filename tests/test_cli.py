@@ -59,6 +59,7 @@ def test_train_exits_0_and_writes_the_run_directory(tiny_run):
     assert result.stdout == ""  # tables, progress and logs go to stderr
     assert "test.accuracy" in result.stderr and "Traceback" not in result.stderr
     for name in ("config.yaml", "metrics.json", "events.jsonl", "train.log", "data_report.json",
+                 "report.html", "plan.json",
                  "model", "checkpoints/best.pt", "checkpoints/latest.json"):
         assert (run_dir / name).exists(), name
     assert json.loads((run_dir / "status.json").read_text())["status"] == "finished"

@@ -266,10 +266,23 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     tmp = paths.metrics.with_name(".metrics.json.tmp")
     tmp.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, paths.metrics)
+    _write_report(paths)
     if tracker is not None:
         tracker.finish({k: v for k, v in metrics.items() if k != "history"},
                        [paths.metrics, paths.config, paths.data_report])
     return metrics
+
+
+def _write_report(paths: RunPaths) -> None:
+    """report.html at the end of the fit; a report bug never costs the run."""
+    from entrena.api.reporting import write_report
+
+    try:
+        log.info("report: %s", write_report(paths.root))
+    except Exception as exc:  # noqa: BLE001
+        log.warning("could not write report.html (%s: %s); run `entrena report %s`",
+                    type(exc).__name__, exc, paths.root)
+        log.debug("report failure", exc_info=True)
 
 
 def _baseline(splits: LabelledSplits, metrics: dict[str, Any], seed: int) -> dict[str, Any]:
