@@ -47,7 +47,7 @@ def test_reference_covers_every_schema_field_and_section():
     sections = config_reference_sections()
     assert [s.key for s in sections] == [
         "", "data", "data.checks", "model", "model.architecture", "train",
-        "train.early_stopping", "train.checkpoint", "tracking"]
+        "train.early_stopping", "train.checkpoint", "tracking", "tune"]
     keys = {row.key for s in sections for row in s.rows}
     expected = {name for name in schema.Config.model_fields}
     for prefix, model in (("data", schema.DataConfig), ("data.checks", schema.DataChecksConfig),
@@ -56,7 +56,7 @@ def test_reference_covers_every_schema_field_and_section():
                           ("train", schema.TrainConfig),
                           ("train.early_stopping", schema.EarlyStoppingConfig),
                           ("train.checkpoint", schema.CheckpointConfig),
-                          ("tracking", schema.TrackingConfig)):
+                          ("tracking", schema.TrackingConfig), ("tune", schema.TuneConfig)):
         expected |= {f"{prefix}.{name}" for name in model.model_fields}
     assert keys == expected
 

@@ -11,7 +11,8 @@ from typing import Any
 __version__ = "0.1.0"
 __all__ = ["__version__", "doctor", "DoctorReport", "plan", "PlanResult",
            "prepare", "PrepareResult", "train", "TrainResult", "export",
-           "ExportResult", "predict", "PredictResult", "tune", "TuneResult", "load_config"]
+           "ExportResult", "predict", "PredictResult", "tune", "TuneResult", "launch",
+           "LaunchResult", "load_config"]
 
 _LAZY = {
     "doctor": ("entrena.api", "doctor"),
@@ -28,6 +29,8 @@ _LAZY = {
     "PredictResult": ("entrena.api", "PredictResult"),
     "tune": ("entrena.api", "tune"),
     "TuneResult": ("entrena.api", "TuneResult"),
+    "launch": ("entrena.api", "launch"),
+    "LaunchResult": ("entrena.api", "LaunchResult"),
     "load_config": ("entrena.config", "load_config"),
 }
 

@@ -579,6 +579,40 @@ def report(run: RunArg,
         webbrowser.open(path.resolve().as_uri())
 
 
+@app.command()
+def launch(config: ConfigArg,
+           target: Annotated[str, typer.Option(
+               "--target", help="torchrun, slurm, skypilot or docker.", show_default=False)],
+           run_dir: RunDirOpt = None, set_: SetOpt = None,
+           nodes: Annotated[int, typer.Option("--nodes", help="Machines.")] = 1,
+           gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs (processes) "
+                                                      "per machine.")] = 1,
+           accelerator: Annotated[str, typer.Option(
+               "--accelerator", help="skypilot: the GPU to ask for.")] = "A100",
+           bucket: Annotated[str | None, typer.Option(
+               "--bucket", help="skypilot: bucket holding the run directory (default "
+               "entrena-<name>).", show_default=False)] = None,
+           json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+    """Write what scaling CONFIG out needs into runs/<name>/launch/: a torchrun command, an
+    sbatch script that requeues on preemption, a SkyPilot task whose restarts resume, or a
+    Dockerfile pinned to the current versions. Nothing is started."""
+    _setup_logging(verbose)
+
+    def call() -> Any:
+        from entrena.api import launch as launch_fn
+
+        return launch_fn(config, target=target, nodes=nodes, gpus_per_node=gpus_per_node,
+                         accelerator=accelerator, bucket=bucket, run_dir=run_dir,
+                         overrides=set_ or [])
+
+    result = _call_verb(call, verbose)
+    if json_output:
+        typer.echo(json.dumps(result.as_dict(), indent=2))
+    else:
+        for path in result.files:
+            _stderr_console().print(f"wrote {path}", highlight=False)
+
+
 def _print_summary(result: Any) -> None:
     from rich.table import Table
 

@@ -2,6 +2,7 @@
 
 from entrena.api.doctoring import DoctorReport, doctor
 from entrena.api.exporting import ExportResult, ParityFailed, export
+from entrena.api.launching import LaunchResult, launch
 from entrena.api.llm_planning import LlmPlanResult, plan_llm
 from entrena.api.planning import PlanResult, plan
 from entrena.api.predicting import PredictResult, predict
@@ -11,4 +12,5 @@ from entrena.api.tuning import TuneResult, tune
 
 __all__ = ["DoctorReport", "doctor", "PlanResult", "plan", "LlmPlanResult", "plan_llm",
            "DataCheckFailed", "ExportResult", "ParityFailed", "PredictResult", "PrepareResult",
-           "TrainResult", "TuneResult", "export", "predict", "prepare", "train", "tune"]
+           "LaunchResult", "launch", "TrainResult", "TuneResult", "export", "predict", "prepare",
+           "train", "tune"]
