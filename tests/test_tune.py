@@ -157,3 +157,11 @@ def test_tune_runs_tracked_trials_and_writes_the_best_config(tiny_config, config
     runs = client.search_runs([experiment.experiment_id],
                               filter_string=f"tags.mlflow.parentRunId = '{parent}'")
     assert len(runs) == 2
+
+
+def test_the_tune_section_does_not_change_a_runs_config_hash():
+    from entrena.config.fingerprint import config_hash
+
+    plain = load_config(_config()).config.model_dump(mode="json")
+    searched = load_config(_config(space=SPACE)).config.model_dump(mode="json")
+    assert config_hash(plain) == config_hash(searched)

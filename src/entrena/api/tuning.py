@@ -96,6 +96,27 @@ def _parent_run(study_dir: Path, cfg: Config, study: str) -> str | None:
         return None
 
 
+def _close_pruned_run(study_dir: Path, cfg: Config, trial_dir: Path) -> None:
+    """Mark a pruned trial's MLflow run KILLED (the loop left it RUNNING)."""
+    if not cfg.tracking.enabled:
+        return
+    try:
+        from mlflow.tracking import MlflowClient
+
+        from entrena.tracking.mlflow_tracker import default_tracking_uri
+
+        client = MlflowClient(tracking_uri=default_tracking_uri(study_dir, cfg.tracking.uri))
+        experiment = client.get_experiment_by_name(cfg.tracking.experiment)
+        if experiment is None:
+            return
+        for run in client.search_runs([experiment.experiment_id],
+                                      filter_string=f"tags.`entrena.run_dir` = '{trial_dir}'"):
+            client.set_tag(run.info.run_id, "entrena.pruned", "true")
+            client.set_terminated(run.info.run_id, status="KILLED")
+    except Exception as exc:  # noqa: BLE001 - tracking never stops the search
+        log.debug("could not close the pruned trial's MLflow run: %s", exc)
+
+
 def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = None,
          budget: str | float | None = None, storage: str | None = None,
          study: str | None = None, run_dir: str | Path | None = None,
@@ -168,6 +189,7 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
             if isinstance(exc, optuna.TrialPruned):
                 write_json_atomic(trial_dir / "status.json",
                                   {"status": "pruned", "message": str(exc)}, durable=False)
+                _close_pruned_run(study_dir, cfg, trial_dir)
             raise
         section, key = metric.split(".", 1)
         return float(result.metrics[section][key])

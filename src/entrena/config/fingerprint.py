@@ -34,6 +34,7 @@ RESULT_NEUTRAL_KEYS: tuple[str, ...] = (
     "train.checkpoint",
     "train.max_time",
     "train.num_threads",
+    "tune",  # `train` ignores the search section
 )
 """Dotted keys (or section prefixes) left out of :func:`config_hash` and :func:`config_changes`."""
 
