@@ -326,3 +326,20 @@ def test_a_test_file_left_empty_by_dropped_labels_is_refused(tiny_data, tmp_path
     assert str(info.value) == (f"{test}: no test rows are left once the data checks have run "
                                "(rows removed: 2 unseen_labels); keep them (data.checks.*, "
                                "data.on_unseen_labels) or add rows")
+
+
+def test_resuming_on_changed_data_says_so(tiny_data, config_file, tmp_path, caplog):
+    from entrena.core.callback import Callback
+
+    class CrashAt3(Callback):
+        def on_batch_end(self, state) -> None:
+            if state.step == 3:
+                raise RuntimeError("power cut")
+
+    path = config_file(build_config({"train.checkpoint.every_steps": 1, "train.max_epochs": 1}))
+    with pytest.raises(RuntimeError, match="power cut"):
+        entrena.train(path, callbacks=[CrashAt3()], console=_quiet_console())
+    write_csv(tmp_path / "data" / "test.csv", review_rows(32, seed=5))
+    result = entrena.train(path, console=_quiet_console())
+    assert result.resumed_from_step is not None
+    assert "the data (or its settings) changed since this run started" in caplog.text

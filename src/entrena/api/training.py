@@ -130,6 +130,19 @@ def _choose_resume(paths: RunPaths, resolved: dict[str, Any], new_hash: str,
     return info
 
 
+def _warn_if_data_changed(paths: RunPaths, report: dict[str, Any]) -> None:
+    """A resumed run whose prepared data differs from the one it started on says so."""
+    try:
+        before = json.loads(paths.data_report.read_text(encoding="utf-8")).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return
+    after = report.get("fingerprint")
+    if before and after and before != after:
+        log.warning("the data (or its settings) changed since this run started (prepared-data "
+                    "fingerprint %s -> %s); the resumed run goes on with the new data; use "
+                    "--restart to start over on it", before, after)
+
+
 def _announce_table(console: Any, renderable: Any) -> None:
     if console is None:
         from rich.console import Console
@@ -227,6 +240,8 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
 
     prepared = prepare_data(loaded, sources)  # data errors come before anything is written
     _announce_table(console, report_table(prepared.report))
+    if resume is not None:
+        _warn_if_data_changed(paths, prepared.report)
     failure = check_failure(prepared.report, paths.data_report)
     if failure is not None:  # a check set to `error` failed: the report, and nothing else
         write_report(paths, prepared.report, only_if_untrained=False)
