@@ -41,6 +41,7 @@ _TABLE = [
     MetricKey("fit.wall_time_s", "s", "time from device set-up to the end of the fit, "
               "evaluation included (reading data and saving the model excluded)"),
     MetricKey("fit.threads", "threads", "CPU threads torch used"),
+    MetricKey("fit.world_size", "processes", "processes that trained together (devices x nodes)"),
     MetricKey("fit.throughput_samples_per_s", "samples/s", "training samples per second", True),
     MetricKey("fit.throughput_tokens_per_s", "tokens/s", "real (unpadded) tokens per second", True),
     MetricKey("fit.padding_fraction", "fraction", "share of token slots that were padding", False),
