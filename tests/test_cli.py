@@ -79,6 +79,15 @@ def test_metrics_json_has_the_keys_scripts_use(tiny_run):
     assert metrics["data"] == {"train_rows": 400, "validation_rows": 200, "test_rows": 200,
                                "labels": ["great", "other"]}
     assert 0.0 <= metrics["fit"]["padding_fraction"] < 0.5
+    efficiency = metrics["efficiency"]
+    assert 0.0 < efficiency["mfu"] < 1.0 and "measured" in efficiency["peak_source"]
+    assert efficiency["padding_fraction"] == metrics["fit"]["padding_fraction"]
+    assert 0.0 < efficiency["data_wait_fraction"] < 1.0
+    assert efficiency["throughput_samples_per_s"] > 0
+    assert isinstance(metrics["diagnosis"], list)
+    for name in ("majority", "tfidf_logreg"):
+        assert 0.0 <= metrics["baseline"][name]["test"]["accuracy"] <= 1.0
+    assert metrics["baseline"]["majority"]["test"]["accuracy"] == 132 / 200  # 'great' rows
 
 
 def test_metrics_json_uses_only_keys_of_the_metric_table(tiny_run):

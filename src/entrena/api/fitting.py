@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from entrena.api.efficiency import build_monitor, efficiency_metrics
 from entrena.api.preparing import PreparedData
 from entrena.api.training_plan import (peak_memory_bytes, plan_run, plan_vs_actual,
                                        reset_peak_memory)
@@ -61,6 +62,13 @@ def build_optimizer(model: torch.nn.Module, learning_rate: float,
 
 def _peak_memory_bytes(accelerator: str) -> int | None:
     return peak_memory_bytes(accelerator)  # since reset_peak_memory() before the fit
+
+
+def _cache_dir(loaded: LoadedConfig) -> Any:
+    from entrena.data.cache import default_cache_dir
+
+    configured = loaded.config.data.cache_dir
+    return default_cache_dir(loaded.resolve_path(configured) if configured else None)
 
 
 def _console(console: Any) -> Any:
@@ -157,12 +165,18 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         tracker = MLflowTracker(default_tracking_uri(paths.runs_root, cfg.tracking.uri),
                                 cfg.tracking.experiment, cfg.name,
                                 paths.runs_root / "mlartifacts", tcfg.log_every_steps)
+    event_log = EventLog(paths.events, tcfg.log_every_steps)
+    efficiency = build_monitor(
+        plan=plan, lengths=train_data.lengths, accelerator=backend.accelerator,
+        precision=backend.precision, threads=threads, cache_dir=_cache_dir(loaded),
+        every_steps=tcfg.log_every_steps, emit=event_log.write,
+        peak_memory=lambda: peak_memory_bytes(backend.accelerator))
     all_callbacks = [schedule, *([early_stopping] if early_stopping else []), checkpoint,
                      PeriodicCheckpoint(tcfg.checkpoint.every_steps,
                                         tcfg.checkpoint.every_minutes),
                      preemption, *([time_limit] if time_limit else []),
-                     *([EventLog(paths.events, tcfg.log_every_steps),
-                        ProgressBar(_console(console))] if leader else []),
+                     *([efficiency, event_log, ProgressBar(_console(console))] if leader
+                       else []),
                      *([tracker] if tracker else []), *callbacks]
 
     state = TrainState()
@@ -260,6 +274,9 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                                 samples_seen=state.samples_seen, train_rows=len(splits.train))
     if comparison is not None:
         metrics["plan_vs_actual"] = comparison
+    metrics["efficiency"], metrics["diagnosis"] = efficiency_metrics(
+        state, efficiency, precision=backend.precision, max_epochs=tcfg.max_epochs, plan=plan,
+        plan_vs_actual=comparison)
 
     save_classifier(unwrap(model), tokenizer, paths.model, labels=splits.labels,
                     max_length=max_length)

@@ -82,13 +82,16 @@ class EfficiencyMonitor(Callback):
         every_steps: Window length in optimizer steps.
         emit: Writes a record (``EventLog.write``), or ``None``.
         persist_windows: Consecutive windows a condition must hold before a live warning.
+        cores: Physical cores of the machine.
+        nvml_every_s: Read NVML at most this often (a read can take milliseconds, more under
+            a sandboxed kernel).
     """
 
     def __init__(self, *, lengths: np.ndarray, flops_formula: tuple[float, float, float] | None,
                  peak_flops_per_s: float | None, peak_source: str, device: str, threads: int,
                  memory_capacity_bytes: int | None, peak_memory: Callable[[], int | None],
                  every_steps: int = 10, emit: Emit | None = None, persist_windows: int = 3,
-                 cores: int | None = None):
+                 cores: int | None = None, nvml_every_s: float = 5.0):
         self.lengths = np.asarray(lengths)
         self.formula = flops_formula
         self.peak = peak_flops_per_s
@@ -102,6 +105,9 @@ class EfficiencyMonitor(Callback):
         self.emit = emit
         self.persist = persist_windows
         self.flops = 0.0  # useful FLOPs over the whole fit (resumable)
+        self.own_time_s = 0.0  # this session's time inside on_batch_end
+        self.nvml_every_s = nvml_every_s
+        self._nvml_last = -float("inf")
         self._nvml = _Nvml() if device == "cuda" else None
         self._gpu_util: list[float] = []
         self._window: tuple[float, float, int, int, int, float] = (0, 0, 0, 0, 0, 0)
@@ -109,6 +115,7 @@ class EfficiencyMonitor(Callback):
         self._warned: set[str] = set()
         self._cpu_start: tuple[float, float] = (0.0, 0.0)
         self._process: Any = None
+        self._train_time_start = 0.0
 
     # --- events --------------------------------------------------------------------------
     def on_fit_start(self, state: TrainState) -> None:
@@ -117,12 +124,15 @@ class EfficiencyMonitor(Callback):
         self._process = psutil.Process()
         self._cpu_start = (self._cpu_seconds(), time.perf_counter())
         self._window = self._mark(state)
+        self._train_time_start = state.train_time_s
 
     def on_batch_end(self, state: TrainState) -> None:
+        started = time.perf_counter()
         if self.formula is not None and state.batch_indices:
             self.flops += useful_flops(self.lengths[state.batch_indices], self.formula)
         if state.extras.get("last_micro", True) and state.step % self.every_steps == 0:
             self._end_window(state)
+        self.own_time_s += time.perf_counter() - started
 
     def on_fit_end(self, state: TrainState) -> None:
         state.extras["efficiency"] = self.summary(state)
@@ -164,7 +174,9 @@ class EfficiencyMonitor(Callback):
             return
         window = self._rates(*deltas)
         window["peak_memory_bytes"] = self.peak_memory()
-        if self._nvml is not None:
+        now_s = time.perf_counter()
+        if self._nvml is not None and now_s - self._nvml_last >= self.nvml_every_s:
+            self._nvml_last = now_s
             gpu = self._nvml.read()
             if "gpu_utilisation" in gpu:
                 self._gpu_util.append(gpu["gpu_utilisation"])
@@ -211,6 +223,9 @@ class EfficiencyMonitor(Callback):
             "cpu_utilisation": cpu_used,
             "gpu_utilisation": (float(np.mean(self._gpu_util)) if self._gpu_util else None),
             "threads": self.threads,
+            "monitor_time_s": self.own_time_s,
+            "monitor_time_fraction": self.own_time_s / max(
+                state.train_time_s - self._train_time_start, 1e-9),
             "cores": self.cores,
             "device": self.device,
         })

@@ -93,6 +93,10 @@ _TABLE = [
     MetricKey("efficiency.gpu_utilisation", "fraction", "mean NVML GPU utilisation at the "
               "monitor's intervals (null without NVML)"),
     MetricKey("efficiency.threads", "threads", "CPU threads torch used"),
+    MetricKey("efficiency.monitor_time_s", "s", "time inside the monitor's per-batch hook "
+              "(this session)", False),
+    MetricKey("efficiency.monitor_time_fraction", "fraction", "monitor time / this "
+              "session's training-step time", False),
     MetricKey("efficiency.cores", "cores", "physical cores of the machine"),
     MetricKey("efficiency.device", "", "device trained on"),
     MetricKey("efficiency.precision", "", "numeric precision used"),
