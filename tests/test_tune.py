@@ -165,3 +165,10 @@ def test_the_tune_section_does_not_change_a_runs_config_hash():
     plain = load_config(_config()).config.model_dump(mode="json")
     searched = load_config(_config(space=SPACE)).config.model_dump(mode="json")
     assert config_hash(plain) == config_hash(searched)
+
+
+@pytest.mark.slow  # plans the run first (seconds to tens of seconds)
+def test_a_money_budget_needs_a_price_for_this_machine(tiny_config):
+    with pytest.raises(ConfigError) as info:
+        entrena.tune(tiny_config, budget="5usd")
+    assert "the planner has no price for this machine" in str(info.value)
