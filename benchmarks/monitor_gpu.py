@@ -9,6 +9,8 @@ TOKENIZER_DIR: a folder with MiniLM's tokenizer files (default: the ``minilm-l6`
 model is a 4-layer BERT of width 256 built from a config (random weights), trained in
 bf16-mixed on 2,000 generated reviews (``tests/conftest.py``), batch 64, 2 epochs. Writes
 ``$OUT/monitor_gpu.json`` (efficiency, diagnosis, throughputs) and ``$OUT/report.html``.
+Throughput of a pair's runs: samples / fit wall time (see ``monitor_overhead.py``); the first
+run (CUDA start-up) is not in the pairs.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 from conftest import review_rows, write_csv  # noqa: E402
 
 
@@ -54,6 +57,8 @@ def main() -> None:
     }
     original = EfficiencyMonitor.on_batch_end
 
+    from monitor_overhead import fit_throughput
+
     def run(name: str, monitor: bool) -> dict:
         if not monitor:
             EfficiencyMonitor.on_batch_end = lambda self, state: None
@@ -67,7 +72,8 @@ def main() -> None:
     pairs = []
     for i in range(args.pairs):
         order = (True, False) if i % 2 == 0 else (False, True)
-        got = {on: run(f"p{i}{on}", on)["fit"]["throughput_samples_per_s"] for on in order}
+        got = {on: fit_throughput(work / "runs" / f"p{i}{on}", run(f"p{i}{on}", on))
+               for on in order}
         pairs.append({"on": got[True], "off": got[False], "off_over_on": got[False] / got[True]})
         print(pairs[-1], flush=True)
     result = {"efficiency": first["efficiency"], "diagnosis": first["diagnosis"],
