@@ -104,3 +104,15 @@ def test_diagnosis_findings_name_their_figure_and_change():
     for finding in found.values():
         assert finding["figure"] and finding["change"]
     assert window_findings({"data_wait_fraction": 0.1, "padding_fraction": 0.1}) == []
+
+
+def test_measuring_the_cpu_peak_leaves_the_global_rng_alone(tmp_path):
+    from entrena.hardware.peak import cpu_peak_flops_measured
+
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    peak, source = cpu_peak_flops_measured(tmp_path, 1)
+    assert peak > 0 and "measured" in source
+    assert torch.equal(torch.rand(3), expected)
+    assert cpu_peak_flops_measured(tmp_path, 1) == (peak, source)  # cached

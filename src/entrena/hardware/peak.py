@@ -30,8 +30,11 @@ def measure_matmul_flops(threads: int, *, size: int = 1024, min_time_s: float = 
     previous = torch.get_num_threads()
     torch.set_num_threads(max(1, threads))
     try:
-        a = torch.randn(size, size)
-        b = torch.randn(size, size)
+        # A private generator: the global RNG must not move, or a run that measures the
+        # peak would train differently from one that reads it from the cache.
+        generator = torch.Generator().manual_seed(0)
+        a = torch.randn(size, size, generator=generator)
+        b = torch.randn(size, size, generator=generator)
         torch.mm(a, b)  # warm-up
         best = 0.0
         spent = 0.0
