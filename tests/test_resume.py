@@ -335,3 +335,24 @@ def test_tracking_server_down_training_goes_on_and_events_keep_the_numbers(make_
               .splitlines()]
     assert [e["step"] for e in events if e["type"] == "eval"] == [10, 20]
     assert [e["step"] for e in events if e["type"] == "step"] == [10, 20]
+
+
+def test_draws_between_building_the_model_and_the_loop_do_not_change_results(make_config,
+                                                                           reference,
+                                                                           tmp_path,
+                                                                           monkeypatch):
+    # A planner probe or a hardware measurement that draws from the global generator on a
+    # cache miss only must not make two runs of one config differ: the loop is seeded again.
+    import torch
+
+    from entrena.engine.backend import Backend
+
+    setup = Backend.setup
+
+    def drawing_setup(self, model, optimizer):
+        torch.rand(7)
+        return setup(self, model, optimizer)
+
+    monkeypatch.setattr(Backend, "setup", drawing_setup)
+    entrena.train(make_config(), run_dir=tmp_path / "run", console=quiet())
+    assert model_files(tmp_path / "run") == reference["model"]

@@ -228,6 +228,11 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     with preemption.installed():
         if rng_state is not None:
             restore_rng(rng_state)  # last thing before the loop: nothing may draw in between
+        else:
+            # The loop's random stream (dropout) depends on the seed alone, whatever planning,
+            # probes or monitors drew since the model was built: a measurement read from a
+            # cache draws nothing, one taken fresh may (a cache hit must not change results).
+            backend.seed(tcfg.seed + 1)
         state = fit(backend=backend, model=model, optimizer=optimizer, train=fit_data,
                     evaluate=evaluate, settings=settings, callbacks=all_callbacks, state=state,
                     save_checkpoint=save_checkpoint)

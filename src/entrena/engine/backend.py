@@ -91,6 +91,10 @@ class Backend:
     def barrier(self) -> None:
         self.fabric.barrier()
 
+    def seed(self, seed: int) -> None:
+        """Seed Python's, NumPy's and torch's generators (every device, every rank)."""
+        self.fabric.seed_everything(seed, workers=True, verbose=False)
+
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[Any, Any]:
         return self.fabric.setup(model, optimizer)
 
