@@ -25,7 +25,7 @@ def test_killed_runs_always_resume_exactly(reviews_data):
     assert records[-1]["kind"] == "finish" and records[-1]["exit_code"] == 0
     restarts = records[1:]
     # every restart after a checkpoint existed resumed from the newest one
-    for before, after in zip(records, restarts):
+    for before, after in zip(records, restarts, strict=False):
         if before["newest_checkpoint"] is not None:
             assert after["resumed_from"] == before["newest_checkpoint"]
     term = next(r for r in records if r["kind"] == "term")
