@@ -128,9 +128,10 @@ def export_onnx(model: Any, example: tuple[Any, Any], path: Path, *, opset: int,
 def quantize_int8(source: Path, target: Path) -> dict[str, Any]:
     """ONNX Runtime dynamic quantisation: int8 weights, activations quantised on the fly.
 
-    MatMul, Gemm and Gather (the embedding tables) are quantised; an opset-23+ ``Attention``
-    node is left in float (ONNX Runtime's quantiser would turn it into a ``QAttention`` it
-    cannot load).
+    MatMul, Gemm and Gather (the embedding tables) are quantised, with one scale per output
+    channel: on the demo's MiniLM, one scale per tensor changed 2.6% of the test labels
+    (per channel: 0.3%). An opset-23+ ``Attention`` node is left in float (ONNX Runtime's
+    quantiser would turn it into a ``QAttention`` it cannot load).
 
     Returns:
         ``{"quantization": {...}}`` describing what was done.
@@ -140,9 +141,9 @@ def quantize_int8(source: Path, target: Path) -> dict[str, Any]:
     op_types = ["MatMul", "Gemm", "Gather"]
     with _quiet("root"):  # "Please consider to run pre-processing …" goes to the root logger
         quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8,
-                         op_types_to_quantize=op_types)
+                         op_types_to_quantize=op_types, per_channel=True)
     return {"quantization": {"method": "onnxruntime.quantization.quantize_dynamic",
-                             "weight_type": "int8", "op_types": op_types}}
+                             "weight_type": "int8", "per_channel": True, "op_types": op_types}}
 
 
 @contextlib.contextmanager
