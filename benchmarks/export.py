@@ -136,8 +136,10 @@ def main() -> None:
   {f'--threads {args.threads} ' if args.threads else ''}on `{where}` (the `make demo` run);
   exporter {fp32['exporter']}, opset {fp32['opset']}; ONNX Runtime
   {fp32['versions'].get('onnxruntime')}; {lat['fp32']['threads']} CPU thread(s) for both engines
-- Load average (1 min) before / after: {load_before[0]:.2f} / {load_after[0]:.2f} (the machine
-  is shared: latency moves with other work)
+- Load average (1 min) before / after: {load_before[0]:.2f} / {load_after[0]:.2f} on
+  {os.cpu_count()} cores. The machine is shared: with a load above the core count, every
+  latency here is inflated by other work, by several times and unevenly (the engines take
+  turns call by call, so a row compares them fairly; absolute figures need a quiet machine).
 - Parity set: the {fp32['parity']['examples']} test reviews, batched 32 at a time sorted by
   length, plus the first 8 one at a time. Latency inputs: {lat['fp32']['inputs']}.
 
