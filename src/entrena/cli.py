@@ -48,11 +48,18 @@ def _setup_logging(verbose: bool) -> None:
     from rich.logging import RichHandler
 
     logger = logging.getLogger("entrena")
-    if not any(isinstance(h, RichHandler) for h in logger.handlers):
-        handler = RichHandler(console=_stderr_console(), show_time=False, show_path=False,
-                              markup=False, rich_tracebacks=False)
+    if not any(getattr(h, "_entrena_console", False) for h in logger.handlers):
+        console = _stderr_console()
+        if console.is_terminal:
+            handler: logging.Handler = RichHandler(console=console, show_time=False,
+                                                   show_path=False, markup=False,
+                                                   rich_tracebacks=False)
+            handler.setFormatter(logging.Formatter("%(message)s"))
+        else:  # CI logs and files: one unwrapped line per message
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+        handler._entrena_console = True  # type: ignore[attr-defined]
         handler.setLevel(logging.DEBUG if verbose else logging.INFO)
-        handler.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
@@ -291,7 +298,7 @@ def predict(source: Annotated[Path, typer.Argument(
 
 @app.command()
 def doctor(run_dir: Annotated[Path, typer.Option(
-               "--run-dir", help="Where runs are written (its free disk is checked).")] = Path("runs"),
+               "--run-dir", help="Where runs are written (free disk is checked).")] = Path("runs"),
            json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     """Describe this machine (CPU, RAM, GPUs, MPS, TPU, disk, torch build, libraries) and
     what is wrong with its set-up, each problem with a fix."""
