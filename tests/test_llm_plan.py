@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_cli
 
+from conftest import run_cli
 from entrena.api import plan_llm
 from entrena.errors import ConfigError
 from entrena.planning.llm import llm_memory, load_llm_shape

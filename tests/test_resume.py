@@ -12,10 +12,10 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import build_config, review_rows, write_csv
 from rich.console import Console
 
 import entrena
+from conftest import build_config, review_rows, write_csv
 from entrena.core.callback import Callback
 from entrena.engine import checkpointing
 from entrena.engine.checkpointing import CheckpointStore

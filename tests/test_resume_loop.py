@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from fakes import FakeBackend, FakeSource, same_weights, weights
 from torch import nn
 
 from entrena.callbacks.checkpoint import ModelCheckpoint, PeriodicCheckpoint
@@ -20,9 +19,14 @@ from entrena.callbacks.monitor import Monitor
 from entrena.callbacks.preemption import Preemption, TimeLimit
 from entrena.core.callback import Callback
 from entrena.core.state import TrainState
-from entrena.engine.checkpointing import (CheckpointStore, restore_rng, restore_training,
-                                          training_payload)
+from entrena.engine.checkpointing import (
+    CheckpointStore,
+    restore_rng,
+    restore_training,
+    training_payload,
+)
 from entrena.engine.loop import FitSettings, fit, predict
+from fakes import FakeBackend, FakeSource, same_weights, weights
 
 LOSS = Monitor("validation.loss")
 

@@ -16,8 +16,13 @@ from typing import Annotated, Any
 import typer
 
 from entrena import __version__
-from entrena.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PREEMPTED, EntrenaError,
-                            Interrupted)
+from entrena.errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_PREEMPTED,
+    EntrenaError,
+    Interrupted,
+)
 
 __all__ = ["app", "main"]
 

@@ -14,8 +14,7 @@ import torch
 
 from entrena.api.efficiency import build_monitor, efficiency_metrics
 from entrena.api.preparing import PreparedData
-from entrena.api.training_plan import (peak_memory_bytes, plan_run, plan_vs_actual,
-                                       reset_peak_memory)
+from entrena.api.training_plan import peak_memory_bytes, plan_run, plan_vs_actual, reset_peak_memory
 from entrena.callbacks.checkpoint import ModelCheckpoint, PeriodicCheckpoint, unwrap
 from entrena.callbacks.early_stopping import EarlyStopping
 from entrena.callbacks.lr_schedule import LRSchedule
@@ -30,8 +29,13 @@ from entrena.core.state import TrainState
 from entrena.data.loaders import TextBatches
 from entrena.data.tables import LabelledSplits
 from entrena.engine.backend import configure_threads, create_backend
-from entrena.engine.checkpointing import (CheckpointInfo, CheckpointStore, restore_rng,
-                                          restore_training, training_payload)
+from entrena.engine.checkpointing import (
+    CheckpointInfo,
+    CheckpointStore,
+    restore_rng,
+    restore_training,
+    training_payload,
+)
 from entrena.engine.distributed import ShardedBatches
 from entrena.engine.loop import FitSettings, fit, predict
 from entrena.errors import ConfigError, Interrupted, NonFiniteError

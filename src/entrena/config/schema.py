@@ -36,7 +36,8 @@ TASKS = ("text-classification",)
 class StrictModel(BaseModel):
     """Base of every config section: unknown keys are errors, docstrings are descriptions."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True,
+                              validate_assignment=True)
 
 
 class DataChecksConfig(StrictModel):

@@ -102,7 +102,8 @@ class Backend:
         self.fabric.backward(loss)
 
     def clip_gradients(self, model: Any, optimizer: Any, max_norm: float) -> torch.Tensor:
-        return self.fabric.clip_gradients(model, optimizer, max_norm=max_norm, error_if_nonfinite=False)
+        return self.fabric.clip_gradients(model, optimizer, max_norm=max_norm,
+                                          error_if_nonfinite=False)
 
     def precision_state_dict(self) -> dict[str, Any]:
         """The gradient scaler's state under ``16-mixed`` (empty otherwise)."""

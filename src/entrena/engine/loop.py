@@ -35,7 +35,8 @@ class BatchSource(Protocol):
         ...
 
     def collate(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        """Tensors of one batch: ``input_ids`` (B, T), ``attention_mask`` (B, T), ``labels`` (B,)."""
+        """Tensors of one batch: ``input_ids`` (B, T), ``attention_mask`` (B, T),
+        ``labels`` (B,)."""
         ...
 
 

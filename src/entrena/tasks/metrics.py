@@ -23,8 +23,12 @@ def classification_metrics(y_true: np.ndarray, y_pred: np.ndarray, labels: list[
     Returns:
         ``{"accuracy": float, "macro_f1": float, ...}``.
     """
-    from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
-    from sklearn.metrics import precision_recall_fscore_support
+    from sklearn.metrics import (
+        accuracy_score,
+        confusion_matrix,
+        f1_score,
+        precision_recall_fscore_support,
+    )
 
     index = list(range(len(labels)))
     result: dict[str, Any] = {

@@ -121,8 +121,9 @@ class MLflowTracker(Callback):
     def _queue(self, metrics: dict[str, Any], step: int) -> None:
         if not self.enabled or self.run_id is None:
             return
-        from mlflow.entities import Metric
         import time
+
+        from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         for key, value in metrics.items():
@@ -163,7 +164,8 @@ class MLflowTracker(Callback):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.run_id = state.get("run_id") or self.run_id
 
-    def finish(self, metrics: dict[str, Any], artifacts: list[Path], status: str = "FINISHED") -> None:
+    def finish(self, metrics: dict[str, Any], artifacts: list[Path],
+               status: str = "FINISHED") -> None:
         """Log final metrics and files, and close the run."""
         if not self.enabled or self.run_id is None:
             return
