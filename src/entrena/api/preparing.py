@@ -264,7 +264,7 @@ def _add_encoding(report: dict[str, Any], encoded: dict[str, EncodedTexts], max_
         entry["token_length"] = ({"median": float(np.median(lengths)),
                                   "p95": float(np.quantile(lengths, 0.95)),
                                   "max": int(lengths.max())} if len(lengths) else {})
-    source = "auto (95th percentile of training lengths)" if cfg.model.max_length == "auto" \
+    source = "auto: 95th percentile of training lengths" if cfg.model.max_length == "auto" \
         else "model.max_length"
     report["encoding"] = {"tokenizer": tokenizer, "length_limit": limit,
                           "max_length": max_length, "max_length_from": source}

@@ -42,7 +42,7 @@ __all__ = ["CACHE_FORMAT", "default_cache_dir", "CachedSplits", "PreparedCache",
 
 log = logging.getLogger("entrena")
 
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 """Bumped whenever what an entry holds, or how checks decide, changes."""
 COLUMNS = {"row": pa.int64(), "label": pa.int64(), "text": pa.large_string()}
 
