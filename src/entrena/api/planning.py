@@ -168,7 +168,7 @@ def _shape(cfg: Config, prepared: PreparedData, profile: Any, max_length: int) -
         precision=t.precision, max_epochs=t.max_epochs, max_steps=t.max_steps,
         gradient_accumulation_steps=t.gradient_accumulation_steps,
         evals_per_epoch=t.evals_per_epoch, devices=t.devices, seed=t.seed,
-        group_by_length=t.group_by_length, accelerator=t.accelerator)
+        group_by_length=t.group_by_length, accelerator=t.accelerator, threads=t.num_threads)
 
 
 def _probe_batches(cfg: Config, prepared: PreparedData, max_length: int) -> list[Any]:
@@ -197,7 +197,7 @@ def _calibrate(model: Any, cfg: Config, prepared: PreparedData, profile: Any, ma
     flops = [int(b["input_ids"].shape[0]) * profile.flops_per_sample(int(b["input_ids"].shape[1]))
              for b in batches]
     if device == "cpu":
-        peak, _ = cpu_peak_flops(machine, catalog)
+        peak, _ = cpu_peak_flops(machine, catalog, cfg.train.num_threads)
     else:
         acc = catalog.accelerator_for_device(machine.gpus[0].name) if machine.gpus else None
         peak = peak_for_precision(acc, precision) if acc else None

@@ -46,6 +46,8 @@ class RunShape:
         eval_batches: Number of evaluation batches over the whole fit (for per-step costs).
         accelerator: ``train.accelerator`` (``cpu`` keeps this machine's option on its CPU
             even when it has a GPU).
+        threads: CPU threads the fit uses (``train.num_threads``; ``None``: all physical
+            cores), for this CPU's nominal peak.
     """
 
     batch_size: int
@@ -56,6 +58,7 @@ class RunShape:
     eval_flops: float
     eval_batches: int
     accelerator: str = "auto"
+    threads: int | None = None
 
 
 @dataclass
@@ -102,8 +105,10 @@ def resolve_precision(configured: str, device: str, bf16: bool) -> str:
     return "bf16-mixed" if bf16 else "16-mixed"
 
 
-def cpu_peak_flops(machine: Machine, catalog: Catalog) -> tuple[float | None, str]:
-    """Nominal fp32 peak of this CPU: physical cores × clock × FLOP/cycle (catalog ``cpu``)."""
+def cpu_peak_flops(machine: Machine, catalog: Catalog,
+                   threads: int | None = None) -> tuple[float | None, str]:
+    """Nominal fp32 peak of this CPU for ``threads`` threads (default: every physical core):
+    cores used × clock × FLOP/cycle (the catalog's ``cpu`` entry), and the FLOP/cycle key."""
     cpu = machine.cpu
     figures = catalog.accelerators["cpu"].figures if "cpu" in catalog.accelerators else {}
     features = cpu.features
@@ -116,7 +121,8 @@ def cpu_peak_flops(machine: Machine, catalog: Catalog) -> tuple[float | None, st
     per_cycle = figures.get(f"flop_per_cycle_fp32.{key}")
     if per_cycle is None or not cpu.frequency_mhz:
         return None, key
-    return cpu.cores * cpu.frequency_mhz * 1e6 * per_cycle.value, key
+    cores = min(cpu.cores, threads) if threads else cpu.cores
+    return cores * cpu.frequency_mhz * 1e6 * per_cycle.value, key
 
 
 def peak_for_precision(acc: Accelerator, precision: str) -> float | None:
@@ -195,7 +201,7 @@ def local_option(machine: Machine, catalog: Catalog, profile: ModelProfile, shap
         device = "cpu"
         description = (f"this machine: {machine.cpu.model}, {machine.cpu.cores} cores, "
                        "CPU only")
-        peak, _ = cpu_peak_flops(machine, catalog)
+        peak, _ = cpu_peak_flops(machine, catalog, shape.threads)
         efficiency = catalog.efficiency.get("cpu_fp32")
         capacity = machine.memory.get("available_bytes")
         estimate = training_memory(profile, batch_size=shape.batch_size,

@@ -31,7 +31,8 @@ def run_shape(*, train_lengths: Sequence[int], eval_lengths: Sequence[int],
               test_lengths: Sequence[int], profile: ModelProfile, batch_size: int,
               eval_batch_size: int, precision: str, max_epochs: int, max_steps: int | None,
               gradient_accumulation_steps: int, evals_per_epoch: int, devices: int | str,
-              seed: int, group_by_length: bool, accelerator: str = "auto") -> RunShape:
+              seed: int, group_by_length: bool, accelerator: str = "auto",
+              threads: int | None = None) -> RunShape:
     """The run as the loop will execute it (lengths already truncated at ``max_length``).
 
     Args:
@@ -43,6 +44,7 @@ def run_shape(*, train_lengths: Sequence[int], eval_lengths: Sequence[int],
         devices: ``train.devices`` (``auto`` counts as 1).
         seed / group_by_length: ``train.seed`` and ``train.group_by_length``.
         accelerator: ``train.accelerator``.
+        threads: ``train.num_threads`` (``None``: all physical cores).
 
     Returns:
         The :class:`~entrena.planning.options.RunShape`.
@@ -61,7 +63,7 @@ def run_shape(*, train_lengths: Sequence[int], eval_lengths: Sequence[int],
                     devices=devices if isinstance(devices, int) else 1, train=train,
                     eval_flops=float(eval_flops),
                     eval_batches=(evals + 1) * evaluation.batches + test.batches,
-                    accelerator=accelerator)
+                    accelerator=accelerator, threads=threads)
 
 
 def make_plan(*, profile: ModelProfile, shape: RunShape, machine: Machine, catalog: Catalog,
