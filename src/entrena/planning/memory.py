@@ -18,10 +18,11 @@ Activations (what autograd keeps for the backward pass) per sample of T tokens:
   up to 32, the 16-bit mask); ``32-true``: ``38hT + 8iT + 16T + 4a·T₃₂ + 4T²``. Plus the
   embeddings and pooling (``9hT + 48T`` bytes). Checked on a GPU by benchmarks/gpu_check.py.
 
-The peak adds the backward pass's temporaries, taken as one layer's activations (measured
-on CPU: see docs/benchmarks.md, plan section), and, on CUDA, autocast's 16-bit weight copies
-(2 B per ``nn.Linear`` weight) and AdamW's temporary (4 B/param, ``torch._foreach_sqrt`` in
-the multi-tensor implementation) at the optimizer step.
+The peak adds the backward pass's temporaries: on CPU one layer's activations
+(:data:`CPU_BACKWARD_LAYERS`), on CUDA 0.4 of one (:data:`CUDA_BACKWARD_LAYERS`), both
+measured; on CUDA also autocast's 16-bit weight copies (2 B per ``nn.Linear`` weight), or,
+when larger, AdamW's temporary at the optimizer step (4 B/param, ``torch._foreach_sqrt`` in
+the multi-tensor implementation).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from typing import Any
 from entrena.planning.model import ModelProfile
 
 __all__ = ["MemoryEstimate", "training_memory", "largest_batch", "activation_bytes",
-           "CPU_ALLOCATOR_OVERHEAD_BYTES", "FIT_IMPORTS_RSS_BYTES", "GPU_MEMORY_RESERVE"]
+           "CPU_ALLOCATOR_OVERHEAD_BYTES", "FIT_IMPORTS_RSS_BYTES", "GPU_MEMORY_RESERVE",
+           "CPU_BACKWARD_LAYERS", "CUDA_BACKWARD_LAYERS"]
 
 CPU_ALLOCATOR_OVERHEAD_BYTES = 218 * 2**20
 """Resident memory the CPU fit holds beyond its tensors (malloc arenas, oneDNN and thread
@@ -46,6 +48,16 @@ FIT_IMPORTS_RSS_BYTES = 96 * 2**20
 imported torch, transformers, pandas, pyarrow and scikit-learn: measured on the team machine
 with torch 2.14.1+cu130 (1080 MiB before, 1176 MiB after); ``entrena plan`` adds it to its own
 resident memory when it has not imported them (``entrena train`` measures instead)."""
+
+CPU_BACKWARD_LAYERS = 1.0
+"""Backward temporaries on CPU, in layers' worth of saved activations: with it the peak
+resident set of six MiniLM-L6 fits came within -8%..+3% (docs/benchmarks.md, plan section)."""
+
+CUDA_BACKWARD_LAYERS = 0.4
+"""Backward temporaries on CUDA, in layers' worth of activations: fitted to
+``torch.cuda.max_memory_allocated`` of four configurations on an H200 (MiniLM-L6 bf16 32×256
+and 128×128, fp32 32×256, a BERT-base shape bf16 32×512; benchmarks/results/h200-2026-11-30):
+0.4 gives -4.5%..+5.1% there, where a whole layer gave up to +13%."""
 
 GPU_MEMORY_RESERVE = 0.10
 """Share of an accelerator's memory the planner keeps free (CUDA context, allocator
@@ -143,7 +155,8 @@ def training_memory(profile: ModelProfile, *, batch_size: int, tokens: int, devi
     optimizer = profile.trainable_parameters * o_b
     per_sample, per_layer = activation_bytes(profile, tokens, device=device, precision=precision)
     activations = batch_size * per_sample + (profile.saved_constant if device == "cpu" else 0)
-    backward_temp = batch_size * per_layer
+    layers = CPU_BACKWARD_LAYERS if device == "cpu" else CUDA_BACKWARD_LAYERS
+    backward_temp = layers * batch_size * per_layer
     if device == "cpu":
         # Freed CPU memory mostly stays in the process: states, gradients and activations add.
         # Overhead: the process without the model, ModelCheckpoint's CPU copy of the best
