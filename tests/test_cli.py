@@ -186,9 +186,6 @@ def test_json_prints_exactly_metrics_json(tiny_run, finished_json_run):
     assert printed == json.loads((run_dir / "metrics.json").read_text())
 
 
-@pytest.mark.xfail(strict=True, reason="bug: with --json a finished run is silently not "
-                   "retrained: the 'already finished' notice is printed only by the table "
-                   "summary (cli.py train/_print_summary)")
 def test_json_on_a_finished_run_still_says_so_on_stderr(finished_json_run):
     assert "is already finished" in finished_json_run.stderr
 

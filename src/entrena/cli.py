@@ -127,6 +127,9 @@ def train(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
     if result.worker:  # rank > 0 of a distributed fit: rank 0 reports
         return
     if json_output:
+        if result.already_finished:
+            sys.stderr.write(f"{result.run_dir} is already finished; use --restart to train "
+                             "again\n")
         typer.echo(json.dumps(result.metrics, indent=2))
     else:
         _print_summary(result)
