@@ -32,7 +32,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
