@@ -304,9 +304,6 @@ def test_mlflow_tracking_uri_environment_variable_wins(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="bug: with MLflow's default HTTP retries an unreachable "
-                   "tracking.uri stalls the run for about 4 minutes before the warning "
-                   "(tracking/mlflow_tracker.py start)")
 def test_unreachable_tracking_server_fails_fast(tmp_path):
     script = ("from pathlib import Path\n"
               "from entrena.tracking.mlflow_tracker import MLflowTracker\n"
