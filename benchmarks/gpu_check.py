@@ -17,7 +17,9 @@ steps, runs five more, and records `torch.cuda.max_memory_allocated()` against t
 `t = α + F/R` (the planner's time model), reports the achieved FLOP/s against the catalog
 peak (the model FLOPs utilisation that `efficiency.gpu_mixed` should hold), the fixed
 per-step cost α divided by the operators of a step (what `efficiency.gpu_seconds_per_op`
-should hold), and the CUDA context (memory in use outside PyTorch's allocator).
+should hold), and the CUDA context (memory in use outside PyTorch's allocator). Last, it
+times the first step of 16 padded lengths never seen before against their second visit:
+the cost a new batch shape adds (length-grouped batches meet dozens in a first epoch).
 """
 
 from __future__ import annotations
@@ -157,6 +159,55 @@ def run_config(config: dict, catalog) -> dict:
     }
 
 
+def shape_churn(catalog) -> dict:
+    """Does a new padded length cost extra on the GPU? MiniLM bf16, batch 32: 16 steps at
+    one length against 16 steps at 16 lengths never seen before (as length-grouped batches
+    meet them in a first epoch), both after the same warm-up."""
+    import gc
+
+    import torch
+
+    from entrena.api.fitting import build_optimizer
+    from entrena.config.models import resolve_model_name
+    from entrena.engine.backend import create_backend
+    from entrena.tasks.text_classification import build_classifier
+
+    gc.collect()
+    torch.cuda.empty_cache()
+    backend = create_backend(accelerator="cuda", devices=1, precision="bf16-mixed", seed=0,
+                             deterministic=False)
+    model = build_classifier(num_labels=2, pretrained=resolve_model_name("minilm-l6"),
+                             architecture=None, vocab_size=30522, pad_token_id=0,
+                             pooling="mean", dropout=0.1)
+    optimizer = build_optimizer(model, 1e-4, 0.01)
+    model, optimizer = backend.setup(model, optimizer)
+    model.train()
+
+    def step(data: dict) -> float:
+        torch.cuda.synchronize()
+        begin = time.perf_counter()
+        logits = model(data["input_ids"], data["attention_mask"])
+        loss = torch.nn.functional.cross_entropy(logits.float(), data["labels"])
+        backend.backward(loss)
+        backend.clip_gradients(model, optimizer, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        return time.perf_counter() - begin
+
+    fixed = batch(32, 160, 30522, "cuda")
+    for _ in range(3):
+        step(fixed)
+    same = [step(fixed) for _ in range(16)]
+    new_lengths = list(range(136, 136 + 16 * 3, 3))  # 16 unseen lengths around 160
+    fresh = [step(batch(32, t, 30522, "cuda", seed=t)) for t in new_lengths]
+    again = [step(batch(32, t, 30522, "cuda", seed=t)) for t in new_lengths]
+    return {"batch_size": 32, "same_length": 160, "new_lengths": new_lengths,
+            "same_length_step_s": same, "new_length_step_s": fresh,
+            "second_visit_step_s": again,
+            "mean_extra_s_per_new_length": (sum(fresh) - sum(again)) / len(fresh)}
+
+
 def main() -> None:
     started = time.perf_counter()
     if len(sys.argv) > 1:
@@ -183,6 +234,12 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001 - record and go on to the next config
             failures.append({"name": config["name"], "error": f"{type(exc).__name__}: {exc}"})
             print(f"{config['name']}: FAILED {type(exc).__name__}: {exc}", flush=True)
+    try:
+        churn = shape_churn(catalog)
+        print(f"new padded length: +{churn['mean_extra_s_per_new_length'] * 1000:.1f} ms on "
+              f"its first step", flush=True)
+    except Exception as exc:  # noqa: BLE001 - a secondary measurement
+        churn = {"error": f"{type(exc).__name__}: {exc}"}
     document = {
         "date": time.strftime("%Y-%m-%d"),
         "device": torch.cuda.get_device_name(0),
@@ -190,7 +247,7 @@ def main() -> None:
         "torch": torch.__version__, "cuda": torch.version.cuda,
         "python": platform.python_version(),
         "target": f"|predicted - measured| / measured <= {MEMORY_TARGET:.0%}",
-        "results": results, "failures": failures,
+        "results": results, "failures": failures, "shape_churn": churn,
         "within_target": sum(r["within_target"] for r in results),
         "seconds": time.perf_counter() - started,
     }
