@@ -5,11 +5,12 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.entrena-installed
+BENCH_STAMP := $(VENV)/.entrena-bench-installed
 # The torch build is pinned here (not in pyproject.toml, which keeps ranges): these two
 # wheels are the ones on the team's machines and in CI.
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo demo-data test test-slow lint clean
+.PHONY: install demo demo-data test test-slow lint clean bench bench-quick
 
 install: $(STAMP)
 
@@ -27,6 +28,18 @@ demo-data: examples/reviews/data/train.csv
 
 demo: demo-data
 	$(BIN)/entrena train examples/reviews/config.yaml
+
+# `make bench` / `make bench-quick`: entrena against the Hugging Face Trainer and a hand-written
+# loop, side by side; writes docs/benchmarks.md (the Trainer needs the `bench` extra).
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[examples,dev,bench]' $(TORCH_PINS)
+	touch $(BENCH_STAMP)
+
+bench: demo-data $(BENCH_STAMP)
+	$(BIN)/python benchmarks/bench.py
+
+bench-quick: demo-data $(BENCH_STAMP)
+	$(BIN)/python benchmarks/bench.py --quick
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
