@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import platform
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS_MD = ROOT / "docs" / "benchmarks.md"
+BENCHMARKS_MD = Path(os.environ.get("ENTRENA_BENCH_DOC") or ROOT / "docs" / "benchmarks.md")
+"""The file sections go to; ``ENTRENA_BENCH_DOC`` redirects it (``bench.py --smoke`` does)."""
 
 
 def machine() -> str:
     """One line: CPU model, cores, RAM, Python and torch versions."""
-    import os
-
     import psutil
     import torch
 

@@ -1,0 +1,215 @@
+"""Step throughput on identical batches: entrena's loop against a hand-written PyTorch loop.
+
+    .venv/bin/python benchmarks/step_throughput.py [--mode full|quick|smoke] [--pairs 5]
+    (``benchmarks/bench.py`` calls :func:`run`)
+
+One process, one model (MiniLM-L6 from the package with entrena's mean-pooling head), one list
+of pre-built batches (the reviews' first training batches as entrena's length-grouped loader
+cuts them). Each arm starts from a copy of the same weights with a fresh AdamW
+(``entrena.api.fitting.build_optimizer``: no decay on 1-D tensors), the same precision
+(``train.precision: auto`` on this device), a linear schedule with 10% warmup and gradient
+clipping at 1.0:
+
+- **entrena**: ``entrena.engine.loop.fit`` through the Lightning Fabric backend, with the
+  callbacks ``entrena train`` runs every step (LR schedule, efficiency monitor, event log);
+  no evaluation, no checkpoint;
+- **hand-written**: ``for batch in batches: forward, cross-entropy, backward, clip, step,
+  schedule, zero_grad``.
+
+Both arms run once untimed first; then the timed pairs alternate entrena, hand, entrena, hand.
+Throughput = samples / wall time of the arm's loop (set-up excluded). Ratio = entrena / hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import ROOT  # noqa: E402
+from _stats import ab_order, ratios  # noqa: E402
+
+CONFIG = ROOT / "examples" / "reviews" / "config.yaml"
+MODES: dict[str, dict[str, Any]] = {
+    "full": {"batch_size": 32, "max_length": "auto", "steps": 20},
+    "quick": {"batch_size": 16, "max_length": 128, "steps": 8},
+    "smoke": {"batch_size": 8, "max_length": 64, "steps": 3},
+}
+WARMUP_FRACTION = 0.1
+CLIP_NORM = 1.0
+
+
+class PrebuiltBatches:
+    """A :class:`~entrena.engine.loop.BatchSource` over batches built once, in order."""
+
+    def __init__(self, batches: list[dict[str, Any]]):
+        self.batches = batches
+
+    def plan(self, epoch: int) -> list[list[int]]:
+        return [[i] for i in range(len(self.batches))]
+
+    def collate(self, indices: list[int]) -> dict[str, Any]:
+        return self.batches[indices[0]]
+
+
+def build(mode: str, folder: Path) -> dict[str, Any]:
+    """The model to copy, the batches and the settings of ``mode``."""
+    import numpy as np
+
+    from entrena.api.preparing import prepare_data, resolve_model_sources
+    from entrena.config import load_config
+    from entrena.data.loaders import TextBatches
+    from entrena.tasks.text_classification import build_classifier
+
+    settings = MODES[mode]
+    loaded = load_config(CONFIG, {"model.max_length": settings["max_length"],
+                                  "data.cache_dir": str(folder / "cache"),
+                                  "tracking.enabled": False})
+    sources = resolve_model_sources(loaded)
+    prepared = prepare_data(loaded, sources)
+    cfg = loaded.config
+    tokenizer = prepared.tokenizer
+    max_length = min(prepared.max_length, 512)
+    source = TextBatches(prepared.encoded["train"], prepared.splits.train.labels,
+                         max_length=max_length, batch_size=settings["batch_size"],
+                         pad_id=tokenizer.pad_token_id or 0, shuffle=True,
+                         group_by_length=True, seed=cfg.train.seed)
+    plan = source.plan(0)[:settings["steps"]]
+    batches = [source.collate(indices) for indices in plan]
+    model = build_classifier(num_labels=len(prepared.splits.labels), pretrained=sources["weights"],
+                             architecture=None, vocab_size=len(tokenizer),
+                             pad_token_id=tokenizer.pad_token_id or 0, pooling=cfg.model.pooling,
+                             dropout=cfg.model.dropout)
+    tokens = [int(b["attention_mask"].sum()) for b in batches]
+    padded = [int(b["attention_mask"].numel()) for b in batches]
+    return {"model": model, "batches": batches, "learning_rate": cfg.train.learning_rate,
+            "weight_decay": cfg.train.weight_decay, "max_length": max_length,
+            "batch_size": settings["batch_size"], "steps": len(batches),
+            "samples": sum(len(b["labels"]) for b in batches),
+            "padded_lengths": [int(b["input_ids"].shape[1]) for b in batches],
+            "padding_fraction": 1 - sum(tokens) / sum(padded),
+            "lengths": np.asarray([len(i) for i in plan])}
+
+
+def entrena_arm(backend: Any, built: dict[str, Any], folder: Path, threads: int) -> float:
+    """Seconds of ``entrena.engine.loop.fit`` over the batches."""
+    from entrena.api.efficiency import build_monitor
+    from entrena.api.fitting import build_optimizer
+    from entrena.api.training_plan import peak_memory_bytes
+    from entrena.callbacks.lr_schedule import LRSchedule
+    from entrena.engine.loop import FitSettings, fit
+    from entrena.tracking.events import EventLog
+
+    model = copy.deepcopy(built["model"])
+    optimizer = build_optimizer(model, built["learning_rate"], built["weight_decay"])
+    model, optimizer = backend.setup(model, optimizer)
+    events = EventLog(folder / f"events-{time.monotonic_ns()}.jsonl")
+    monitor = build_monitor(plan=None, lengths=built["lengths"], accelerator=backend.accelerator,
+                            precision=backend.precision, threads=threads,
+                            cache_dir=folder / "peak", every_steps=10, emit=events.write,
+                            peak_memory=lambda: peak_memory_bytes(backend.accelerator))
+    callbacks = [LRSchedule("linear", WARMUP_FRACTION), monitor, events]
+    settings = FitSettings(max_epochs=1, gradient_clip_norm=CLIP_NORM)
+    _synchronize(backend.device)
+    started = time.perf_counter()
+    fit(backend=backend, model=model, optimizer=optimizer,
+        train=PrebuiltBatches(built["batches"]), evaluate=lambda _: {}, settings=settings,
+        callbacks=callbacks)
+    _synchronize(backend.device)
+    return time.perf_counter() - started
+
+
+def hand_arm(device: Any, precision: str, built: dict[str, Any]) -> float:
+    """Seconds of the plain PyTorch loop over the same batches."""
+    import torch
+    import torch.nn.functional as F
+
+    from entrena.api.fitting import build_optimizer
+    from entrena.callbacks.lr_schedule import warmup_decay_factor
+
+    model = copy.deepcopy(built["model"]).to(device)
+    optimizer = build_optimizer(model, built["learning_rate"], built["weight_decay"])
+    total = len(built["batches"])
+    warmup = int(round(WARMUP_FRACTION * total))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: warmup_decay_factor(step, total, warmup, "linear"))
+    if precision not in ("32-true", "bf16-mixed"):
+        raise ValueError(f"the hand-written loop supports 32-true and bf16-mixed, got "
+                         f"{precision!r}; set train.precision to one of them")
+    autocast = precision == "bf16-mixed"
+    batches = [{k: v.to(device) for k, v in b.items()} for b in built["batches"]]
+    model.train()
+    _synchronize(device)
+    started = time.perf_counter()
+    for batch in batches:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            logits = model(batch["input_ids"], batch["attention_mask"])
+        loss = F.cross_entropy(logits.float(), batch["labels"])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+    _synchronize(device)
+    return time.perf_counter() - started
+
+
+def _synchronize(device: Any) -> None:
+    import torch
+
+    if getattr(device, "type", str(device)) == "cuda":
+        torch.cuda.synchronize()
+
+
+def run(mode: str, pairs: int, progress: Any = print) -> dict[str, Any]:
+    """Warm-up of both arms, then ``pairs`` timed pairs (entrena, hand, entrena, hand …)."""
+    import os
+
+    from entrena.engine.backend import configure_threads, create_backend
+
+    threads = configure_threads(None)
+    backend = create_backend(accelerator="auto", devices=1, precision="auto", seed=0,
+                             deterministic=False)
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="bench-step-") as tmp:
+        folder = Path(tmp)
+        built = build(mode, folder)
+        arms = {"entrena": lambda: entrena_arm(backend, built, folder, threads),
+                "hand": lambda: hand_arm(backend.device, backend.precision, built)}
+        warmup = {name: arm() for name, arm in arms.items()}
+        progress(f"warm-up: entrena {warmup['entrena']:.1f}s, hand {warmup['hand']:.1f}s "
+                 f"({built['steps']} steps of {built['batch_size']})")
+        seconds: dict[str, list[float]] = {"entrena": [], "hand": []}
+        for i, name in enumerate(ab_order(pairs, "entrena", "hand")):
+            seconds[name].append(arms[name]())
+            if name == "hand":
+                progress(f"pair {i // 2 + 1}: entrena {seconds['entrena'][-1]:.2f}s, hand "
+                         f"{seconds['hand'][-1]:.2f}s")
+    samples = built["samples"]
+    throughput = {name: [samples / s for s in values] for name, values in seconds.items()}
+    pair_ratios = ratios(throughput["entrena"], throughput["hand"])
+    return {"mode": mode, "pairs": pairs, "threads": threads, "device": str(backend.device),
+            "precision": backend.precision, "seconds": seconds, "throughput": throughput,
+            "ratios": pair_ratios, "median_ratio": statistics.median(pair_ratios),
+            "load": (load_before, os.getloadavg()[0]),
+            **{k: built[k] for k in ("batch_size", "steps", "samples", "max_length",
+                                     "padded_lengths", "padding_fraction")}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=list(MODES), default="smoke")
+    parser.add_argument("--pairs", type=int, default=5)
+    args = parser.parse_args()
+    result = run(args.mode, args.pairs)
+    print({k: v for k, v in result.items() if k != "padded_lengths"})
+
+
+if __name__ == "__main__":
+    main()
