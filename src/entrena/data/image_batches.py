@@ -7,7 +7,7 @@ Every image goes through the same steps, in training, evaluation, export and pre
    ratio is not kept) — the *decoded cache* stores the result of this step, so a cached and an
    uncached run see the same pixels;
 3. training only: the random augmentations (:class:`Augmentation`), drawn from a generator
-   seeded by ``(seed, epoch, index)``, so an epoch's augmentations do not depend on the number
+   seeded by ``(seed, epoch, index)`` (a numpy generator, not torch's global one), so an epoch's augmentations do not depend on the number
    of workers, on what else drew random numbers, or on a resume;
 4. scale to [0, 1] and normalise per channel with the mean and standard deviation
    (:class:`ImageTransforms`).
@@ -32,7 +32,7 @@ from entrena.data.batching import random_batches
 from entrena.data.images import decode_image
 
 __all__ = ["Augmentation", "ImageTransforms", "ImageBatches", "resize_pixels",
-           "decode_resized", "channel_stats", "augmentation_seed"]
+           "decode_resized", "iter_resized", "channel_stats", "augmentation_seed", "crop_box"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,31 @@ def augmentation_seed(seed: int, epoch: int, index: int) -> int:
     """The seed of one example's augmentation in one epoch (a 63-bit mix of the three)."""
     value = (seed * 0x9E3779B1 + epoch * 0x85EBCA77 + index * 0xC2B2AE3D) & ((1 << 63) - 1)
     return value ^ (value >> 29)
+
+
+def crop_box(height: int, width: int, scale: tuple[float, float], rng: np.random.Generator,
+             ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> tuple[int, int, int, int]:
+    """A random crop ``(top, left, height, width)`` in pixels covering ``scale`` of the area
+    with an aspect ratio in ``ratio`` (log-uniform): the sampling of Inception's
+    random-sized crop (Szegedy et al. 2015, as in torchvision's ``RandomResizedCrop``); after
+    10 misses, the centred crop with the ratio clamped to ``ratio``."""
+    area = height * width
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target = area * rng.uniform(scale[0], scale[1])
+        aspect = math.exp(rng.uniform(*log_ratio))
+        w = int(round(math.sqrt(target * aspect)))
+        h = int(round(math.sqrt(target / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            return int(rng.integers(0, height - h + 1)), int(rng.integers(0, width - w + 1)), h, w
+    in_ratio = width / height
+    if in_ratio < ratio[0]:
+        w, h = width, int(round(width / ratio[0]))
+    elif in_ratio > ratio[1]:
+        h, w = height, int(round(height * ratio[1]))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
 
 
 def resize_pixels(pixels: np.ndarray, size: int) -> torch.Tensor:
@@ -102,20 +127,20 @@ class ImageTransforms:
 
     def augment(self, image: torch.Tensor, generator_seed: int) -> torch.Tensor:
         """Step 3 on one uint8 image (C, S, S); the same seed gives the same result."""
-        from torchvision.transforms import v2
+        from torchvision.transforms.v2 import functional as TF
 
         aug = self.augmentation
         if not aug.active:
             return image
-        steps: list[Any] = []
+        rng = np.random.default_rng(generator_seed)
         if aug.random_resized_crop:
-            steps.append(v2.RandomResizedCrop(self.size, scale=(aug.crop_scale_min, 1.0),
-                                              antialias=True))
-        if aug.horizontal_flip:
-            steps.append(v2.RandomHorizontalFlip(0.5))
-        with torch.random.fork_rng(devices=[]):  # torchvision draws from the global generator
-            torch.manual_seed(generator_seed)
-            return v2.Compose(steps)(image).contiguous()
+            top, left, height, width = crop_box(image.shape[-2], image.shape[-1],
+                                                (aug.crop_scale_min, 1.0), rng)
+            image = TF.resized_crop(image, top, left, height, width, [self.size, self.size],
+                                    antialias=True)
+        if aug.horizontal_flip and rng.random() < 0.5:
+            image = TF.horizontal_flip(image)
+        return image.contiguous()
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
