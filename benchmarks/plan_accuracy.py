@@ -160,6 +160,16 @@ def error(predicted: float | None, actual: float) -> float | None:
     return None if predicted is None else (predicted - actual) / actual
 
 
+def _sizes(args: argparse.Namespace) -> str:
+    """The batch-size and max-length arguments of the command, when not the defaults."""
+    text = ""
+    if getattr(args, "batch_sizes", [8, 16, 32]) != [8, 16, 32]:
+        text += " --batch-sizes " + " ".join(map(str, args.batch_sizes))
+    if getattr(args, "max_lengths", [128, 256]) != [128, 256]:
+        text += " --max-lengths " + " ".join(map(str, args.max_lengths))
+    return text
+
+
 def write_report(rows: list[dict], args: argparse.Namespace) -> None:
     lines = []
     for r in rows:
@@ -182,7 +192,7 @@ def write_report(rows: list[dict], args: argparse.Namespace) -> None:
     body = f"""## Plan accuracy on this CPU (`entrena plan` / `plan.json` against the fit)
 
 - Date: {today()}; machine: {machine()}
-- Command: `.venv/bin/python benchmarks/plan_accuracy.py{' --force' if args.force else ''}{f' --threads {args.threads}' if args.threads else ''}`
+- Command: `.venv/bin/python benchmarks/plan_accuracy.py{' --force' if args.force else ''}{f' --threads {args.threads}' if args.threads else ''}{_sizes(args)}`
   (reviews config, MiniLM-L6, tracking off, no test set, 64 validation rows;
   `train.max_steps` reaches the epoch's longest batch{f'; {args.threads} torch thread(s)' if args.threads else ''})
 - Load average (1 min) around the runs: {min(r['load'][0] for r in rows):.1f} to
