@@ -19,7 +19,7 @@ from entrena.data.image_batches import (
 )
 from entrena.data.images import choose_channels, decode_image, list_images, scan_images
 from entrena.errors import ConfigError, DataError
-from entrena.tasks.image_classification import (
+from entrena.tasks.image_model import (
     build_image_classifier,
     load_image_classifier,
     resolve_image_model,
@@ -215,8 +215,7 @@ def test_models_map_pixels_to_logits_and_reload(tmp_path: Path, name: str, chann
     logits = model(pixel_values=pixels)
     assert logits.shape == (2, 3)
     spec = transforms(False, size).as_dict() | {"channels": channels}
-    save_image_classifier(model, tmp_path / "model", name=name, labels=["a", "b", "c"],
-                          transforms=spec, dropout=0.0)
+    save_image_classifier(model, tmp_path / "model", labels=["a", "b", "c"], transforms=spec)
     loaded, meta = load_image_classifier(tmp_path / "model")
     assert meta["labels"] == ["a", "b", "c"]
     assert ImageTransforms.from_dict(meta["transforms"]).size == size

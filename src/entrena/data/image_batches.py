@@ -6,9 +6,10 @@ Every image goes through the same steps, in training, evaluation, export and pre
 2. resize to the model's input size, ``S × S`` (bilinear with antialiasing, on uint8; the aspect
    ratio is not kept) — the *decoded cache* stores the result of this step, so a cached and an
    uncached run see the same pixels;
-3. training only: the random augmentations (:class:`Augmentation`), drawn from a generator
-   seeded by ``(seed, epoch, index)`` (a numpy generator, not torch's global one), so an epoch's augmentations do not depend on the number
-   of workers, on what else drew random numbers, or on a resume;
+3. training only: the random augmentations (:class:`Augmentation`), drawn from a numpy
+   generator seeded by ``(seed, epoch, index)`` (not torch's global one), so an epoch's
+   augmentations do not depend on the number of workers, on what else drew random numbers,
+   or on a resume;
 4. scale to [0, 1] and normalise per channel with the mean and standard deviation
    (:class:`ImageTransforms`).
 
@@ -252,8 +253,7 @@ class ImageBatches:
         self.seed = seed
         self.items = _Items(paths, self.labels, transforms, decoded, shuffle, seed)
         self.num_workers = num_workers
-        side = transforms.size
-        self.lengths = np.full(len(self.labels), side * side, dtype=np.int64)  # pixels per image
+        self.lengths = np.ones(len(self.labels), dtype=np.int64)  # one "token" per image
         self._epoch = 0
         self._plan: list[list[int]] = []
         self._loader: Any = None

@@ -1,219 +1,208 @@
-"""Image classification: a timm model by name, or a small CNN for tiny images.
+"""``task: image-classification`` behind the :class:`~entrena.tasks.base.Task` protocol.
 
-The model maps ``pixel_values`` (B, C, S, S) float32 — normalised pixels, B batch, C channels
-(1 or 3), S the input side in pixels — to logits (B, K), K classes.
-
-- ``small-cnn`` (:class:`SmallCNN`): three-by-three convolutions with batch norm, a 2 × 2 max
-  pool after each stage while the side is above 4 pixels, global average pooling, dropout and a
-  linear head; about 0.1 M parameters. Meant for tiny images (8 × 8 digits, 28 × 28 MNIST-like
-  sets), where an ImageNet network would first upsample them to 224 × 224.
-- any timm name (``resnet18``, ``mobilenetv3_small_100``, ``efficientnet_b0`` …), built by
-  :func:`timm.create_model` with ``num_classes`` = K and ``in_chans`` = C. ``pretrained: true``
-  loads the weights from a local file (``weights_file``) or, with internet, the Hugging Face hub;
-  timm adapts the first convolution to 1 channel and drops a head of another class count.
-
-The saved model folder holds ``model.safetensors`` (the state dict of :class:`ImageClassifier`)
-and ``entrena_model.json`` (task, model name, labels, transforms); :func:`load_image_classifier`
-rebuilds it without any download.
+Inputs: ``pixel_values`` (B, C, S, S) float32 — B batch, C channels (1 when every training
+image is grayscale, else 3), S the model's input side in pixels — resized and normalised by
+:class:`~entrena.data.image_batches.ImageTransforms`. The data is prepared by
+:mod:`entrena.tasks.image_data`, the models are in :mod:`entrena.tasks.image_model`, batches
+are :class:`~entrena.data.image_batches.ImageBatches`, and the baselines are the majority class
+and a logistic regression on 8 × 8 thumbnails.
 """
 
 from __future__ import annotations
 
-import difflib
-import json
+import logging
+import time
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import nn
+import numpy as np
 
 from entrena.errors import ConfigError
+from entrena.tasks.image_data import PreparedImages, prepare_images
 
-__all__ = ["SMALL_CNN", "SmallCNN", "ImageClassifier", "resolve_image_model",
-           "default_input_size", "pretrained_normalisation", "build_image_classifier",
-           "save_image_classifier", "load_image_classifier"]
+__all__ = ["ImageClassificationTask", "thumbnail_features", "image_baselines"]
 
-SMALL_CNN = "small-cnn"
-WEIGHTS_FILE = "model.safetensors"
-META_FILE = "entrena_model.json"
+log = logging.getLogger("entrena")
 
-
-class SmallCNN(nn.Module):
-    """A small convolutional network for tiny images.
-
-    Args:
-        in_channels: C, 1 or 3.
-        num_labels: K.
-        image_size: S, the input side in pixels (decides how many stages pool).
-        width: Channels of the first stage; each later stage doubles them (at most 4 stages).
-        dropout: Dropout before the head.
-    """
-
-    def __init__(self, in_channels: int, num_labels: int, image_size: int, width: int = 32,
-                 dropout: float = 0.1):
-        super().__init__()
-        layers: list[nn.Module] = []
-        channels, side, stage = in_channels, image_size, 0
-        while True:
-            out = width * 2 ** stage
-            layers += [nn.Conv2d(channels, out, 3, padding=1, bias=False), nn.BatchNorm2d(out),
-                       nn.ReLU(inplace=True)]
-            channels, stage = out, stage + 1
-            if side <= 4 or stage >= 4:
-                break
-            layers.append(nn.MaxPool2d(2))
-            side //= 2
-        self.features = nn.Sequential(*layers)
-        self.dropout = nn.Dropout(dropout)
-        self.head = nn.Linear(channels, num_labels)
-        self.num_features = channels
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits (B, K) of images (B, C, S, S)."""
-        pooled = self.features(x).mean(dim=(2, 3))  # (B, F)
-        return self.head(self.dropout(pooled))
+THUMBNAIL_SIDE = 8
+"""Side of the thumbnails the logistic-regression baseline sees (pixels)."""
+BASELINE_MAX_TRAIN = 20_000
+"""Training images the baseline is fitted on at most (a seeded sample)."""
 
 
-class ImageClassifier(nn.Module):
-    """The task's model: takes the loop's keyword input.
+def _channels_last_wanted(accelerator: str) -> bool:
+    import torch
 
-    Args:
-        network: A module mapping (B, C, S, S) to logits (B, K).
-        channels_last: Convert inputs to channels-last memory format (faster convolutions on
-            GPUs with tensor cores; set with the model's own ``memory_format``).
-    """
-
-    def __init__(self, network: nn.Module, channels_last: bool = False):
-        super().__init__()
-        self.network = network
-        self.channels_last = channels_last
-
-    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """Logits (B, K) of normalised pixels (B, C, S, S) float32."""
-        if self.channels_last:
-            pixel_values = pixel_values.contiguous(memory_format=torch.channels_last)
-        return self.network(pixel_values)
+    return accelerator in ("auto", "cuda") and torch.cuda.is_available()
 
 
-def resolve_image_model(name: str, key: str = "model.name") -> str:
-    """Check that ``name`` is ``small-cnn`` or a timm model.
+class ImageClassificationTask:
+    """Train a timm model or a small CNN on image folders (see the module docstring)."""
 
-    Raises:
-        ConfigError: An unknown name, with the closest timm names.
-    """
-    import timm
+    name = "image-classification"
+    input_names = ("pixel_values",)
 
-    if name == SMALL_CNN or timm.is_model(name):
-        return name
-    choices = [SMALL_CNN, *timm.list_models()]
-    close = difflib.get_close_matches(name, choices, n=5, cutoff=0.5)
-    hint = (f"closest names: {', '.join(close)}" if close
-            else "see timm.list_models() for the names")
-    raise ConfigError(f"{key}: {name!r} is not a timm model nor {SMALL_CNN!r} "
-                      f"({len(choices) - 1} timm names are known); {hint}")
+    def model_sources(self, loaded: Any) -> dict[str, str]:
+        """``{"model": checked name}`` and, for a local weights file, ``"weights_file"``.
 
+        Raises:
+            ConfigError: A name that is neither ``small-cnn`` nor a timm model (with the
+                closest names), or a weights file that does not exist.
+        """
+        from entrena.tasks.image_model import resolve_image_model
 
-def default_input_size(name: str) -> int | None:
-    """The input side S a timm model was designed for (224 for most), ``None`` for
-    ``small-cnn`` (which takes the training images' size)."""
-    if name == SMALL_CNN:
-        return None
-    from timm.models import get_pretrained_cfg
+        model = loaded.config.model
+        sources = {"model": resolve_image_model(model.name or "")}
+        if model.weights_file:
+            if not model.pretrained:
+                raise ConfigError("model.weights_file is set but model.pretrained is false; "
+                                  "set model.pretrained: true to load it, or remove the key")
+            path = Path(loaded.resolve_path(model.weights_file))
+            if not path.is_file():
+                raise ConfigError(f"model.weights_file: {path} does not exist; give the path "
+                                  f"of a {sources['model']} weights file (.safetensors/.pth)")
+            sources["weights_file"] = str(path)
+        return sources
 
-    cfg = get_pretrained_cfg(name)
-    if cfg is None or not getattr(cfg, "input_size", None):
-        return 224
-    return int(cfg.input_size[-1])
+    def prepare(self, loaded: Any, sources: dict[str, str]) -> PreparedImages:
+        """Images listed, checked, split and (for small ones) decoded, through the cache."""
+        return prepare_images(loaded, sources)
 
+    def build_model(self, loaded: Any, sources: dict[str, str],
+                    prepared: PreparedImages) -> Any:
+        """An :class:`~entrena.tasks.image_model.ImageClassifier`; channels-last when it will
+        run on a CUDA GPU."""
+        import torch
 
-def pretrained_normalisation(name: str, channels: int) -> tuple[tuple[float, ...],
-                                                                  tuple[float, ...]]:
-    """Mean and std the pretrained weights expect (from timm's pretrained config; ImageNet's
-    for most), averaged to one value for 1 channel."""
-    from timm.models import get_pretrained_cfg
+        from entrena.tasks.image_model import build_image_classifier
 
-    cfg = get_pretrained_cfg(name) if name != SMALL_CNN else None
-    mean = tuple(getattr(cfg, "mean", None) or (0.485, 0.456, 0.406))
-    std = tuple(getattr(cfg, "std", None) or (0.229, 0.224, 0.225))
-    if channels == 1:
-        return (sum(mean) / len(mean),), (sum(std) / len(std),)
-    return mean, std
+        cfg = loaded.config
+        t = prepared.transforms
+        model = build_image_classifier(
+            name=sources["model"], num_labels=len(prepared.splits.labels), channels=t.channels,
+            image_size=t.size, pretrained=cfg.model.pretrained,
+            weights_file=sources.get("weights_file"), dropout=cfg.model.dropout)
+        if _channels_last_wanted(cfg.train.accelerator):
+            model = model.to(memory_format=torch.channels_last)
+            model.channels_last = True
+        log.info("%s on %d x %d x %d images (%s), %d classes", sources["model"], t.channels,
+                 t.size, t.size, prepared.report["images"]["image_size_from"],
+                 len(prepared.splits.labels))
+        return model.train()
 
+    def batches(self, loaded: Any, prepared: PreparedImages, role: str, *, batch_size: int,
+                shuffle: bool) -> Any:
+        """:class:`~entrena.data.image_batches.ImageBatches` of split ``role``: shuffled and
+        augmented (seeded by ``train.seed``) when ``shuffle``, file order otherwise."""
+        from entrena.data.image_batches import ImageBatches
 
-def build_image_classifier(*, name: str, num_labels: int, channels: int, image_size: int,
-                           pretrained: bool = False, weights_file: str | None = None,
-                           dropout: float = 0.0) -> ImageClassifier:
-    """Build the classifier (random weights unless ``pretrained``).
+        split = getattr(prepared.splits, role)
+        return ImageBatches(split.paths, split.labels, transforms=prepared.transforms,
+                            batch_size=batch_size, shuffle=shuffle,
+                            seed=loaded.config.train.seed, decoded=prepared.decoded.get(role),
+                            num_workers=prepared.num_workers)
 
-    Args:
-        name: ``small-cnn`` or a timm name (checked by :func:`resolve_image_model`).
-        num_labels: K.
-        channels: C, 1 or 3.
-        image_size: S in pixels.
-        pretrained: Load pretrained weights (timm models only).
-        weights_file: A local weights file (``.safetensors``, ``.pth``, ``.bin``) for
-            ``pretrained``; ``None`` downloads from the hub (needs internet).
-        dropout: Dropout before the head.
+    def baselines(self, loaded: Any, prepared: PreparedImages) -> dict[str, dict[str, Any]]:
+        """Majority class and logistic regression on 8 × 8 thumbnails (train split only)."""
+        features = {role: thumbnail_features(prepared, role) for role, _ in
+                    prepared.splits.roles()}
+        labels = {role: split.labels for role, split in prepared.splits.roles()}
+        return image_baselines(features, labels, prepared.splits.labels,
+                               seed=loaded.config.train.seed)
 
-    Raises:
-        ConfigError: ``pretrained`` with ``small-cnn``, a missing weights file, or weights that
-            cannot be downloaded.
-    """
-    if name == SMALL_CNN:
-        if pretrained:
-            raise ConfigError(f"model.pretrained: {SMALL_CNN!r} has no pretrained weights; "
-                              f"set model.pretrained: false or pick a timm model")
-        return ImageClassifier(SmallCNN(channels, num_labels, image_size, dropout=dropout))
-    import timm
+    def save_model(self, model: Any, prepared: PreparedImages, directory: Path) -> None:
+        """``model.safetensors`` and ``entrena_model.json`` (labels, model name, transforms)."""
+        from entrena.callbacks.checkpoint import unwrap
+        from entrena.tasks.image_model import save_image_classifier
 
-    kwargs: dict[str, Any] = {"num_classes": num_labels, "in_chans": channels,
-                              "drop_rate": dropout}
-    if pretrained and weights_file is not None:
-        if not Path(weights_file).is_file():
-            raise ConfigError(f"model.weights_file: {weights_file} does not exist; give the "
-                              f"path of a {name} weights file (.safetensors or .pth)")
-        kwargs["pretrained_cfg_overlay"] = {"file": str(weights_file)}
-    try:
-        network = timm.create_model(name, pretrained=pretrained, **kwargs)
-    except (OSError, RuntimeError) as exc:
-        if not pretrained:
-            raise
-        raise ConfigError(f"model.pretrained: could not load {name} weights "
-                          f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); without "
-                          f"internet set model.weights_file to a local file, or "
-                          f"model.pretrained: false") from exc
-    return ImageClassifier(network)
+        save_image_classifier(unwrap(model), directory, labels=prepared.splits.labels,
+                              transforms=prepared.transforms.as_dict())
 
+    def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:
+        """``(classifier in eval mode, meta)``; ``meta["transforms"]`` says how to turn an
+        image file into ``pixel_values``."""
+        from entrena.tasks.image_model import load_image_classifier
 
-def save_image_classifier(model: ImageClassifier, directory: Path, *, name: str,
-                          labels: list[str], transforms: dict[str, Any],
-                          dropout: float) -> None:
-    """Write the model folder (weights + ``entrena_model.json``). Overwrites ``directory``."""
-    from safetensors.torch import save_file
+        return load_image_classifier(directory)
 
-    directory.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(directory / WEIGHTS_FILE))
-    meta = {"task": "image-classification", "model_name": name, "labels": labels,
-            "transforms": transforms, "dropout": dropout}
-    (directory / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    def example_inputs(self, model: Any, meta: dict[str, Any],
+                       batch_size: int) -> dict[str, Any]:
+        """Standard-normal ``pixel_values`` (``batch_size``, C, S, S), seeded."""
+        import torch
+
+        t = meta["transforms"]
+        generator = torch.Generator().manual_seed(0)
+        shape = (batch_size, int(t["channels"]), int(t["size"]), int(t["size"]))
+        return {"pixel_values": torch.randn(shape, generator=generator)}
 
 
-def load_image_classifier(directory: str | Path) -> tuple[ImageClassifier, dict[str, Any]]:
-    """Rebuild a saved classifier.
+def thumbnail_features(prepared: PreparedImages, role: str, side: int = THUMBNAIL_SIDE,
+                       limit: int | None = None, seed: int = 0) -> np.ndarray:
+    """Flattened ``side`` × ``side`` thumbnails of a split, pixels in [0, 1].
 
     Returns:
-        ``(model in eval mode on CPU, metadata)``; metadata has ``labels``, ``model_name`` and
-        ``transforms`` (:meth:`~entrena.data.image_batches.ImageTransforms.as_dict`).
+        float32 (N, C·side²), N the split's images (or a seeded sample of ``limit``).
     """
-    from safetensors.torch import load_file
+    import torch
+    import torch.nn.functional as F
 
-    directory = Path(directory)
-    meta = json.loads((directory / META_FILE).read_text())
-    transforms = meta["transforms"]
-    model = build_image_classifier(name=meta["model_name"], num_labels=len(meta["labels"]),
-                                   channels=int(transforms["channels"]),
-                                   image_size=int(transforms["size"]),
-                                   dropout=float(meta.get("dropout", 0.0)))
-    model.load_state_dict(load_file(str(directory / WEIGHTS_FILE)))
-    return model.eval(), meta
+    from entrena.data.image_batches import iter_resized
+
+    split = getattr(prepared.splits, role)
+    t = prepared.transforms
+    index = np.arange(len(split))
+    if limit is not None and len(index) > limit:
+        index = np.sort(np.random.default_rng(seed).permutation(len(index))[:limit])
+    decoded = prepared.decoded.get(role)
+    if decoded is not None:
+        images = torch.from_numpy(np.asarray(decoded[index]))
+    else:
+        images = torch.stack(list(iter_resized([split.paths[i] for i in index], t.channels,
+                                               t.size)))
+    small = F.interpolate(images.float() / 255.0, size=(side, side), mode="area")
+    return small.reshape(len(index), -1).numpy().astype(np.float32)
+
+
+def image_baselines(features: dict[str, np.ndarray], labels: dict[str, np.ndarray],
+                    names: list[str], *, seed: int = 0) -> dict[str, dict[str, Any]]:
+    """Fit the majority class and an L2 logistic regression (C=1) on the training thumbnails
+    and score them on every other split.
+
+    Args:
+        features: ``{role: (N, F) float32}`` (from :func:`thumbnail_features`).
+        labels: ``{role: (N,) int64}``.
+        names: Class names in index order.
+        seed: Random state of the solver.
+
+    Returns:
+        ``{"majority": {...}, "thumbnail_logreg": {...}}``, each with ``time_s`` and per
+        evaluation split ``{"accuracy", "macro_f1"}``.
+    """
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from entrena.tasks.metrics import classification_metrics
+
+    x_train, y_train = features["train"], np.asarray(labels["train"], dtype=np.int64)
+    if len(x_train) > BASELINE_MAX_TRAIN:
+        keep = np.random.default_rng(seed).permutation(len(x_train))[:BASELINE_MAX_TRAIN]
+        x_train, y_train = x_train[keep], y_train[keep]
+    majority = int(np.bincount(y_train).argmax())
+
+    def logreg() -> Any:
+        model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000,
+                                                                   random_state=seed))
+        model.fit(x_train, y_train)
+        return model.predict
+
+    builders = {"majority": lambda: (lambda x: np.full(len(x), majority, dtype=np.int64)),
+                "thumbnail_logreg": logreg}
+    result: dict[str, dict[str, Any]] = {}
+    for name, build in builders.items():
+        started = time.perf_counter()
+        predict = build()
+        scores = {role: classification_metrics(np.asarray(labels[role]), predict(x), names)
+                  for role, x in features.items() if role != "train"}
+        result[name] = {**scores, "time_s": time.perf_counter() - started}
+    return result
