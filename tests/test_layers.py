@@ -24,7 +24,8 @@ LAYERS = [
     {"api"},
     {"tuning", "exporting", "reporting", "launching"},
     {"engine", "planning"},
-    {"tasks", "data", "callbacks", "tracking"},
+    {"tasks"},
+    {"data", "callbacks", "tracking"},
     {"core", "config", "hardware"},
     {"errors", "units"},
 ]

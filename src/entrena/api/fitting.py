@@ -13,7 +13,6 @@ from typing import Any
 import torch
 
 from entrena.api.efficiency import build_monitor, efficiency_metrics
-from entrena.api.preparing import PreparedData
 from entrena.api.training_plan import peak_memory_bytes, plan_run, plan_vs_actual, reset_peak_memory
 from entrena.callbacks.checkpoint import ModelCheckpoint, PeriodicCheckpoint, unwrap
 from entrena.callbacks.early_stopping import EarlyStopping
@@ -26,7 +25,6 @@ from entrena.core.callback import Callback
 from entrena.core.files import write_json_atomic
 from entrena.core.rundir import RunPaths
 from entrena.core.state import TrainState
-from entrena.data.loaders import TextBatches
 from entrena.data.tables import LabelledSplits
 from entrena.engine.backend import configure_threads, create_backend
 from entrena.engine.checkpointing import (
@@ -39,9 +37,9 @@ from entrena.engine.checkpointing import (
 from entrena.engine.distributed import ShardedBatches
 from entrena.engine.loop import FitSettings, fit, predict
 from entrena.errors import ConfigError, Interrupted, NonFiniteError
-from entrena.tasks.baselines import compare_with_baseline, text_baselines
+from entrena.tasks.base import get_task
+from entrena.tasks.baselines import compare_with_baseline
 from entrena.tasks.metrics import classification_metrics
-from entrena.tasks.text_classification import build_classifier, model_length_limit, save_classifier
 from entrena.tracking.events import EventLog
 from entrena.tracking.mlflow_tracker import MLflowTracker, default_tracking_uri
 from entrena.units import parse_duration_s
@@ -84,14 +82,14 @@ def _console(console: Any) -> Any:
 
 
 def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
-            prepared: PreparedData, console: Any = None, *, resume: CheckpointInfo | None = None,
+            prepared: Any, console: Any = None, *, resume: CheckpointInfo | None = None,
             config_hash: str = "", callbacks: Sequence[Callback] = (),
             tracking_tags: dict[str, str] | None = None) -> dict[str, Any]:
     """Fit on the prepared data (from ``resume`` if given), restore the best weights, test,
     save the model, write metrics.
 
     Args:
-        prepared: The checked, split and encoded data (``entrena.api.preparing``).
+        prepared: The checked, split and encoded data (the task's ``prepare``).
         resume: A verified checkpoint to continue from.
         config_hash: The config's hash, recorded in every checkpoint.
         callbacks: Extra callbacks, called after the built-in ones (their state is saved too).
@@ -114,38 +112,27 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     world, leader = backend.world_size, backend.is_global_zero  # only rank 0 writes and tracks
     log.info("device %s, precision %s, %d CPU threads", backend.device, backend.precision, threads)
 
-    splits, encoded, tokenizer = prepared.splits, prepared.encoded, prepared.tokenizer
-    model = build_classifier(
-        num_labels=len(splits.labels), pretrained=sources.get("weights"),
-        architecture=cfg.model.architecture.model_dump() if cfg.model.architecture else None,
-        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id or 0,
-        pooling=cfg.model.pooling, dropout=cfg.model.dropout)
-    max_length = min(prepared.max_length,
-                     model_length_limit(unwrap(model).encoder.config, tokenizer))
-    log.info("max_length %d tokens (%s); %.1f%% of training texts are truncated", max_length,
-             prepared.report["encoding"]["max_length_from"],
-             100 * prepared.report["splits"]["train"]["truncated_fraction"])
+    task = get_task(cfg.task)
+    splits = prepared.splits
+    model = task.build_model(loaded, sources, prepared)
+    max_length = getattr(prepared, "max_length", None)  # text only: tokens
 
     plan = plan_run(loaded, sources, prepared, model, paths.plan,
                     accelerator=backend.accelerator, precision=backend.precision,
                     max_length=max_length, resumed=resume is not None) if leader else None
 
     eval_batch = tcfg.eval_batch_size or 2 * tcfg.batch_size
-    pad_id = tokenizer.pad_token_id or 0
 
-    def batches(role: str, shuffle: bool) -> TextBatches:
-        split = getattr(splits, role)
-        return TextBatches(encoded[role], split.labels, max_length=max_length,
-                           batch_size=tcfg.batch_size if shuffle else eval_batch, pad_id=pad_id,
-                           shuffle=shuffle, group_by_length=tcfg.group_by_length, seed=tcfg.seed)
+    def batches(role: str, shuffle: bool) -> Any:
+        return task.batches(loaded, prepared, role, shuffle=shuffle,
+                            batch_size=tcfg.batch_size if shuffle else eval_batch)
 
     train_data = batches("train", shuffle=True)
     fit_data: Any = train_data
     if world > 1:  # each rank takes its share of a global batch of batch_size x world
         fit_data = ShardedBatches(
-            TextBatches(encoded["train"], splits.train.labels, max_length=max_length,
-                        batch_size=tcfg.batch_size * world, pad_id=pad_id, shuffle=True,
-                        group_by_length=tcfg.group_by_length, seed=tcfg.seed),
+            task.batches(loaded, prepared, "train", shuffle=True,
+                         batch_size=tcfg.batch_size * world),
             backend.global_rank, world)
     validation_data = batches("validation", shuffle=False)
     optimizer = build_optimizer(model, tcfg.learning_rate, tcfg.weight_decay)
@@ -273,7 +260,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     }
     if not leader:  # rank 0 tests, compares, saves and tracks
         return metrics
-    metrics["baseline"] = _baseline(splits, metrics, tcfg.seed)
+    metrics["baseline"] = _baseline(task.baselines(loaded, prepared), metrics)
     metrics["data"] = {"train_rows": len(splits.train), "validation_rows": len(splits.validation),
                        "test_rows": len(splits.test) if splits.test is not None else 0,
                        "labels": splits.labels}
@@ -287,8 +274,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         state, efficiency, precision=backend.precision, max_epochs=tcfg.max_epochs, plan=plan,
         plan_vs_actual=comparison)
 
-    save_classifier(unwrap(model), tokenizer, paths.model, labels=splits.labels,
-                    max_length=max_length)
+    task.save_model(unwrap(model), prepared, paths.model)
     tmp = paths.metrics.with_name(".metrics.json.tmp")
     tmp.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, paths.metrics)
@@ -311,13 +297,10 @@ def _write_report(paths: RunPaths) -> None:
         log.debug("report failure", exc_info=True)
 
 
-def _baseline(splits: LabelledSplits, metrics: dict[str, Any], seed: int) -> dict[str, Any]:
-    """The cheap baselines on the same splits, and a loud warning when the model does not
-    beat them (on test when there is one, else validation)."""
-    evaluation = {role: (split.texts, split.labels) for role, split in splits.roles()
-                  if role != "train"}
-    result: dict[str, Any] = text_baselines(splits.train.texts, splits.train.labels, evaluation,
-                                            splits.labels, seed=seed)
+def _baseline(result: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
+    """The task's cheap baselines (fitted on the same splits) compared with the model, and a
+    loud warning when the model does not beat them (on test when there is one, else
+    validation)."""
     role = "test" if "test" in metrics else "validation"
     verdict = compare_with_baseline(metrics[role], result, role)
     result["comparison"] = verdict

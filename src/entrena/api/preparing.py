@@ -1,41 +1,24 @@
 """``entrena.prepare``: read, check, split and encode the data once; write the data report.
 
-``entrena train`` goes through the same :func:`prepare_data`, so a prepared config trains
-from the cache. The result is cached under a fingerprint of everything it depends on:
-
-- the bytes of every data file (SHA-256), with the encoding and delimiter read from them;
-- the ``data`` config section except ``cache_dir`` (paths, columns, checks, fractions …);
-- ``train.seed`` (the validation split and subsamples) and ``model.max_length``;
-- the tokenizer (:func:`~entrena.data.encoding.tokenizer_fingerprint`) and the model's length
-  limit;
-- :data:`~entrena.data.cache.CACHE_FORMAT`.
-
-A second ``prepare`` of unchanged data hashes the files, loads the tokenizer and maps the
-cached Arrow files: no parsing, no checks, no tokenizing.
+``entrena train`` goes through the same :func:`prepare_data`, which hands the work to the
+config's task (:func:`entrena.tasks.base.get_task`): text data is prepared by
+:mod:`entrena.tasks.text_data` (cached under a fingerprint of the files, the ``data``
+section, the seed and the tokenizer), tables by :mod:`entrena.tasks.tabular`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
-
 from entrena.config import Config, LoadedConfig, load_config
-from entrena.config.models import resolve_model_name
 from entrena.core.files import write_json_atomic
 from entrena.core.rundir import RunPaths
-from entrena.data.cache import CACHE_FORMAT, PreparedCache, default_cache_dir
-from entrena.data.encoding import EncodedTexts, choose_max_length, tokenizer_fingerprint
-from entrena.data.hygiene import CheckPolicy, check_record, truncated_fraction
-from entrena.data.tables import LabelledSplits, load_splits, open_sources
-from entrena.errors import CheckFailed, ConfigError
+from entrena.errors import CheckFailed
+from entrena.tasks.base import get_task
+from entrena.tasks.text_data import PreparedData
 
 __all__ = ["DataCheckFailed", "PrepareResult", "PreparedData", "prepare", "prepare_data",
            "resolve_run_dir", "resolve_model_sources", "report_table", "check_failure",
@@ -57,33 +40,6 @@ class DataCheckFailed(CheckFailed):
 
 
 @dataclass
-class PreparedData:
-    """Checked, split, encoded data, ready to fit.
-
-    Attributes:
-        splits: The splits (texts, labels, row numbers) and the label map.
-        encoded: Token ids per split (``train``, ``validation``, ``test``), memory-mapped.
-        tokenizer: The tokenizer they were encoded with.
-        max_length: The truncation length chosen (``model.max_length``, or ``auto``'s pick).
-        length_limit: The model's longest input (tokens).
-        report: The data report (``data_report.json``).
-        from_cache: Whether everything came from the cache.
-    """
-
-    splits: LabelledSplits
-    encoded: dict[str, EncodedTexts]
-    tokenizer: Any
-    max_length: int
-    length_limit: int
-    report: dict[str, Any]
-    from_cache: bool
-
-    @property
-    def failed_checks(self) -> list[dict[str, Any]]:
-        return [c for c in self.report.get("checks", []) if c["status"] == "failed"]
-
-
-@dataclass
 class PrepareResult:
     """What ``entrena.prepare`` produced.
 
@@ -92,13 +48,13 @@ class PrepareResult:
         report: The data report (also in ``report_path`` when it was written).
         report_path: ``<run_dir>/data_report.json``, or ``None`` when the directory holds a
             training run whose report was left as it was.
-        data: The prepared data (splits, token ids, tokenizer).
+        data: The task's prepared data (text: splits, token ids, tokenizer).
     """
 
     run_dir: Path
     report: dict[str, Any]
     report_path: Path | None
-    data: PreparedData
+    data: Any
 
 
 def resolve_run_dir(config: Config, run_dir: str | Path | None) -> Path:
@@ -106,175 +62,34 @@ def resolve_run_dir(config: Config, run_dir: str | Path | None) -> Path:
     return Path(run_dir) if run_dir is not None else Path("runs") / config.name
 
 
+
 def resolve_model_sources(loaded: LoadedConfig) -> dict[str, str]:
-    """Resolve model and tokenizer names before any data is read (alias errors first).
+    """Resolve the task's model names and files before any data is read (errors first).
 
     Returns:
-        ``{"tokenizer": dir or hub id}`` and, for pretrained weights, ``"weights"``.
+        What the task needs to find its model again (text: ``{"tokenizer": …}`` and, for
+        pretrained weights, ``"weights"``).
     """
-    model = loaded.config.model
-    sources: dict[str, str] = {}
-    if model.architecture is None:
-        sources["weights"] = resolve_model_name(model.name or "", loaded.base_dir, "model.name")
-        sources["tokenizer"] = (resolve_model_name(model.tokenizer, loaded.base_dir,
-                                                   "model.tokenizer")
-                                if model.tokenizer else sources["weights"])
-    else:
-        tokenizer = model.tokenizer or model.name
-        if not tokenizer:
-            raise ConfigError("model.tokenizer: a model built from model.architecture needs a "
-                              "tokenizer; set model.tokenizer: minilm-l6")
-        sources["tokenizer"] = resolve_model_name(tokenizer, loaded.base_dir,
-                                                  "model.tokenizer" if model.tokenizer
-                                                  else "model.name")
-    return sources
+    return get_task(loaded.config.task).model_sources(loaded)
 
 
-def _length_limit(loaded: LoadedConfig, sources: dict[str, str], tokenizer: Any) -> int:
-    from entrena.tasks.text_classification import model_length_limit
-
-    architecture = loaded.config.model.architecture
-    if architecture is not None:
-        encoder_config: Any = SimpleNamespace(
-            max_position_embeddings=architecture.max_position_embeddings)
-    else:
-        from transformers import AutoConfig
-
-        encoder_config = AutoConfig.from_pretrained(sources["weights"])
-    return model_length_limit(encoder_config, tokenizer)
-
-
-def _fingerprint(loaded: LoadedConfig, files: dict[str, Any], tokenizer_hash: str,
-                 length_limit: int) -> str:
-    cfg = loaded.config
-    data = cfg.data.model_dump(mode="json")
-    data.pop("cache_dir", None)
-    for role in ("train", "validation", "test"):
-        if data.get(role):
-            data[role] = loaded.resolve_path(data[role])
-    material = {
-        "format": CACHE_FORMAT,
-        "files": {role: [[f.name, f.scan.sha256, f.scan.encoding, f.delimiter] for f in fs]
-                  for role, fs in files.items()},
-        "data": data, "seed": cfg.train.seed, "max_length": cfg.model.max_length,
-        "tokenizer": tokenizer_hash, "length_limit": length_limit,
-    }
-    text = json.dumps(material, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
-
-
-def prepare_data(loaded: LoadedConfig, sources: dict[str, str]) -> PreparedData:
-    """Read, check, split and encode the config's data, through the shared cache.
+def prepare_data(loaded: LoadedConfig, sources: dict[str, str]) -> Any:
+    """Read, check, split and encode the config's data, as its task does it.
 
     Args:
         loaded: The loaded config.
         sources: From :func:`resolve_model_sources`.
 
     Returns:
-        The prepared data. Failed checks are in ``report["checks"]`` (see
-        :func:`check_failure`); nothing is raised for them here.
+        The task's prepared data (:class:`entrena.tasks.base.Prepared`). Failed checks are in
+        ``report["checks"]`` (see :func:`check_failure`); nothing is raised for them here.
 
     Raises:
         DataError: A file is missing, unreachable, empty, undecodable or unparsable, a column
             is missing, labels mix numbers and strings, fewer than 2 classes, bad rows or
             unseen labels under ``error``, or a validation split that cannot be made.
     """
-    started = time.perf_counter()
-    cfg = loaded.config
-    data = cfg.data
-    cache_root = default_cache_dir(loaded.resolve_path(data.cache_dir) if data.cache_dir
-                                   else None)
-    specs = {role: loaded.resolve_path(getattr(data, role)) if getattr(data, role) else None
-             for role in ("train", "validation", "test")}
-    files = open_sources(**specs, encoding=data.encoding, delimiter=data.delimiter,
-                         cache_dir=cache_root)
-
-    from entrena.tasks.text_classification import build_tokenizer
-
-    tokenizer = build_tokenizer(sources["tokenizer"])
-    limit = _length_limit(loaded, sources, tokenizer)
-    key = _fingerprint(loaded, files, tokenizer_fingerprint(tokenizer), limit)
-    cache = PreparedCache(cache_root)
-    cached = cache.load(key)
-    if cached is not None:
-        meta = cached.meta
-        splits = LabelledSplits(cached.splits["train"], cached.splits["validation"],
-                                cached.splits.get("test"), meta["labels"], meta["report"])
-        report = {**meta["report"], "from_cache": True,
-                  "prepare_time_s": round(time.perf_counter() - started, 3)}
-        splits.report = report
-        report["cache"] = str(cached.path)
-        log.info("data from the cache (%s) in %.2fs", cached.path, report["prepare_time_s"])
-        return PreparedData(splits, cached.encoded, tokenizer, meta["max_length"], limit, report,
-                            True)
-
-    splits = load_splits(
-        **specs, text_column=data.text_column, label_column=data.label_column,
-        validation_fraction=data.validation_fraction, max_train_samples=data.max_train_samples,
-        max_eval_samples=data.max_eval_samples, on_bad_rows=data.on_bad_rows,
-        seed=cfg.train.seed, group_column=data.group_column,
-        on_unseen_labels=data.on_unseen_labels,
-        checks=CheckPolicy(**data.checks.model_dump()), sources=files)
-    checked_s = time.perf_counter() - started
-    writer = cache.writer(key)
-    try:
-        encoded, mapped = {}, {}
-        encode_start = time.perf_counter()
-        for role, split in splits.roles():
-            log.info("encoding %d %s texts", len(split), role)
-            # One token over the limit marks the texts the model limit itself truncates.
-            mapped[role], encoded[role] = writer.write_split(role, split, tokenizer, limit + 1)
-        encode_s = time.perf_counter() - encode_start
-        max_length = _max_length(cfg.model.max_length, encoded["train"], limit)
-        report = splits.report
-        _add_encoding(report, encoded, max_length, limit, cfg, sources["tokenizer"])
-        report["fingerprint"] = key
-        report["timings_s"] = {"read_and_check": round(checked_s, 3),
-                               "encode": round(encode_s, 3)}
-        path = writer.publish({"labels": splits.labels, "max_length": max_length,
-                               "report": report})
-    except BaseException:
-        writer.abort()
-        raise
-    prepared_splits = LabelledSplits(mapped["train"], mapped["validation"], mapped.get("test"),
-                                     splits.labels, report)
-    report = {**report, "cache": str(path), "from_cache": False,
-              "prepare_time_s": round(time.perf_counter() - started, 3)}
-    prepared_splits.report = report
-    log.info("data read, checked and encoded in %.1fs; cached in %s", report["prepare_time_s"],
-             path)
-    return PreparedData(prepared_splits, encoded, tokenizer, max_length, limit, report, False)
-
-
-def _max_length(configured: str | int, train: EncodedTexts, limit: int) -> int:
-    if configured == "auto":
-        return choose_max_length(train.lengths(), limit)
-    return min(int(configured), limit)
-
-
-def _add_encoding(report: dict[str, Any], encoded: dict[str, EncodedTexts], max_length: int,
-                  limit: int, cfg: Config, tokenizer: str) -> None:
-    """Token lengths, truncation per split and the ``truncation`` check, into ``report``."""
-    for role, enc in encoded.items():
-        lengths = np.minimum(enc.lengths(), limit)  # limit + 1 marks "longer than the model"
-        raw = enc.lengths()
-        entry = report["splits"][role]
-        entry["truncated_rows"] = int(np.sum(raw > max_length))
-        entry["truncated_fraction"] = round(truncated_fraction(raw, max_length), 4)
-        entry["token_length"] = ({"median": float(np.median(lengths)),
-                                  "p95": float(np.quantile(lengths, 0.95)),
-                                  "max": int(lengths.max())} if len(lengths) else {})
-    source = "auto: 95th percentile of training lengths" if cfg.model.max_length == "auto" \
-        else "model.max_length"
-    report["encoding"] = {"tokenizer": tokenizer, "length_limit": limit,
-                          "max_length": max_length, "max_length_from": source}
-    checks = cfg.data.checks
-    share = report["splits"]["train"]["truncated_fraction"]
-    report["checks"].append(check_record(
-        "truncation", share, checks.truncation,
-        f"{share:.1%} of training texts are longer than max_length {max_length} tokens and get "
-        f"cut (limit {checks.max_truncated_fraction:.0%})",
-        failing=share > checks.max_truncated_fraction))
+    return get_task(loaded.config.task).prepare(loaded, sources)
 
 
 def check_failure(report: dict[str, Any], report_path: Path | None) -> DataCheckFailed | None:

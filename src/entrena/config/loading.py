@@ -201,6 +201,15 @@ def _format_error(err: dict[str, Any], source: str, lines: dict[tuple[str, ...],
         return f"{where}: unknown key '{key}'; {_suggest(loc)}"
     if kind == "missing":
         return f"{where}: missing required key '{key}'; add it to the config"
+    if not err["loc"]:  # a whole-config rule: the message starts with the dotted key
+        lines_of = lines or {}
+        out = []
+        for text in (msg or err["msg"].removeprefix("Value error, ")).split("\n"):
+            named = tuple(text.split(": ", 1)[0].split("."))
+            found = next((lines_of[named[:d]] for d in range(len(named), 0, -1)
+                          if named[:d] in lines_of), None)
+            out.append(f"{source}:{found}: {text}" if found else f"{source}: {text}")
+        return "\n".join(out)
     given = err.get("input")
     msg = msg or err["msg"].removeprefix("Value error, ")
     return f"{where}: {key} = {given!r} is invalid: {msg}"

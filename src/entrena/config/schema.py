@@ -30,7 +30,15 @@ __all__ = [
     "Config",
 ]
 
-TASKS = ("text-classification",)
+TASKS = ("text-classification", "image-classification", "tabular-classification")
+
+TASK_KEYS: dict[str, tuple[tuple[str, ...], Any]] = {
+    "data.text_column": (("text-classification",), "text"),
+    "data.drop_columns": (("tabular-classification",), []),
+    "model.hidden_sizes": (("tabular-classification",), [256, 128]),
+}
+"""Keys that only some tasks use: dotted key -> (the tasks using it, the default filled in for
+them when the key is absent). Another task setting the key is an error naming it."""
 
 
 class StrictModel(BaseModel):
@@ -87,10 +95,13 @@ class DataConfig(StrictModel):
     or rows of one `group_column` value, stay on one side)."""
     test: str | None = None
     """Test data (same forms as `train`), scored once with the best weights after training."""
-    text_column: str = "text"
-    """Column holding the input text."""
+    text_column: str | None = None
+    """Column holding the input text (`text-classification` only; default there: `text`)."""
     label_column: str = "label"
     """Column holding the class label (strings or integers, not a mix)."""
+    drop_columns: list[str] | None = None
+    """Columns that are not features (`tabular-classification` only; ids, free text, leaking
+    columns): the features are every column but the label and these (default: none)."""
     group_column: str | None = None
     """Column whose rows must stay together when validation is split off (a user, a product,
     a document id); default: rows with the same normalised text stay together."""
@@ -180,7 +191,11 @@ class ModelConfig(StrictModel):
     """How token states become one vector: `mean` over real tokens (what sentence encoders such
     as MiniLM were trained with) or the first (`[CLS]`) token."""
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.1
-    """Dropout before the classification head."""
+    """Dropout before the classification head (and after each hidden layer of the
+    tabular MLP)."""
+    hidden_sizes: list[Annotated[int, Field(ge=1)]] | None = None
+    """Widths of the hidden layers of the MLP (`tabular-classification` only; default there:
+    `[256, 128]`)."""
 
     @model_validator(mode="after")
     def _name_or_architecture(self) -> ModelConfig:
@@ -428,8 +443,11 @@ class Config(StrictModel):
 
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
     """Run name: the run directory is `runs/<name>` (letters, digits, `.`, `_`, `-`)."""
-    task: Literal["text-classification"] = "text-classification"
-    """What is learned; `text-classification` for now."""
+    task: Literal["text-classification", "image-classification", "tabular-classification"] = (
+        "text-classification")
+    """What is learned: `text-classification` (a text column), `image-classification` (image
+    folders or a CSV of image paths) or `tabular-classification` (numeric and categorical
+    columns of a CSV or Parquet file)."""
     data: DataConfig
     """Data section."""
     model: ModelConfig = ModelConfig()
@@ -440,3 +458,21 @@ class Config(StrictModel):
     """Tracking section."""
     tune: TuneConfig = TuneConfig()
     """Search section (`entrena tune`)."""
+
+    @model_validator(mode="after")
+    def _task_keys(self) -> Config:
+        """Refuse keys another task uses; fill in this task's defaults for absent ones."""
+        problems = []
+        for dotted, (tasks, default) in TASK_KEYS.items():
+            section_name, key = dotted.split(".")
+            section = getattr(self, section_name)
+            value = getattr(section, key)
+            if self.task in tasks and value is None:
+                section.__dict__[key] = default.copy() if isinstance(default, list) else default
+            elif self.task not in tasks and value is not None:
+                problems.append(f"{dotted}: only used by task {' or '.join(tasks)}, and this "
+                                f"config's task is {self.task}; remove {dotted} (or change "
+                                "task)")
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self

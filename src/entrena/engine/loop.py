@@ -1,7 +1,9 @@
 """The training loop: readable top to bottom, firing events (see ``entrena.core.events``).
 
 The loop knows nothing of configs, files or tasks: it gets a backend, a model returning logits,
-an optimizer, a :class:`BatchSource` for training and one for validation, and callbacks.
+an optimizer, a :class:`BatchSource` for training and one for validation, and callbacks. It
+calls ``model(**inputs)``, where ``inputs`` is a batch without its ``"labels"`` (the input
+names of each task are listed in :mod:`entrena.tasks.base`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from entrena.core.events import Event
 from entrena.core.state import TrainState
 
 __all__ = ["BatchSource", "FitSettings", "SaveCheckpoint", "fit", "predict",
-           "evaluation_points"]
+           "evaluation_points", "model_inputs", "token_counts"]
 
 log = logging.getLogger("entrena")
 
@@ -35,9 +37,25 @@ class BatchSource(Protocol):
         ...
 
     def collate(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        """Tensors of one batch: ``input_ids`` (B, T), ``attention_mask`` (B, T),
-        ``labels`` (B,)."""
+        """Tensors of one batch: ``labels`` (B,) int64 and the model's keyword inputs (text:
+        ``input_ids`` (B, T), ``attention_mask`` (B, T); image: ``pixel_values``
+        (B, C, H, W); tabular: ``features`` (B, F))."""
         ...
+
+
+def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The batch without ``labels``: the keyword arguments of ``model(**inputs)``."""
+    return {key: value for key, value in batch.items() if key != "labels"}
+
+
+def token_counts(batch: dict[str, torch.Tensor]) -> tuple[int, int]:
+    """``(real tokens, padded tokens)`` of a batch: from ``attention_mask`` (B, T) when there
+    is one, else one per example (images, table rows: no padding)."""
+    mask = batch.get("attention_mask")
+    if mask is None:
+        size = int(batch["labels"].shape[0])
+        return size, size
+    return int(mask.sum()), int(mask.numel())
 
 
 @dataclass(frozen=True)
@@ -95,7 +113,7 @@ def predict(backend: Any, model: Any, source: BatchSource) -> tuple[np.ndarray, 
     total_loss = 0.0
     for indices in batches:
         batch = backend.to_device(source.collate(indices))
-        logits = model(batch["input_ids"], batch["attention_mask"]).float()
+        logits = model(**model_inputs(batch)).float()
         total_loss += F.cross_entropy(logits, batch["labels"], reduction="sum").item()
         if logits_out is None:
             logits_out = np.zeros((n, logits.shape[-1]), dtype=np.float32)
@@ -144,7 +162,8 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource,
 
     Args:
         backend: The :class:`~entrena.engine.backend.Backend` (model and optimizer already set up).
-        model: Module mapping ``(input_ids (B, T), attention_mask (B, T))`` to logits (B, C).
+        model: Module mapping ``model(**inputs)`` (the batch without ``labels``) to logits
+            (B, C).
         optimizer: The optimizer.
         train: Training batches.
         evaluate: Called with the model at each evaluation point; returns validation metrics
@@ -197,7 +216,7 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource,
             micro = position % accumulation
             last_micro = micro == accumulation - 1 or position == len(plan) - 1
             with backend.no_backward_sync(model, enabled=not last_micro):
-                logits = model(batch["input_ids"], batch["attention_mask"])
+                logits = model(**model_inputs(batch))
                 loss = F.cross_entropy(logits.float(), batch["labels"])
                 backend.backward(loss / accumulation)
             loss_value = loss.item()
@@ -241,8 +260,9 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource,
             state.loss = loss_value
             state.learning_rate = optimizer.param_groups[0]["lr"]
             state.samples_seen += len(indices)
-            state.tokens_seen += int(batch["attention_mask"].sum())
-            state.padded_tokens_seen += int(batch["attention_mask"].numel())
+            tokens, padded = token_counts(batch)
+            state.tokens_seen += tokens
+            state.padded_tokens_seen += padded
             state.train_time_s += time.perf_counter() - started
             state.data_wait_s += data_wait_s
             state.extras["last_micro"] = stepped  # an optimizer step ended with this batch
