@@ -29,8 +29,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,12 +39,13 @@ import numpy as np
 from entrena.data import hygiene as hy
 from entrena.data.cache import default_cache_dir
 from entrena.data.image_batches import ImageTransforms, channel_stats, iter_resized
+from entrena.data.image_cache import ImageSplit, ImageSplits, load_entry, write_entry
 from entrena.data.images import ImageList, choose_channels, list_images, scan_images
 from entrena.data.tables import stratified_group_split, stratified_split
 from entrena.errors import DataError
 
-__all__ = ["IMAGE_CACHE_FORMAT", "ImageSplit", "ImageSplits", "PreparedImages",
-           "prepare_images", "decoded_cache_wanted", "worker_count"]
+__all__ = ["IMAGE_CACHE_FORMAT", "PreparedImages", "prepare_images", "decoded_cache_wanted",
+           "worker_count"]
 
 log = logging.getLogger("entrena")
 
@@ -58,40 +57,6 @@ DECODED_CACHE_MAX_SIDE = 64
 """… and the input side S is at most 64 pixels (small images, where decoding dominates)."""
 STATS_SAMPLE = 2000
 """Training images the normalisation is measured on (a seeded sample)."""
-
-
-@dataclass
-class ImageSplit:
-    """One split: files and integer labels, aligned.
-
-    Attributes:
-        paths: Image files, (N,).
-        labels: Label index per image, (N,) int64.
-        row_ids: Position of each image in its source's listing (0-based), (N,) int64.
-        sha256: Hex SHA-256 of each file, (N,).
-    """
-
-    paths: list[Path]
-    labels: np.ndarray
-    row_ids: np.ndarray
-    sha256: list[str]
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-
-@dataclass
-class ImageSplits:
-    """Train/validation/test image splits sharing one label map."""
-
-    train: ImageSplit
-    validation: ImageSplit
-    test: ImageSplit | None
-    labels: list[str]
-
-    def roles(self) -> list[tuple[str, ImageSplit]]:
-        return [(r, s) for r, s in (("train", self.train), ("validation", self.validation),
-                                    ("test", self.test)) if s is not None]
 
 
 @dataclass
@@ -203,7 +168,7 @@ def prepare_images(loaded: Any, sources: dict[str, str]) -> PreparedImages:
                         "image_size": cfg.model.image_size, "pretrained": cfg.model.pretrained})
     root = default_cache_dir(loaded.resolve_path(data.cache_dir) if data.cache_dir else None)
     entry = root / "images" / key
-    cached = _load_entry(entry)
+    cached = load_entry(entry)
     if cached is not None:
         splits, transforms, decoded, report = cached
         report = {**report, "from_cache": True, "cache": str(entry),
@@ -374,8 +339,8 @@ def _build(loaded: Any, sources: dict[str, str], specs: dict[str, str | None],
                          "mean": list(transforms.mean), "std": list(transforms.std),
                          "decoded_cache": use_cache},
               "fingerprint": entry.name}
-    _write_entry(entry, splits, transforms, decoded, report)
-    loaded_back = _load_entry(entry)
+    write_entry(entry, splits, transforms, decoded, report)
+    loaded_back = load_entry(entry)
     if loaded_back is not None:  # serve the memory-mapped arrays, like a cache hit
         decoded = loaded_back[2]
     return splits, transforms, decoded, report
@@ -411,50 +376,3 @@ def _transforms(loaded: Any, model_name: str, channels: int, size: int, train: I
     aug = cfg.data.augmentation
     return ImageTransforms(size=size, channels=channels, mean=tuple(mean), std=tuple(std),
                            augmentation=Augmentation(**aug.model_dump()))
-
-
-def _write_entry(entry: Path, splits: ImageSplits, transforms: ImageTransforms,
-                 decoded: dict[str, np.ndarray | None], report: dict[str, Any]) -> None:
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
-    try:
-        meta = {"labels": splits.labels, "transforms": transforms.as_dict(), "report": report,
-                "splits": {role: {"paths": [str(p) for p in s.paths],
-                                  "labels": s.labels.tolist(), "row_ids": s.row_ids.tolist(),
-                                  "sha256": s.sha256} for role, s in splits.roles()}}
-        for role, array in decoded.items():
-            if array is not None:
-                np.save(tmp / f"{role}.npy", np.ascontiguousarray(array))
-        (tmp / "meta.json").write_text(json.dumps(meta) + "\n", encoding="utf-8")
-        shutil.rmtree(entry, ignore_errors=True)
-        os.replace(tmp, entry)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def _load_entry(entry: Path) -> tuple[Any, ...] | None:
-    """The entry's splits, transforms, decoded arrays and report; ``None`` if absent or
-    damaged (a damaged entry is deleted)."""
-    if not (entry / "meta.json").is_file():
-        return None
-    try:
-        meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
-        parts = {role: ImageSplit([Path(p) for p in s["paths"]],
-                                  np.array(s["labels"], dtype=np.int64),
-                                  np.array(s["row_ids"], dtype=np.int64), s["sha256"])
-                 for role, s in meta["splits"].items()}
-        transforms = ImageTransforms.from_dict(meta["transforms"])
-        decoded: dict[str, np.ndarray | None] = {}
-        for role, split in parts.items():
-            path = entry / f"{role}.npy"
-            decoded[role] = np.load(path, mmap_mode="r") if path.is_file() else None
-            if decoded[role] is not None and decoded[role].shape[0] != len(split):
-                raise ValueError(f"{path}: {decoded[role].shape[0]} images, {len(split)} listed")
-        splits = ImageSplits(parts["train"], parts["validation"], parts.get("test"),
-                             meta["labels"])
-        return splits, transforms, decoded, meta["report"]
-    except (OSError, ValueError, KeyError) as exc:
-        log.warning("image cache entry %s is damaged (%s); building it again", entry, exc)
-        shutil.rmtree(entry, ignore_errors=True)
-        return None
