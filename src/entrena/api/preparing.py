@@ -138,17 +138,26 @@ def report_table(report: dict[str, Any]) -> Any:
         table.add_column(role, justify="right")
 
     def row(label: str, value: Any) -> None:
-        table.add_row(label, *[value(splits[r]) for r in roles])
+        try:  # a task's report may lack a row's keys (images have no empty texts)
+            table.add_row(label, *[value(splits[r]) for r in roles])
+        except KeyError:
+            pass
 
     row("rows read", lambda s: f"{s['rows_read']:,}" + (" (split)" if s["file"] is None
                                                           else ""))
     row("rows kept", lambda s: f"{s['rows_kept']:,}")
-    row("empty text / label", lambda s: f"{s['empty_text']:,} / {s['empty_label']:,}")
+    row("bad files skipped", lambda s: f"{s['bad_files']:,}")
+    table_rows = report.get("task") == "tabular-classification"
+    row("empty row / label" if table_rows else "empty text / label",
+        lambda s: f"{s['empty_text']:,} / {s['empty_label']:,}")
     row("exact duplicates", lambda s: f"{s['exact_duplicates']:,}")
-    row("normalised duplicates", lambda s: f"{s['normalised_duplicates']:,}")
+    if not table_rows:  # table rows are compared exactly: nothing to normalise
+        row("normalised duplicates", lambda s: f"{s['normalised_duplicates']:,}")
     row("conflicting-label rows", lambda s: f"{s['conflicting_label_rows']:,}")
     row("leaked rows (train ↔ val/test)", lambda s: f"{s['leaked_rows']:,}")
     row("unseen-label rows", lambda s: f"{s['unseen_label_rows']:,}")
+    if table_rows:
+        row("unseen categories", lambda s: f"{sum(s.get('unseen_categories', {}).values()):,}")
     encoding = report.get("encoding")
     if encoding:
         row(f"truncated at {encoding['max_length']} tokens",
@@ -160,7 +169,10 @@ def report_table(report: dict[str, Any]) -> Any:
         row(f"label {name}", lambda s, n=name: f"{s['label_counts'].get(n, 0):,}")
     lines = [table]
     ratio = report.get("imbalance_ratio")
+    features = report.get("features")
     notes = [f"imbalance ratio {ratio:.2f}" if ratio else None,
+             f"{len(features['numeric'])} numeric and {len(features['categorical'])} "
+             f"categorical columns, {features['width']} features" if features else None,
              f"max_length {encoding['max_length']} ({encoding['max_length_from']})"
              if encoding else None,
              "from the cache" if report.get("from_cache") else None]

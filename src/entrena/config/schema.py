@@ -20,6 +20,7 @@ __all__ = [
     "TuneConfig",
     "config_paths",
     "DataChecksConfig",
+    "AugmentationConfig",
     "DataConfig",
     "ArchitectureConfig",
     "ModelConfig",
@@ -36,6 +37,13 @@ TASK_KEYS: dict[str, tuple[tuple[str, ...], Any]] = {
     "data.text_column": (("text-classification",), "text"),
     "data.drop_columns": (("tabular-classification",), []),
     "model.hidden_sizes": (("tabular-classification",), [256, 128]),
+    "data.image_column": (("image-classification",), "image"),
+    "data.num_workers": (("image-classification",), "auto"),
+    "data.decoded_cache": (("image-classification",), "auto"),
+    "data.augmentation": (("image-classification",), None),  # AugmentationConfig(), set below
+    "model.image_size": (("image-classification",), "auto"),
+    "model.pretrained": (("image-classification",), False),
+    "model.weights_file": (("image-classification",), None),
 }
 """Keys that only some tasks use: dotted key -> (the tasks using it, the default filled in for
 them when the key is absent). Another task setting the key is an error naming it."""
@@ -80,6 +88,21 @@ class DataChecksConfig(StrictModel):
     `model.max_length` (tokens) and get cut."""
     max_truncated_fraction: Annotated[float, Field(ge=0.0, le=1.0)] = 0.1
     """Largest share of training texts cut at `model.max_length` that passes `truncation`."""
+
+
+class AugmentationConfig(StrictModel):
+    """Random changes to training images (`image-classification` only); validation, test and
+    prediction images are only resized and normalised. Each image's changes are seeded by
+    `train.seed`, the epoch and its position, so runs and resumes repeat them."""
+
+    random_resized_crop: bool = True
+    """Crop a random part (`crop_scale_min` to all of the area, aspect ratio 3/4 to 4/3) and
+    resize it back to the input size."""
+    crop_scale_min: Annotated[float, Field(gt=0.0, le=1.0)] = 0.35
+    """Smallest share of the image area a random crop keeps."""
+    horizontal_flip: bool = True
+    """Mirror left-right with probability 0.5; turn it off where a mirror image means
+    something else (digits, letters, text)."""
 
 
 class DataConfig(StrictModel):
@@ -128,6 +151,20 @@ class DataConfig(StrictModel):
     default: `$ENTRENA_CACHE_DIR`, else `~/.cache/entrena`."""
     checks: DataChecksConfig = DataChecksConfig()
     """Data hygiene checks."""
+    image_column: str | None = None
+    """Column of a CSV of images holding the image paths, relative to the CSV's folder
+    (`image-classification` only; default there: `image`). An image folder (one subfolder per
+    class) needs no columns."""
+    num_workers: Annotated[int, Field(ge=0)] | Literal["auto"] | None = None
+    """Worker processes decoding images ahead of training (`image-classification` only;
+    default there: `auto`: 0 when the decoded cache holds the pixels, else up to 4, one core
+    left to training)."""
+    decoded_cache: bool | Literal["auto"] | None = None
+    """Decode and resize every image once and keep the pixels (uint8) in the prepared-data
+    cache (`image-classification` only; default there: `auto`: when the input side is at most
+    64 pixels and all splits fit in 1 GiB)."""
+    augmentation: AugmentationConfig | None = None
+    """Training-image augmentation (`image-classification` only)."""
 
     @field_validator("delimiter", mode="before")
     @classmethod
@@ -178,7 +215,8 @@ class ModelConfig(StrictModel):
     name: str | None = "minilm-l6"
     """A model alias (`minilm-l6`), a local Hugging Face model directory, or a hub id
     (`org/name`, needs internet). With `architecture` set, only its tokenizer is used (unless
-    `tokenizer` is set)."""
+    `tokenizer` is set). For `image-classification`: `small-cnn` (tiny images) or a timm model
+    name (`resnet18`, `mobilenetv3_small_100`, `efficientnet_b0` …)."""
     architecture: ArchitectureConfig | None = None
     """Build a randomly initialised BERT encoder of this shape instead of loading weights."""
     tokenizer: str | None = None
@@ -196,6 +234,17 @@ class ModelConfig(StrictModel):
     hidden_sizes: list[Annotated[int, Field(ge=1)]] | None = None
     """Widths of the hidden layers of the MLP (`tabular-classification` only; default there:
     `[256, 128]`)."""
+
+    image_size: Literal["auto"] | Annotated[int, Field(ge=4)] | None = None
+    """Side S in pixels images are resized to (S x S, aspect ratio not kept;
+    `image-classification` only; default there: `auto`: the timm model's input size, 224 for
+    most; for `small-cnn` the median side of the training images)."""
+    pretrained: bool | None = None
+    """Start from pretrained weights (`image-classification` only; default there: false): from
+    `weights_file` when set, else from the Hugging Face hub (needs internet)."""
+    weights_file: str | None = None
+    """A local weights file (`.safetensors` or `.pth`) of the timm model for `pretrained: true`
+    (`image-classification` only); relative paths resolve against the config file's folder."""
 
     @model_validator(mode="after")
     def _name_or_architecture(self) -> ModelConfig:
@@ -468,6 +517,8 @@ class Config(StrictModel):
             section = getattr(self, section_name)
             value = getattr(section, key)
             if self.task in tasks and value is None:
+                if dotted == "data.augmentation":
+                    default = AugmentationConfig()
                 section.__dict__[key] = default.copy() if isinstance(default, list) else default
             elif self.task not in tasks and value is not None:
                 problems.append(f"{dotted}: only used by task {' or '.join(tasks)}, and this "

@@ -217,9 +217,11 @@ def _build(loaded: Any, sources: dict[str, str], specs: dict[str, str | None],
     labels = {role: np.array([index_of.get(str(x), -1) for x in s.labels], dtype=np.int64)
               for role, s in scanned.items()}
     entries: dict[str, dict[str, Any]] = {
-        role: {"source": specs[role], "rows_read": len(listings[role].paths)
-               + len(listings[role].skipped), "bad_rows": len(s.skipped),
-               "skipped": s.skipped[:20], "removed": {}} for role, s in scanned.items()}
+        role: {"file": specs[role], "source": "folder" if Path(str(specs[role])).is_dir()
+               else "csv", "rows_read": len(listings[role].paths) + len(listings[role].skipped),
+               "rows_kept": 0, "bad_files": len(s.skipped), "skipped_files": s.skipped[:20],
+               "exact_duplicates": 0, "conflicting_label_rows": 0, "leaked_rows": 0,
+               "unseen_label_rows": 0, "rows_removed": {}} for role, s in scanned.items()}
     for role in ("validation", "test"):
         if role in labels:
             unseen = labels[role] < 0
@@ -232,10 +234,11 @@ def _build(loaded: Any, sources: dict[str, str], specs: dict[str, str | None],
                                     f"training; add training images of it or set "
                                     f"data.on_unseen_labels: drop")
                 index[role] = index[role][~unseen]
-                entries[role]["removed"]["unseen_labels"] = int(unseen.sum())
+                entries[role]["rows_removed"]["unseen_labels"] = int(unseen.sum())
+            entries[role]["unseen_label_rows"] = int(unseen.sum())
 
     def drop_train(mask: np.ndarray, reason: str) -> None:
-        entries["train"]["removed"][reason] = int(mask.sum())
+        entries["train"]["rows_removed"][reason] = int(mask.sum())
         index["train"] = index["train"][~mask]
 
     checks: list[dict[str, Any]] = []
@@ -244,12 +247,14 @@ def _build(loaded: Any, sources: dict[str, str], specs: dict[str, str | None],
     checks.append(hy.check_record("conflicting_labels", int(clash.sum()), policy.conflicting_labels,
                                   f"{int(clash.sum())} training images are identical files "
                                   f"filed under different labels"))
+    entries["train"]["conflicting_label_rows"] = int(clash.sum())
     if policy.conflicting_labels == "drop" and clash.any():
         drop_train(clash, "conflicting_labels")
     copies = hy.repeats(hy.pair_keys(t_keys[index["train"]], t_labels[index["train"]], k))
     checks.append(hy.check_record("exact_duplicates", int(copies.sum()), policy.exact_duplicates,
                                   f"{int(copies.sum())} training images repeat an earlier "
                                   f"file byte for byte (same label)"))
+    entries["train"]["exact_duplicates"] = int(copies.sum())
     if policy.exact_duplicates == "drop" and copies.any():
         drop_train(copies, "exact_duplicates")
     others = [keys[r][index[r]] for r in ("validation", "test") if r in keys]
@@ -258,6 +263,13 @@ def _build(loaded: Any, sources: dict[str, str], specs: dict[str, str | None],
     checks.append(hy.check_record("leakage", int(leaked.sum()), policy.leakage,
                                   f"{int(leaked.sum())} training images are identical to a "
                                   f"validation or test image"))
+    entries["train"]["leaked_rows"] = int(leaked.sum())
+    for role in ("validation", "test"):
+        if role in keys:
+            mine = keys[role][index[role]]
+            entries[role]["leaked_rows"] = int(np.isin(mine, t_keys[index["train"]]).sum())
+            entries[role]["exact_duplicates"] = int(hy.repeats(hy.pair_keys(
+                mine, labels[role][index[role]], k)).sum())
     if policy.leakage == "drop" and leaked.any():
         drop_train(leaked, "leakage")
     validation_split = None
@@ -272,11 +284,13 @@ def _build(loaded: Any, sources: dict[str, str], specs: dict[str, str | None],
                             f"with every class on both sides ({exc}); raise the fraction, add "
                             f"images or give data.validation") from exc
         index["train"], held_index = current[kept], current[held]
-        entries["train"]["removed"]["held_out_for_validation"] = len(held_index)
+        entries["train"]["rows_removed"]["held_out_for_validation"] = len(held_index)
         scanned["validation"], keys["validation"] = scanned["train"], keys["train"]
         labels["validation"], index["validation"] = labels["train"], held_index
-        entries["validation"] = {"source": f"{data.validation_fraction:g} of train",
-                                 "rows_read": len(held_index), "bad_rows": 0, "removed": {}}
+        entries["validation"] = {"file": None, "source": "split from train",
+                                 "rows_read": len(held_index), "rows_kept": 0, "bad_files": 0,
+                                 "exact_duplicates": 0, "conflicting_label_rows": 0,
+                                 "leaked_rows": 0, "unseen_label_rows": 0, "rows_removed": {}}
         validation_split = {"from": "train", "fraction": data.validation_fraction,
                             "stratified": True, "seed": cfg.train.seed,
                             "grouped_by": "identical files"}
@@ -296,13 +310,13 @@ def _build(loaded: Any, sources: dict[str, str], specs: dict[str, str | None],
     for role, limit in limits.items():
         if role in index and limit is not None and len(index[role]) > limit:
             keep = _subsample(labels[role][index[role]], limit, cfg.train.seed)
-            entries[role]["removed"]["subsampled"] = len(index[role]) - len(keep)
+            entries[role]["rows_removed"]["subsampled"] = len(index[role]) - len(keep)
             index[role] = index[role][keep]
     for role in index:
         if len(index[role]) == 0:
             raise DataError(f"{specs[role] or specs['train']}: no {role} images are left once "
-                            f"the checks have run ({entries[role]['removed']}); keep them "
-                            f"(data.checks.*) or add images")
+                            f"the checks have run ({entries[role]['rows_removed']}); keep "
+                            f"them (data.checks.*) or add images")
 
     splits = ImageSplits(*(None if role not in index else ImageSplit(
         [scanned[role].paths[i] for i in index[role]], labels[role][index[role]],
@@ -323,13 +337,16 @@ def _build(loaded: Any, sources: dict[str, str], specs: dict[str, str | None],
                              decoded["train"], threads)
     for role, split in splits.roles():
         entries[role]["rows_kept"] = len(split)
-        entries[role]["labels"] = {names[i]: int(c) for i, c in
-                                   enumerate(np.bincount(split.labels, minlength=k))}
+        entries[role]["label_counts"] = {names[i]: int(c) for i, c in
+                                         enumerate(np.bincount(split.labels, minlength=k))}
     sizes = train_scan.sizes[index["train"]]
     modes: dict[str, int] = {}
     for i in index["train"]:
         modes[train_scan.modes[i]] = modes.get(train_scan.modes[i], 0) + 1
-    report = {"task": "image-classification", "labels": names, "splits": entries,
+    report = {"task": "image-classification", "labels": names,
+              "rows": {role: e["rows_kept"] for role, e in entries.items()},
+              "label_counts": {role: e["label_counts"] for role, e in entries.items()},
+              "imbalance_ratio": ratio, "splits": entries,
               "validation_split": validation_split, "checks": checks,
               "images": {"channels": channels, "training_modes": modes,
                          "training_sizes": {"min": sizes.min(0).tolist(),
