@@ -10,7 +10,7 @@ BENCH_STAMP := $(VENV)/.entrena-bench-installed
 # wheels are the ones on the team's machines and in CI.
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo demo-data test test-slow lint clean bench bench-quick
+.PHONY: install demo demo-data digits digits-data test test-slow lint clean bench bench-quick
 
 install: $(STAMP)
 
@@ -28,6 +28,15 @@ demo-data: examples/reviews/data/train.csv
 
 demo: demo-data
 	$(BIN)/entrena train examples/reviews/config.yaml
+
+# The image example: scikit-learn's 1,797 handwritten digits as PNG folders, a small CNN.
+examples/digits/data/train: | $(STAMP)
+	$(BIN)/python examples/digits/prepare_data.py
+
+digits-data: examples/digits/data/train
+
+digits: digits-data
+	$(BIN)/entrena train examples/digits/config.yaml
 
 # `make bench` / `make bench-quick`: entrena against the Hugging Face Trainer and a hand-written
 # loop, side by side; writes docs/benchmarks.md (the Trainer needs the `bench` extra).
@@ -51,4 +60,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests
 
 clean:
-	rm -rf runs examples/reviews/data .pytest_cache
+	rm -rf runs examples/reviews/data examples/digits/data .pytest_cache
