@@ -194,7 +194,8 @@ def step_section(ctx: dict[str, Any], result: dict[str, Any]) -> str:
   through the Fabric backend with the callbacks `entrena train` runs each step (LR schedule,
   efficiency monitor, event log); hand-written: forward, cross-entropy, backward, clip, step,
   schedule, `zero_grad`. One untimed run of each first; then {result['pairs']} pairs, entrena
-  first in each. Throughput = samples / wall time of the loop.
+  first in each. Throughput = samples / wall time of the loop (entrena's: from its fit-start
+  event to its fit-end event, so once-per-fit set-up is left out of both arms).
 
 | pair | entrena (samples/s) | hand-written (samples/s) | entrena / hand |
 |---|---|---|---|

@@ -1,0 +1,106 @@
+"""The pure parts of `make bench` (benchmarks/_stats.py, tta.analyse, the section text): no
+timing, no model, seconds."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import _sections  # noqa: E402
+import tta  # noqa: E402
+from _stats import ab_order, first_reaching, goal_text, ratios, summary  # noqa: E402
+
+
+def test_summary_is_median_with_min_and_max():
+    assert summary([3.0, 1.0, 2.0]) == "2.00 (1.00–3.00)"
+    assert summary([10.0, 30.0, 20.0, 40.0], "{:.0f}", " s") == "25 s (10–40 s)"
+    assert summary([0.8412], "{:.3f}") == "0.841 (1 run)"
+
+
+def test_summary_of_nothing_says_so():
+    with pytest.raises(ValueError, match="at least one value"):
+        summary([])
+
+
+def test_ab_order_alternates_a_b_a_b():
+    assert ab_order(3, "hf", "entrena") == ["hf", "entrena", "hf", "entrena", "hf", "entrena"]
+    assert ab_order(1) == ["A", "B"]
+    with pytest.raises(ValueError, match="at least 1, got 0"):
+        ab_order(0)
+
+
+def test_ratios_are_per_pair():
+    assert ratios([2.0, 3.0], [1.0, 4.0]) == [2.0, 0.75]
+    with pytest.raises(ValueError, match="as many numerators as denominators, got 2 and 1"):
+        ratios([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="must be positive"):
+        ratios([1.0], [0.0])
+
+
+def _points(*pairs):
+    return [{"time_s": t, "accuracy": a, "epoch": 0.5 * (i + 1)} for i, (t, a) in enumerate(pairs)]
+
+
+def test_first_reaching_takes_the_first_point_at_or_above_the_target():
+    points = _points((10.0, 0.80), (20.0, 0.841), (30.0, 0.85))
+    assert first_reaching(points, 0.841)["time_s"] == 20.0  # equal counts as reached
+    assert first_reaching(points, 0.845)["time_s"] == 30.0
+    assert first_reaching(points, 0.90) is None
+    assert first_reaching(_points((5.0, 0.9), (9.0, 0.7)), 0.85)["time_s"] == 5.0
+
+
+def test_first_reaching_refuses_points_out_of_time_order():
+    with pytest.raises(ValueError, match="time order"):
+        first_reaching(_points((20.0, 0.8), (10.0, 0.9)), 0.85)
+
+
+def test_goal_text_says_by_how_much_a_goal_is_missed():
+    assert goal_text(3.0, 2.5, "×").startswith("met")
+    assert goal_text(2.0, 2.5, "×") == "missed by 20% (2.00× < 2.5×)"
+    assert goal_text(0.97, 0.97).startswith("met")
+
+
+def _run(role, pair, points, **extra):
+    return {"role": role, "pair": pair, "points": points, "fit_start_s": 5.0, "steps": 10,
+            "final_accuracy": points[-1]["accuracy"], "process_wall_s": 100.0,
+            **({"versions": {"transformers": "x", "accelerate": "y"}} if role == "hf" else {}),
+            **extra}
+
+
+def _result(runs):
+    return {"mode": "quick", "pairs": 2, "threads": 2, "load": (0.1, 0.2),
+            "hf": {**tta.HF, "max_length": 128, "epochs": 1},
+            "split": {"rows": {"train": 1000, "validation": 399, "test": 1000},
+                      "entrena_max_length": 128},
+            "runs": runs, "best": {}}
+
+
+def test_analyse_targets_the_trainers_first_epoch_and_pairs_the_runs():
+    hf = [{"time_s": 100.0, "accuracy": 0.84, "epoch": 1.0}]
+    hf2 = [{"time_s": 120.0, "accuracy": 0.82, "epoch": 1.0}]
+    ours = _points((20.0, 0.80), (40.0, 0.83), (60.0, 0.86))
+    runs = [_run("hf", 0, hf), _run("entrena", 0, ours), _run("hf", 1, hf2),
+            _run("entrena", 1, ours)]
+    analysis = tta.analyse(_result(runs))
+    assert analysis["target"] == pytest.approx(0.83)  # median of 0.84 and 0.82
+    assert [p["time_s"] for p in analysis["entrena_reached"]] == [40.0, 40.0]
+    assert analysis["speedups"] == [2.5, 3.0]
+    assert analysis["all_reached"]
+    text = _sections.tta_section({"date": "d", "machine": "m", "command": "c", "mode": "quick"},
+                                 _result(runs), analysis)
+    assert "**2.75× (2.50–3.00×)**" in text and "met (2.75× ≥ 2.5×)" in text
+
+
+def test_a_target_never_reached_is_reported_as_missed():
+    runs = [_run("hf", 0, [{"time_s": 50.0, "accuracy": 0.9, "epoch": 1.0}]),
+            _run("entrena", 0, _points((20.0, 0.80), (40.0, 0.85)))]
+    analysis = tta.analyse(_result(runs))
+    assert analysis["entrena_reached"] == [None] and not analysis["all_reached"]
+    text = _sections.tta_section({"date": "d", "machine": "m", "command": "c", "mode": "quick"},
+                                 _result(runs), analysis)
+    assert "did not reach the target in 1 of 1 runs (best test accuracy 0.850)" in text
