@@ -48,11 +48,12 @@ MODES: dict[str, dict[str, Any]] = {
              "describe": "the whole reviews data; the Trainer at its default 3 epochs "
                          "(stopped after the first when only its 1-epoch figure is needed); "
                          "entrena at the example's defaults (at most 2 epochs, early stopping)"},
-    "quick": {"data": {"data.max_train_samples": 1000},
+    "quick": {"data": {"data.max_train_samples": 1000, "data.max_eval_samples": 500},
               "entrena": {"model.max_length": 128, "train.max_epochs": 1},
               "hf_max_length": 128, "hf_epochs": 1,
-              "describe": "1,000 training rows (seeded, stratified subsample of the split), "
-                          "max_length 128 for both, 1 epoch for both"},
+              "describe": "1,000 training and 500 test rows (seeded, stratified subsamples of "
+                          "entrena's split; validation keeps its 10% of the file), max_length "
+                          "128 for both, 1 epoch for both"},
     "smoke": {"data": {"data.max_train_samples": 64, "data.max_eval_samples": 64},
               "entrena": {"model.max_length": 64, "train.max_epochs": 1},
               "hf_max_length": 64, "hf_epochs": 1,
