@@ -170,3 +170,14 @@ def reviews_data() -> Path:
         subprocess.run([sys.executable, str(EXAMPLES / "reviews" / "prepare_data.py")],
                        cwd=ROOT, check=True, timeout=300)
     return REVIEWS_DATA
+
+
+@pytest.fixture(scope="session")
+def digits_data() -> Path:
+    """The bundled digits images (``examples/digits/data``: ``train/<digit>/``, ``test/``),
+    written by the example's script (scikit-learn's bundled copy, no download) when missing."""
+    data = EXAMPLES / "digits" / "data"
+    if not all((data / role / "9").is_dir() for role in ("train", "test")):
+        subprocess.run([sys.executable, str(EXAMPLES / "digits" / "prepare_data.py")],
+                       cwd=ROOT, check=True, timeout=300)
+    return data
