@@ -301,7 +301,8 @@ def predict(source: Annotated[Path, typer.Argument(
         summary = result.summary
         _stderr_console().print(
             f"{summary['rows']['predicted']} rows predicted, {summary['rows']['skipped']} "
-            f"skipped (empty text) with {summary['backend']}: {result.output}")
+            f"skipped ({', '.join(summary['skipped']) or 'empty text'}) with "
+            f"{summary['backend']}: {result.output}")
 
 
 @app.command()

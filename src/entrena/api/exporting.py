@@ -118,16 +118,26 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
                         "export.json); give a new or empty folder (an existing bundle is "
                         "replaced)")
 
-    from entrena.exporting.exporter import parity_examples, write_bundle
-
-    examples = parity_examples(model_run, parity_data)
     thresholds = Thresholds(max_abs_diff=atol, min_label_agreement=min_label_agreement,
                             max_accuracy_drop=max_accuracy_drop)
     log.info("exporting %s to %s (%s%s)", model_run.paths.root, destination, fmt.name,
              f", {quantize}" if quantize else "")
-    report = write_bundle(model_run, fmt, quantize=quantize, opset=opset,
-                          destination=destination, examples=examples, thresholds=thresholds,
-                          latency_calls=latency_calls, threads=threads)
+    if model_run.config.get("task") == "tabular-classification":
+        from entrena.exporting.table_export import table_rows, write_table_bundle
+
+        report = write_table_bundle(model_run, fmt, quantize=quantize, opset=opset,
+                                    destination=destination,
+                                    rows=table_rows(model_run, parity_data),
+                                    thresholds=thresholds, latency_calls=latency_calls,
+                                    threads=threads)
+    else:
+        from entrena.exporting.exporter import parity_examples, write_bundle
+
+        examples = parity_examples(model_run, parity_data)
+        report = write_bundle(model_run, fmt, quantize=quantize, opset=opset,
+                              destination=destination, examples=examples,
+                              thresholds=thresholds, latency_calls=latency_calls,
+                              threads=threads)
     result = ExportResult(destination, report)
     if not result.passed:
         parity = report["parity"]

@@ -116,10 +116,11 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     splits = prepared.splits
     model = task.build_model(loaded, sources, prepared)
     max_length = getattr(prepared, "max_length", None)  # text only: tokens
+    plan_length = max_length or 1  # fixed-size inputs (tables, images): one "token" a sample
 
     plan = plan_run(loaded, sources, prepared, model, paths.plan,
                     accelerator=backend.accelerator, precision=backend.precision,
-                    max_length=max_length, resumed=resume is not None) if leader else None
+                    max_length=plan_length, resumed=resume is not None) if leader else None
 
     eval_batch = tcfg.eval_batch_size or 2 * tcfg.batch_size
 
@@ -261,6 +262,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     if not leader:  # rank 0 tests, compares, saves and tracks
         return metrics
     metrics["baseline"] = _baseline(task.baselines(loaded, prepared), metrics)
+    advice = getattr(task, "advice", None)  # optional: what a task says about its baselines
+    finding = advice(metrics["baseline"]["comparison"], metrics["baseline"]) if advice else None
     metrics["data"] = {"train_rows": len(splits.train), "validation_rows": len(splits.validation),
                        "test_rows": len(splits.test) if splits.test is not None else 0,
                        "labels": splits.labels}
@@ -273,6 +276,9 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     metrics["efficiency"], metrics["diagnosis"] = efficiency_metrics(
         state, efficiency, precision=backend.precision, max_epochs=tcfg.max_epochs, plan=plan,
         plan_vs_actual=comparison)
+    if finding is not None:
+        metrics["diagnosis"] = [finding, *(metrics["diagnosis"] or [])]
+        log.warning("%s: %s; %s", finding["figure"], finding["message"], finding["change"])
 
     task.save_model(unwrap(model), prepared, paths.model)
     tmp = paths.metrics.with_name(".metrics.json.tmp")
@@ -305,10 +311,11 @@ def _baseline(result: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]
     verdict = compare_with_baseline(metrics[role], result, role)
     result["comparison"] = verdict
     if not verdict["model_beats_baseline"]:
-        log.warning("THE MODEL DOES NOT BEAT THE CHEAP BASELINE: %s %s %.4f vs %s %.4f; a "
-                    "bag of words does as well for a fraction of the cost (more epochs, a "
+        cheap = {"tfidf_logreg": "a bag of words"}.get(verdict["best"], verdict["best"])
+        log.warning("THE MODEL DOES NOT BEAT THE CHEAP BASELINE: %s %s %.4f vs %s %.4f; "
+                    "%s does as well for a fraction of the cost (more epochs, a "
                     "pretrained model or more data may help)", role, verdict["metric"],
-                    verdict["model"], verdict["best"], verdict["best_score"])
+                    verdict["model"], verdict["best"], verdict["best_score"], cheap)
     else:
         log.info("baseline: %s %s %.4f (model %.4f)", verdict["best"], role,
                  verdict["best_score"], verdict["model"])

@@ -91,9 +91,38 @@ def _limit(text: str | float | None, *, option: str, bare: str) -> Budget | None
         raise ConfigError(str(exc)) from None
 
 
-def _lengths(prepared: PreparedData, role: str, max_length: int) -> Any:
+def _lengths(prepared: Any, role: str, max_length: int) -> Any:
+    """Token lengths per example of split ``role`` (text), or ones: a table row or an image
+    is one "token" of a fixed-size profile (:mod:`entrena.planning.fixed`)."""
+    import numpy as np
+
+    if not isinstance(prepared, PreparedData):
+        split = getattr(prepared.splits, role, None)
+        return np.ones(len(split.labels), dtype=np.int64) if split is not None else []
     encoded = prepared.encoded.get(role)
     return encoded.lengths(max_length) if encoded is not None else []
+
+
+def _fixed_profile(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
+                   model: Any = None) -> Any:
+    """The profile of a task whose inputs have one size (tables, images), measured on a copy
+    of ``model`` (default: one the task builds) at one training example."""
+    from entrena.planning.fixed import profile_fixed
+    from entrena.tasks.base import get_task
+
+    task = get_task(loaded.config.task)
+    if model is None:
+        model = task.build_model(loaded, sources, prepared)
+    batch = task.batches(loaded, prepared, "train", batch_size=1, shuffle=False).collate([0])
+    return profile_fixed(model, {k: v for k, v in batch.items() if k != "labels"})
+
+
+def _model_name(cfg: Config) -> str:
+    if cfg.task == "tabular-classification":
+        return f"mlp {cfg.model.hidden_sizes}"
+    if cfg.task != "text-classification":
+        return str(cfg.model.name)
+    return str(cfg.model.name) if cfg.model.architecture is None else "architecture"
 
 
 def _profile_cache_key(cfg: Config, sources: dict[str, str], num_labels: int, tokenizer: Any,
@@ -171,11 +200,20 @@ def _shape(cfg: Config, prepared: PreparedData, profile: Any, max_length: int) -
         group_by_length=t.group_by_length, accelerator=t.accelerator, threads=t.num_threads)
 
 
-def _probe_batches(cfg: Config, prepared: PreparedData, max_length: int) -> list[Any]:
-    """The median-length and the longest batch of the first epoch, as tensors."""
+def _probe_batches(loaded: LoadedConfig, prepared: Any, max_length: int) -> list[Any]:
+    """The median-length and the longest batch of the first epoch, as tensors (fixed-size
+    inputs: half a batch and a whole one)."""
     from entrena.data.loaders import TextBatches
 
+    cfg = loaded.config
     t = cfg.train
+    if not isinstance(prepared, PreparedData):
+        from entrena.tasks.base import get_task
+
+        source = get_task(cfg.task).batches(loaded, prepared, "train",
+                                            batch_size=t.batch_size, shuffle=True)
+        first = source.plan(0)[0]
+        return [source.collate(first[:max(1, len(first) // 2)]), source.collate(first)]
     batches = TextBatches(prepared.encoded["train"], prepared.splits.train.labels,
                           max_length=max_length, batch_size=t.batch_size,
                           pad_id=prepared.tokenizer.pad_token_id or 0, shuffle=True,
@@ -187,15 +225,16 @@ def _probe_batches(cfg: Config, prepared: PreparedData, max_length: int) -> list
     return [batches.collate(b) for b in chosen]
 
 
-def _calibrate(model: Any, cfg: Config, prepared: PreparedData, profile: Any, max_length: int,
+def _calibrate(model: Any, loaded: LoadedConfig, prepared: Any, profile: Any, max_length: int,
                machine: Machine, catalog: Catalog, device: str, precision: str,
                base_rss: float | None) -> Calibration:
     from entrena.planning.options import cpu_peak_flops, peak_for_precision
     from entrena.planning.timing import probe
 
-    batches = _probe_batches(cfg, prepared, max_length)
-    flops = [int(b["input_ids"].shape[0]) * profile.flops_per_sample(int(b["input_ids"].shape[1]))
-             for b in batches]
+    cfg = loaded.config
+    batches = _probe_batches(loaded, prepared, max_length)
+    flops = [int(b["labels"].shape[0]) * profile.flops_per_sample(
+        int(b["input_ids"].shape[1]) if "input_ids" in b else 1) for b in batches]
     if device == "cpu":
         peak, _ = cpu_peak_flops(machine, catalog, cfg.train.num_threads)
     else:
@@ -246,9 +285,13 @@ def plan(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | 
     selection = resolve_hardware(hardware, merged) if hardware else None
     prepared = prepare_data(loaded, sources)
     cfg = loaded.config
-    max_length = int(prepared.max_length)
-    profile = _profile(loaded, sources, len(prepared.splits.labels), prepared.tokenizer,
-                       max_length)
+    if isinstance(prepared, PreparedData):
+        max_length = int(prepared.max_length)
+        profile = _profile(loaded, sources, len(prepared.splits.labels), prepared.tokenizer,
+                           max_length)
+    else:
+        max_length = 1
+        profile = _fixed_profile(loaded, sources, prepared)
     shape = _shape(cfg, prepared, profile, max_length)
     machine = detect_machine(Path(run_dir).parent if run_dir else "runs")
     calibration = None
@@ -270,14 +313,13 @@ def plan(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | 
         machine=machine, profile=profile, shape=shape, options=options,
         recommendation=recommendation, max_length=max_length,
         train_lengths=_lengths(prepared, "train", max_length),
-        model_name=cfg.model.name if cfg.model.architecture is None else "architecture",
-        calibration=calibration, catalog=merged,
+        model_name=_model_name(cfg), calibration=calibration, catalog=merged,
         deadline_s=deadline_limit.seconds if deadline_limit else None, budget=budget_limit,
         extra={"planning_time_s": time.perf_counter() - started})
     return PlanResult(document, options, recommendation)
 
 
-def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: PreparedData,
+def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
                     profile: Any, max_length: int, machine: Machine,
                     catalog: Catalog) -> tuple[Calibration, float]:
     """``plan --calibrate``: set up the fit's backend (its imports belong to the base memory),
@@ -296,12 +338,18 @@ def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Pre
     device = backend.accelerator if backend.accelerator in ("cpu", "cuda") else "cpu"
     precision = backend.precision if device == backend.accelerator else "32-true"
     base_rss = current_rss_bytes()
-    tokenizer = prepared.tokenizer
-    model = build_classifier(
-        num_labels=len(prepared.splits.labels), pretrained=sources.get("weights"),
-        architecture=cfg.model.architecture.model_dump() if cfg.model.architecture else None,
-        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id or 0,
-        pooling=cfg.model.pooling, dropout=cfg.model.dropout).to(device)
-    calibration = _calibrate(model, cfg, prepared, profile, max_length, machine, catalog,
+    if isinstance(prepared, PreparedData):
+        tokenizer = prepared.tokenizer
+        model = build_classifier(
+            num_labels=len(prepared.splits.labels), pretrained=sources.get("weights"),
+            architecture=(cfg.model.architecture.model_dump() if cfg.model.architecture
+                          else None),
+            vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id or 0,
+            pooling=cfg.model.pooling, dropout=cfg.model.dropout).to(device)
+    else:
+        from entrena.tasks.base import get_task
+
+        model = get_task(cfg.task).build_model(loaded, sources, prepared).to(device)
+    calibration = _calibrate(model, loaded, prepared, profile, max_length, machine, catalog,
                              device, precision, base_rss)
     return calibration, base_rss

@@ -123,6 +123,11 @@ def predict(run: str | Path, data: str | Path, *, output: str | Path | None = No
     if output.resolve() == data.resolve():
         raise DataError(f"--output {output} is the input file; write the predictions to "
                         "another file")
+    table = _table_model(Path(run), backend)
+    if table is not None:
+        return _predict_table(table, data, output, on_bad_rows=on_bad_rows, threads=threads,
+                              batch_size=batch_size, chunk_rows=chunk_rows, progress=progress,
+                              console=console, start=start)
     source = resolve_source(run, backend)
     prep = source.preprocessing
     column = text_column or prep.text_column
@@ -176,4 +181,86 @@ def predict(run: str | Path, data: str | Path, *, output: str | Path | None = No
     }
     log.info("predicted %d rows, skipped %d (empty text) in %.1fs", predicted, rows - predicted,
              elapsed)
+    return PredictResult(output, summary)
+
+
+def _table_model(path: Path, backend: str | None) -> tuple[Path, str, dict[str, Any]] | None:
+    """``(folder, kind, manifest)`` when ``path`` holds a tabular model (a run's ``model/``,
+    its ONNX bundle for ``backend="onnx"``, or a bundle), else ``None``.
+
+    Raises:
+        DataError: An ONNX backend asked of a run without an ONNX export.
+    """
+    from entrena.exporting.bundle import find_run_bundle, is_bundle, locate_run, read_manifest
+    from entrena.exporting.table_export import is_table_model
+
+    if is_bundle(path):
+        return (path, "bundle", read_manifest(path)) if is_table_model(path) else None
+    if not is_table_model(path / "model"):
+        return None
+    run = locate_run(path, verb="predict with")
+    if backend == "onnx":
+        bundle = find_run_bundle(run.paths.root, "onnx")
+        if bundle is None:
+            raise DataError(f"{path}: no ONNX export under {path / 'export'}; make one with: "
+                            f"entrena export {path}  (or use --backend torch)")
+        return bundle, "bundle", read_manifest(bundle)
+    return run.paths.model, "run", {}
+
+
+def _predict_table(table: tuple[Path, str, dict[str, Any]], data: Path, output: Path, *,
+                   on_bad_rows: str | None, threads: int | None, batch_size: int,
+                   chunk_rows: int, progress: bool, console: Any, start: float) -> PredictResult:
+    """:func:`predict` for a tabular model: the saved preprocessing, then the MLP."""
+    from entrena.data.streaming import TableWriter, iter_table, table_columns
+    from entrena.exporting.prediction import output_columns
+    from entrena.exporting.table_export import SKIPPED_EMPTY_ROW, TablePredictor
+
+    folder, kind, manifest = table
+    predictor = TablePredictor(folder, kind, manifest, threads)
+    columns = table_columns(data, role="input")
+    predictor.check_columns(columns, data)
+    policy = on_bad_rows or "skip"
+    TableWriter(output).abort()
+    log.info("predicting %s with %s (%s) into %s", data, folder, predictor.runner.name, output)
+    if console is None:
+        from rich.console import Console
+
+        console = Console(stderr=True)
+    counts: Counter[str] = Counter()
+    skipped_rows: list[int] = []
+    rows = predicted = 0
+    with TableWriter(output) as writer, _Progress(console, progress) as bar:
+        for chunk in iter_table(data, chunk_rows=chunk_rows, na_columns=predictor.columns,
+                                role="input"):
+            annotated, skipped = predictor.annotate(chunk.frame, first_row=chunk.first_row,
+                                                    on_bad_rows=policy, batch_size=batch_size,
+                                                    missing=chunk.missing)
+            writer.write(annotated)
+            rows += len(annotated)
+            predicted += int((~skipped).sum())
+            counts.update(annotated.loc[~skipped, "predicted_label"].tolist())
+            room = SKIPPED_ROWS_LISTED - len(skipped_rows)
+            if room > 0:
+                skipped_rows += [chunk.first_row + int(i) for i in skipped.nonzero()[0][:room]]
+            bar.update(chunk.fraction_done, rows)
+        if rows == 0:
+            import pandas as pd
+
+            writer.write(pd.DataFrame(columns=[*columns, *output_columns(predictor.labels)]))
+    elapsed = time.perf_counter() - start
+    summary = {
+        "input": str(data), "output": str(output), "model": str(folder),
+        "backend": predictor.runner.name, "task": "tabular-classification",
+        "on_bad_rows": policy, "columns_added": output_columns(predictor.labels),
+        "rows": {"read": rows, "predicted": predicted, "skipped": rows - predicted},
+        "skipped": {SKIPPED_EMPTY_ROW.removeprefix("skipped: "):
+                    {"count": rows - predicted, "rows": skipped_rows}},
+        "unseen_categories": predictor.unseen,
+        "predicted_label_counts": {label: counts.get(label, 0) for label in predictor.labels},
+        "time_s": elapsed, "throughput_rows_per_s": rows / elapsed if elapsed > 0 else 0.0,
+    }
+    log.info("predicted %d rows, skipped %d (empty row) in %.1fs; categories never seen in "
+             "training: %s", predicted, rows - predicted, elapsed,
+             ", ".join(f"{c} {n}" for c, n in predictor.unseen.items()) or "none")
     return PredictResult(output, summary)

@@ -10,7 +10,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from entrena.api.planning import _calibrate, _lengths, _profile, _shape
+from entrena.api.planning import (
+    _calibrate,
+    _fixed_profile,
+    _lengths,
+    _model_name,
+    _profile,
+    _shape,
+)
 from entrena.api.preparing import PreparedData
 from entrena.config import LoadedConfig
 from entrena.hardware.catalog import load_catalog
@@ -24,7 +31,7 @@ __all__ = ["plan_for_fit", "plan_run", "plan_vs_actual", "reset_peak_memory",
 log = logging.getLogger("entrena")
 
 
-def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: PreparedData,
+def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
                  model: Any, *, device: str, precision: str, max_length: int) -> dict[str, Any]:
     """The plan ``entrena train`` writes to ``plan.json`` before its fit (always calibrated).
 
@@ -38,7 +45,7 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Prepar
         model: The run's model, built, on the CPU or already on ``device``.
         device: ``cpu`` or ``cuda`` (what the backend chose).
         precision: The resolved precision.
-        max_length: The truncation length the fit uses.
+        max_length: The truncation length the fit uses (1 for fixed-size inputs).
 
     Returns:
         The plan document (options: this machine only).
@@ -47,13 +54,16 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Prepar
     cfg = loaded.config
     machine = detect_machine(Path("runs"))
     catalog = load_catalog()
-    profile = _profile(loaded, sources, len(prepared.splits.labels), prepared.tokenizer,
-                       max_length)
+    if isinstance(prepared, PreparedData):
+        profile = _profile(loaded, sources, len(prepared.splits.labels), prepared.tokenizer,
+                           max_length)
+    else:
+        profile = _fixed_profile(loaded, sources, prepared, model)
     shape = _shape(cfg, prepared, profile, max_length)
     shape = replace(shape, precision=precision, accelerator=device)
     base_rss = current_rss_bytes()
     twin = copy.deepcopy(model).to(device)
-    calibration = _calibrate(twin, cfg, prepared, profile, max_length, machine, catalog,
+    calibration = _calibrate(twin, loaded, prepared, profile, max_length, machine, catalog,
                              device, precision, base_rss)
     del twin
     options, recommendation = make_plan(
@@ -63,7 +73,7 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Prepar
         machine=machine, profile=profile, shape=shape, options=options,
         recommendation=recommendation, max_length=max_length,
         train_lengths=_lengths(prepared, "train", max_length),
-        model_name=cfg.model.name if cfg.model.architecture is None else "architecture",
+        model_name=_model_name(cfg),
         calibration=calibration, catalog=catalog, deadline_s=None, budget=None,
         extra={"planning_time_s": time.perf_counter() - started})
 
@@ -97,7 +107,7 @@ def plan_vs_actual(plan_document_: dict[str, Any] | None, *, peak_memory_bytes: 
             "epoch_time_s": {"predicted": local.get("epoch_time_s"), "actual": epoch}}
 
 
-def plan_run(loaded: LoadedConfig, sources: dict[str, str], prepared: PreparedData, model: Any,
+def plan_run(loaded: LoadedConfig, sources: dict[str, str], prepared: Any, model: Any,
              plan_path: Path, *, accelerator: str, precision: str, max_length: int,
              resumed: bool) -> dict[str, Any] | None:
     """``entrena train``'s planning step: plan (calibrated on the run's device), write

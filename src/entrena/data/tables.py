@@ -30,11 +30,12 @@ import pyarrow as pa
 
 from entrena.data import checks as ck
 from entrena.data import hygiene as hy
-from entrena.data.reading import empty_values, read_split
+from entrena.data.reading import RawSplit, empty_values, read_split
 from entrena.data.sources import SourceFile, open_source
 from entrena.errors import DataError
 
-__all__ = ["Split", "LabelledSplits", "TextColumn", "load_splits", "open_sources",
+__all__ = ["Split", "LabelledSplits", "TextColumn", "load_splits", "check_and_split",
+           "open_sources",
            "stratified_split", "stratified_group_split", "empty_values"]
 
 ROLES = ck.ROLES
@@ -244,13 +245,41 @@ def load_splits(*, train: str, validation: str | None, test: str | None, text_co
                             group_column=group_column if role == "train" else None,
                             on_bad_rows=on_bad_rows)
            for role in ROLES if specs[role] is not None}
+    return check_and_split(
+        raw, specs, label_column=label_column, validation_fraction=validation_fraction,
+        max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed,
+        group_column=group_column, on_unseen_labels=on_unseen_labels, policy=policy,
+        empty_what=f"an empty {text_column!r}")
+
+
+def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
+                    label_column: str, validation_fraction: float,
+                    max_train_samples: int | None, max_eval_samples: int | None, seed: int,
+                    group_column: str | None, on_unseen_labels: str, policy: hy.CheckPolicy,
+                    normalise: bool = True, empty_what: str = "an empty text",
+                    check_keys: str = "data.text_column and data.label_column"
+                    ) -> LabelledSplits:
+    """Steps 2 to 6 of the module docstring on splits already read.
+
+    Args:
+        raw: The splits as read (``train`` always; ``validation``, ``test`` when given).
+        specs: Path, pattern or URL of each split, for messages and the report.
+        normalise: Compare normalised texts for near-duplicates and leakage (text); when
+            ``False`` the texts are compared exactly (table rows as key strings).
+        empty_what: What a skipped row lacked, for the "no usable rows" message.
+        check_keys: The config keys that message suggests checking.
+
+    Raises:
+        DataError: As :func:`load_splits`, after reading.
+    """
+    train = specs["train"] or ""
     for role, split in raw.items():
         if len(split.texts) == 0:
             raise DataError(
                 f"{split.spec}: no usable {role} rows ({split.rows_read} read, "
-                f"{len(split.empty_text)} with an empty {text_column!r}, "
+                f"{len(split.empty_text)} with {empty_what}, "
                 f"{len(split.empty_label)} with an empty {label_column!r}); check "
-                "data.text_column and data.label_column, or the file")
+                f"{check_keys}, or the file")
     names = sorted({raw["train"].label_names[c] for c in np.unique(raw["train"].label_codes)})
     if len(names) < 2:
         raise DataError(f"{train}: {label_column!r} has {len(names)} distinct value(s) "
@@ -258,8 +287,8 @@ def load_splits(*, train: str, validation: str | None, test: str | None, text_co
     index_of = {name: i for i, name in enumerate(names)}
     present = list(raw)
     exact = dict(zip(present, hy.text_keys(*(raw[r].texts for r in present)), strict=True))
-    normal = dict(zip(present, hy.text_keys(*(hy.normalise(raw[r].texts) for r in present)),
-                      strict=True))
+    normal = (dict(zip(present, hy.text_keys(*(hy.normalise(raw[r].texts) for r in present)),
+                       strict=True)) if normalise else exact)
     rows: dict[str, ck.RowSet] = {}
     for role in present:
         codes = np.array([index_of.get(n, -1) for n in raw[role].label_names], dtype=np.int64)
@@ -292,7 +321,8 @@ def load_splits(*, train: str, validation: str | None, test: str | None, text_co
         rows["validation"] = v
         validation_split = {"from": "train", "fraction": validation_fraction,
                             "stratified": True, "seed": seed,
-                            "grouped_by": group_column or "normalised text"}
+                            "grouped_by": group_column or ("normalised text" if normalise
+                                                           else "identical rows")}
     if group_column is not None and validation_split is not None:
         checks_out[-1] = ck.leakage(rows, policy, against=("validation",), record=checks_out[-1])
     checks_out += ck.class_checks(rows, names, policy,

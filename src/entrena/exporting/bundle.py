@@ -25,7 +25,8 @@ import yaml
 from entrena.core.rundir import RunPaths
 from entrena.errors import DataError
 
-__all__ = ["MANIFEST_FILE", "CARD_FILE", "META_FILE", "MODEL_FILES", "Preprocessing", "RunModel",
+__all__ = ["MANIFEST_FILE", "CARD_FILE", "META_FILE", "MODEL_FILES", "MODEL_FILES_BY_TASK",
+           "Preprocessing", "RunModel",
            "locate_run", "is_bundle", "read_manifest", "default_bundle_dir", "bundle_name",
            "find_run_bundle"]
 
@@ -33,6 +34,11 @@ MANIFEST_FILE = "export.json"
 CARD_FILE = "MODEL_CARD.md"
 META_FILE = "entrena_model.json"  # the same name as in a run's model/ folder
 MODEL_FILES = ("config.json", "model.safetensors", "head.safetensors", META_FILE)
+MODEL_FILES_BY_TASK = {
+    "tabular-classification": ("model.safetensors", "preprocessing.json", META_FILE),
+}
+"""The files of ``model/`` per task (the run's ``config.yaml`` ``task``); text:
+:data:`MODEL_FILES`."""
 
 
 @dataclass
@@ -113,7 +119,14 @@ def locate_run(run: str | Path, *, verb: str = "export") -> RunModel:
         raise DataError(f"{paths.root}: no such run directory; give the folder `entrena train` "
                         f"wrote (runs/<name> by default), or {make}")
     status = _status(paths)
-    missing = [f"model/{name}" for name in MODEL_FILES if not (paths.model / name).is_file()]
+    config: dict[str, Any] = {}
+    if paths.config.is_file():
+        try:
+            config = yaml.safe_load(paths.config.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError:
+            config = {}
+    required = MODEL_FILES_BY_TASK.get(config.get("task", "text-classification"), MODEL_FILES)
+    missing = [f"model/{name}" for name in required if not (paths.model / name).is_file()]
     if status != "finished" or missing:
         what = []
         if status != "finished":
@@ -123,12 +136,6 @@ def locate_run(run: str | Path, *, verb: str = "export") -> RunModel:
             what.append(f"missing {', '.join(missing)}")
         raise DataError(f"{paths.root}: no finished model to {verb} ({'; '.join(what)}); "
                         f"{make}")
-    config: dict[str, Any] = {}
-    if paths.config.is_file():
-        try:
-            config = yaml.safe_load(paths.config.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError:
-            config = {}
     return RunModel(paths, _read_json(paths.model / META_FILE), config,
                     _read_json(paths.metrics), _read_json(paths.data_report))
 

@@ -39,7 +39,8 @@ class TorchRunner:
     """A PyTorch module (eager, traced or ``torch.export``-ed) as a :class:`Runner`.
 
     Args:
-        module: Maps ``(input_ids (B, T), attention_mask (B, T))`` to logits (B, C).
+        module: Maps its inputs (text: ``input_ids`` (B, T), ``attention_mask`` (B, T)) to
+            logits (B, C).
         name: What the module is (``pytorch``, ``torchscript``, ``torch.export``).
     """
 
@@ -47,11 +48,13 @@ class TorchRunner:
         self.module = module
         self.name = name
 
-    def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+    def __call__(self, *inputs: np.ndarray) -> np.ndarray:
+        """Logits (B, C) for the module's inputs in ``forward`` order (text: ``input_ids``,
+        ``attention_mask``; a table: ``features`` (B, F) float32)."""
         import torch
 
         with torch.inference_mode():
-            logits = self.module(torch.from_numpy(input_ids), torch.from_numpy(attention_mask))
+            logits = self.module(*(torch.from_numpy(x) for x in inputs))
         return logits.float().numpy()
 
 

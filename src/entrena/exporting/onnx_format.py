@@ -20,8 +20,8 @@ import numpy as np
 
 from entrena.errors import ConfigError
 
-__all__ = ["DEFAULT_OPSET", "supported_opsets", "check_opset", "export_onnx", "quantize_int8",
-           "OnnxRunner", "file_opset"]
+__all__ = ["DEFAULT_OPSET", "supported_opsets", "check_opset", "export_onnx",
+           "export_onnx_batched", "quantize_int8", "OnnxRunner", "file_opset"]
 
 DEFAULT_OPSET = 18
 """The dynamo exporter's own opset: no version conversion, runs on ONNX Runtime >= 1.14."""
@@ -125,6 +125,46 @@ def export_onnx(model: Any, example: tuple[Any, Any], path: Path, *, opset: int,
                              "attention_mask": ["batch", "sequence"], "logits": ["batch"]}}
 
 
+def export_onnx_batched(model: Any, inputs: dict[str, Any], path: Path, *,
+                        opset: int) -> dict[str, Any]:
+    """Write a model whose inputs vary only in batch size as one ONNX file (the batch axis,
+    axis 0 of every input, dynamic; the other axes fixed).
+
+    Args:
+        model: The classifier in eval mode; ``model(**inputs)`` returns logits (B, C).
+        inputs: Example inputs by name, in ``forward`` order (``features`` (B, F) float32 …),
+            B >= 2 so that the batch axis is not specialised to 1.
+        path: The ``.onnx`` file to write (weights inside it).
+        opset: ONNX opset; checked with :func:`check_opset`.
+
+    Returns:
+        ``{"file", "program": "onnx", "opset", "exporter", "dynamic_axes"}``.
+
+    Raises:
+        ConfigError: The opset is not supported, or the exporter wrote another one.
+    """
+    import torch
+
+    check_opset(opset)
+    batch = torch.export.Dim("batch")
+    dynamic = {name: {0: batch} for name in inputs}
+    with contextlib.redirect_stdout(sys.stderr), _quiet("onnxscript", "torch.onnx"), \
+            warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*axis name.*will not be used")
+        program = torch.onnx.export(model, (), None, kwargs=dict(inputs), dynamo=True,
+                                    input_names=list(inputs), output_names=list(OUTPUT_NAMES),
+                                    opset_version=opset, dynamic_shapes=dynamic,
+                                    external_data=False, verbose=False)
+        program.save(str(path), external_data=False)
+    written = file_opset(path)
+    if written != opset:
+        raise ConfigError(f"--opset {opset}: the installed ONNX exporter ({_versions()}) wrote "
+                          f"opset {written} instead; pass --opset {written} or leave it out")
+    return {"file": path.name, "program": "onnx", "opset": written,
+            "exporter": f"torch.onnx.export(dynamo=True), torch {torch.__version__}",
+            "dynamic_axes": {**{name: ["batch"] for name in inputs}, "logits": ["batch"]}}
+
+
 def quantize_int8(source: Path, target: Path) -> dict[str, Any]:
     """ONNX Runtime dynamic quantisation: int8 weights, activations quantised on the fly.
 
@@ -182,6 +222,8 @@ class OnnxRunner:
                                             providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self.session.get_inputs()]
 
-    def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        feeds = dict(zip(self.input_names, (input_ids, attention_mask), strict=True))
+    def __call__(self, *inputs: np.ndarray) -> np.ndarray:
+        """Logits (B, C) for the model's inputs in order (text: ``input_ids``,
+        ``attention_mask``; a table: ``features`` (B, F) float32)."""
+        feeds = dict(zip(self.input_names, inputs, strict=True))
         return self.session.run(None, feeds)[0]

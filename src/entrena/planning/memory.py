@@ -117,8 +117,8 @@ def activation_bytes(profile: ModelProfile, tokens: int, *, device: str,
         ``(whole model, one layer)`` in bytes per sample.
     """
     t = float(tokens)
-    if device == "cpu":
-        total = profile.cpu_saved_bytes(t) - profile.saved_constant
+    if device == "cpu" or profile.kind != "transformer":  # measured bytes (fp32: an upper
+        total = profile.cpu_saved_bytes(t) - profile.saved_constant  # bound under autocast)
         return total, total / max(profile.layers, 1)
     h, i, a = profile.hidden_size, profile.intermediate_size, profile.heads
     t32 = math.ceil(t / 32) * 32

@@ -47,6 +47,10 @@ class ModelProfile:
         saved_linear: Bytes autograd saves per sample per token on this CPU (fp32), b1.
         saved_quadratic: Bytes saved per sample per token², b2 (attention probabilities).
         profile_s: Seconds spent building and measuring on the meta device.
+        kind: ``transformer`` (the GPU activation formula of Korthikanti et al. applies) or
+            ``fixed`` (a model whose inputs have one size, an MLP or a CNN: one "token" per
+            sample, its measured saved bytes used on every device; see
+            :mod:`entrena.planning.fixed`).
     """
 
     parameters: int
@@ -65,6 +69,7 @@ class ModelProfile:
     saved_constant: float = 0.0
     ops_per_step: int = 0
     profile_s: float = 0.0
+    kind: str = "transformer"
 
     def flops_per_sample(self, tokens: float) -> float:
         """Training FLOPs (forward + backward) of one sample padded to ``tokens``."""

@@ -39,15 +39,23 @@ def render_plan(doc: dict[str, Any]) -> Any:
     from rich.text import Text
 
     model, data, run = doc["model"], doc["data"], doc["run"]
-    head = Text(
-        f"model {model['name']}: {model['parameters'] / 1e6:.1f}M parameters "
-        f"({model['trainable_parameters'] / 1e6:.1f}M trainable), "
-        f"{model['flops_per_sample'] / 1e9:.2f} GFLOP per training sample at the data's "
-        f"lengths (attention included)\n"
-        f"data: {data['train_rows']} training rows, mean {data['mean_length']:.0f} tokens, "
-        f"max_length {data['max_length']}, {data['batches_per_epoch']} batches/epoch of "
-        f"{run['batch_size']}, {data['padding_fraction']:.1%} padding; "
-        f"{run['epochs']:g} epoch(s) planned")
+    if model.get("kind", "transformer") == "transformer":
+        head = Text(
+            f"model {model['name']}: {model['parameters'] / 1e6:.1f}M parameters "
+            f"({model['trainable_parameters'] / 1e6:.1f}M trainable), "
+            f"{model['flops_per_sample'] / 1e9:.2f} GFLOP per training sample at the data's "
+            f"lengths (attention included)\n"
+            f"data: {data['train_rows']} training rows, mean {data['mean_length']:.0f} tokens, "
+            f"max_length {data['max_length']}, {data['batches_per_epoch']} batches/epoch of "
+            f"{run['batch_size']}, {data['padding_fraction']:.1%} padding; "
+            f"{run['epochs']:g} epoch(s) planned")
+    else:  # fixed-size inputs (a table row, an image): no lengths, no padding
+        head = Text(
+            f"model {model['name']}: {model['parameters']:,} parameters "
+            f"({model['trainable_parameters']:,} trainable), "
+            f"{model['flops_per_sample']:,.0f} FLOP per training sample (forward + backward)\n"
+            f"data: {data['train_rows']} training rows, {data['batches_per_epoch']} "
+            f"batches/epoch of {run['batch_size']}; {run['epochs']:g} epoch(s) planned")
     table = Table(title="options (this machine first, then by cost)", show_header=True)
     for column, justify in (("option", "left"), ("fits", "left"), ("peak / memory", "right"),
                             ("max batch", "right"), ("epoch", "right"), ("total", "right"),

@@ -158,9 +158,11 @@ def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float],
     afterwards: pass a copy of the model the run will train, or a fresh one.
 
     Args:
-        model: A real ``TextClassifier`` on ``device`` (its weights change).
-        batches: Batches (``input_ids`` (B, T), ``attention_mask`` (B, T), ``labels`` (B,)) of
-            at least two lengths, so the fixed cost per step separates from the FLOP rate.
+        model: A real classifier on ``device`` (its weights change), called as
+            ``model(**inputs)``.
+        batches: Batches (the model's inputs and ``labels`` (B,)) of at least two sizes in
+            FLOPs (text: two lengths; fixed-size inputs: two batch sizes), so the fixed cost
+            per step separates from the FLOP rate.
         flops: Training FLOPs of each batch (same order).
         device: ``"cpu"`` or ``"cuda"``.
         precision: Fabric precision (``bf16-mixed`` and ``16-mixed`` run under autocast).
@@ -179,14 +181,13 @@ def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float],
     model.train()
 
     def step(batch: dict[str, Any]) -> float:
-        ids = batch["input_ids"].to(device)
-        mask = batch["attention_mask"].to(device)
+        inputs = {k: v.to(device) for k, v in batch.items() if k != "labels"}
         labels = batch["labels"].to(device)
         if device == "cuda":
             torch.cuda.synchronize()
         begin = time.perf_counter()
         with torch.autocast(device_type=device, dtype=dtype, enabled=dtype is not None):
-            logits = model(ids, mask)
+            logits = model(**inputs)
         loss = torch.nn.functional.cross_entropy(logits.float(), labels)
         loss.backward()
         optimizer.step()
@@ -203,7 +204,8 @@ def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float],
                             for batch in batches])
     flops_arr = np.asarray(flops, dtype=float)
     alpha, rate = _fit_rate(flops_arr, seconds)
-    shapes = [[int(b["input_ids"].shape[0]), int(b["input_ids"].shape[1]), float(s)]
+    shapes = [[int(b["labels"].shape[0]),
+               int(b["input_ids"].shape[1]) if "input_ids" in b else 1, float(s)]
               for b, s in zip(batches, seconds, strict=True)]
     return Calibration(device=device, precision=precision, flops_per_s=rate,
                        step_overhead_s=alpha, probe_s=time.perf_counter() - started,

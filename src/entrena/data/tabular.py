@@ -1,0 +1,188 @@
+"""Tables for ``task: tabular-classification``: whole splits as DataFrames, the feature
+columns and their kinds, and each row as a key string for the hygiene checks.
+
+The hygiene checks of :mod:`entrena.data.checks` compare texts; a table row becomes one text,
+its feature values joined in column order (numbers canonical: ``1``, ``1.0`` and ``1.00`` are
+the same value), so exact duplicates, label conflicts and train/test leakage are found on
+whole rows. A row whose features are all missing is an empty row (skipped and counted like
+an empty text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from entrena.data.preprocessing import as_numbers, category_values
+from entrena.data.reading import RawSplit, _canonical_label, format_rows
+from entrena.data.sources import SourceFile, read_chunks, require_columns
+from entrena.errors import DataError
+
+__all__ = ["read_frame", "feature_columns", "column_kinds", "all_missing", "row_texts",
+           "raw_table_split"]
+
+SEPARATOR = "\x1f"
+"""Between the values of a row key (the ASCII unit separator: not in ordinary data)."""
+
+
+def read_frame(role: str, files: Sequence[SourceFile]) -> tuple[pd.DataFrame, list[dict]]:
+    """Every row of one split's files, values as read (CSV: text; Parquet: typed).
+
+    Returns:
+        ``(frame with a fresh 0-based index, per-file info)``; row ``i`` of the frame is
+        row ``i + 1`` of the split (1-based, header excluded, across files in order).
+
+    Raises:
+        DataError: A file cannot be parsed, or the files' columns differ.
+    """
+    frames, info = [], []
+    for file in files:
+        parts = list(read_chunks(file, None, key=f"data.{role}", role=role))
+        frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+        if frames and list(frame.columns) != list(frames[0].columns):
+            raise DataError(f"{file.name}: its columns ({', '.join(map(str, frame.columns))}) "
+                            f"differ from {files[0].name}'s; every file of data.{role} needs "
+                            "the same columns")
+        frames.append(frame)
+        info.append({"file": file.name, "rows_read": len(frame), "bytes": file.scan.size_bytes,
+                     "sha256": file.scan.sha256, "format": file.format,
+                     "encoding": file.scan.encoding, "delimiter": file.delimiter})
+    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    frame.columns = [str(c).strip() for c in frame.columns]
+    return frame, info
+
+
+def feature_columns(columns: Sequence[str], *, label_column: str, drop_columns: Sequence[str],
+                    group_column: str | None, path: str) -> list[str]:
+    """Every column but the label, the group column and ``drop_columns``, in file order.
+
+    Raises:
+        DataError: The label column or a dropped column is not in the file (the columns are
+            listed), or no feature column is left.
+    """
+    require_columns(columns, {"data.label_column": label_column}, path=path, role="train")
+    for name in drop_columns:
+        require_columns(columns, {"data.drop_columns": name}, path=path, role="train")
+    if group_column is not None:
+        require_columns(columns, {"data.group_column": group_column}, path=path, role="train")
+    skip = {label_column, group_column, *drop_columns}
+    features = [c for c in columns if c not in skip]
+    if not features:
+        raise DataError(f"{path}: no feature column is left once data.label_column and "
+                        f"data.drop_columns are taken out (columns: {', '.join(columns)}); "
+                        "drop fewer columns")
+    return features
+
+
+def all_missing(frame: pd.DataFrame, columns: Sequence[str]) -> list[str]:
+    """Columns with no value at all (every row missing or blank)."""
+    out = []
+    for name in columns:
+        values = frame[name]
+        blank = values.isna() | values.astype(str).str.strip().eq("")
+        if bool(blank.all()):
+            out.append(name)
+    return out
+
+
+def column_kinds(frame: pd.DataFrame, columns: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``(numeric, categorical)``: a column is numeric when every present value parses as a
+    finite or infinite number (booleans are categories), else categorical."""
+    numeric, categorical = [], []
+    for name in columns:
+        values = frame[name]
+        present = ~(values.isna() | values.astype(str).str.strip().eq(""))
+        if pd.api.types.is_bool_dtype(values):
+            categorical.append(name)
+            continue
+        parsed = as_numbers(values[present])
+        (numeric if present.any() and not np.isnan(parsed).any() else categorical).append(name)
+    return numeric, categorical
+
+
+def row_texts(frame: pd.DataFrame, numeric: Sequence[str],
+              categorical: Sequence[str]) -> tuple[pa.Array, np.ndarray]:
+    """Each row's feature values as one key string, and which rows have no value at all.
+
+    Returns:
+        ``(keys: Arrow large_string (N,), empty: bool (N,))``.
+    """
+    n = len(frame)
+    parts: list[np.ndarray] = []
+    present = np.zeros(n, dtype=bool)
+    for name in numeric:
+        values = as_numbers(frame[name])
+        present |= ~np.isnan(values)
+        parts.append(np.array(["" if np.isnan(v) else repr(float(v)) for v in values],
+                              dtype=object))
+    for name in categorical:
+        values = category_values(frame[name])
+        missing = values == "(missing)"
+        present |= ~missing
+        values = values.copy()
+        values[missing] = ""
+        parts.append(values)
+    keys = [SEPARATOR.join(str(p[i]) for p in parts) for i in range(n)]
+    return pa.array(keys, type=pa.large_string()), ~present
+
+
+def raw_table_split(role: str, spec: str, frame: pd.DataFrame, files: list[dict[str, Any]], *,
+                    label_column: str, group_column: str | None, numeric: Sequence[str],
+                    categorical: Sequence[str], on_bad_rows: str) -> RawSplit:
+    """One split as the hygiene checks see it (rows as key strings).
+
+    Raises:
+        DataError: The label column is missing (the columns are listed), labels mix numbers
+            and strings, or ``on_bad_rows="error"`` and a row is empty or has no label.
+    """
+    require_columns(frame, {"data.label_column": label_column}, path=spec, role=role)
+    missing = [c for c in (*numeric, *categorical) if c not in frame.columns]
+    if missing:
+        raise DataError(f"{spec}: the {role} data lacks the feature column(s) "
+                        f"{', '.join(map(repr, missing))} that training has (columns: "
+                        f"{', '.join(map(str, frame.columns))}); add them, or list them in "
+                        "data.drop_columns")
+    keys, empty = row_texts(frame, numeric, categorical)
+    labels = frame[label_column]
+    no_label = (labels.isna() | labels.astype(str).str.strip().eq("")).to_numpy() & ~empty
+    rows = np.arange(1, len(frame) + 1, dtype=np.int64)
+    if on_bad_rows == "error" and (empty.any() or no_label.any()):
+        parts = []
+        if empty.any():
+            parts.append(f"rows {format_rows(rows[empty].tolist())} have no feature value")
+        if no_label.any():
+            parts.append(f"rows {format_rows(rows[no_label].tolist())} have an empty "
+                         f"{label_column!r}")
+        raise DataError(f"{spec}: {'; '.join(parts)} in the {role} data; fix or remove them, "
+                        "or set data.on_bad_rows: skip to drop them")
+    keep = ~(empty | no_label)
+    codes, uniques = pd.factorize(labels[keep].astype(str), use_na_sentinel=False)
+    canonical = [_canonical_label(str(u)) for u in uniques]
+    kinds = {is_number for _, is_number in canonical}
+    if len(kinds) > 1:
+        numbers = [n for n, k in canonical if k][:3]
+        strings = [n for n, k in canonical if not k][:3]
+        raise DataError(f"{spec}: data.label_column {label_column!r} mixes numbers "
+                        f"({', '.join(numbers)}) and strings ({', '.join(map(repr, strings))}); "
+                        "make every label a class name or every label a number")
+    names: list[str] = []
+    index: dict[str, int] = {}
+    for name, _ in canonical:
+        index.setdefault(name, len(names))
+        if index[name] == len(names):
+            names.append(name)
+    mapping = np.array([index[name] for name, _ in canonical], dtype=np.int64)
+    groups = None
+    if group_column is not None:
+        gcodes, _ = pd.factorize(frame[group_column][keep].astype(str), use_na_sentinel=False)
+        groups = gcodes.astype(np.int64)
+        absent = frame[group_column][keep].isna().to_numpy()
+        groups[absent] = -rows[keep][absent]  # a missing group: a group of its own
+    return RawSplit(role, spec, keys.filter(pa.array(keep)), names,
+                    mapping[codes] if len(codes) else np.zeros(0, np.int64), groups, rows[keep],
+                    len(frame), empty_text=rows[empty].tolist(),
+                    empty_label=rows[no_label].tolist(), files=files)

@@ -1,0 +1,151 @@
+"""``task: tabular-classification`` behind the :class:`~entrena.tasks.base.Task` protocol.
+
+Input: ``features`` (B, F) float32, the rows after the preprocessing fitted on the training
+split (:mod:`entrena.data.preprocessing`). The data is prepared by
+:mod:`entrena.tasks.tabular_data`, the model is :class:`~entrena.tasks.tabular_model.TabularMLP`
+(``model.hidden_sizes``, ``model.dropout``), and the baselines are the majority class and
+gradient-boosted trees (:mod:`entrena.tasks.tabular_baselines`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from entrena.data.batching import random_batches
+from entrena.tasks.tabular_baselines import TIE_MARGIN, tabular_baselines
+from entrena.tasks.tabular_data import PreparedTable, prepare_table
+
+__all__ = ["TabularClassificationTask", "FeatureBatches"]
+
+log = logging.getLogger("entrena")
+
+
+class FeatureBatches:
+    """Batches of preprocessed rows.
+
+    Args:
+        features: The split's features, (N, F) float32.
+        labels: Label index per row, (N,).
+        batch_size: Rows per batch.
+        shuffle: A new random order each epoch (seeded ``seed + epoch``), or the file order.
+        seed: Base seed.
+    """
+
+    def __init__(self, features: np.ndarray, labels: np.ndarray, *, batch_size: int,
+                 shuffle: bool, seed: int = 0):
+        self.features = np.ascontiguousarray(features, dtype=np.float32)
+        self.labels = np.asarray(labels, dtype=np.int64)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.lengths = np.ones(len(self.labels), dtype=np.int64)  # one "token" per row
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def plan(self, epoch: int) -> list[list[int]]:
+        """The batches of ``epoch`` (evaluation order is the same every epoch)."""
+        if self.shuffle:
+            return random_batches(len(self.labels), self.batch_size, self.seed + epoch)
+        n = len(self.labels)
+        return [list(range(i, min(i + self.batch_size, n))) for i in range(0, n, self.batch_size)]
+
+    def collate(self, indices: Sequence[int]) -> dict[str, Any]:
+        """``features`` (B, F) float32 and ``labels`` (B,) int64."""
+        import torch
+
+        index = np.asarray(indices, dtype=np.int64)
+        return {"features": torch.from_numpy(self.features[index]),
+                "labels": torch.from_numpy(self.labels[index])}
+
+
+class TabularClassificationTask:
+    """Train an MLP on a table, beside boosted trees (see the module docstring)."""
+
+    name = "tabular-classification"
+    input_names = ("features",)
+
+    def model_sources(self, loaded: Any) -> dict[str, str]:
+        """Nothing to resolve: the MLP is built from the config."""
+        return {}
+
+    def prepare(self, loaded: Any, sources: dict[str, str]) -> PreparedTable:
+        """The table read, checked, split and preprocessed (fitted on training rows only)."""
+        return prepare_table(loaded)
+
+    def build_model(self, loaded: Any, sources: dict[str, str], prepared: PreparedTable) -> Any:
+        """A :class:`~entrena.tasks.tabular_model.TabularMLP` of ``model.hidden_sizes``."""
+        from entrena.tasks.tabular_model import TabularMLP
+
+        cfg = loaded.config
+        width = int(prepared.preprocessing["width"])
+        model = TabularMLP(width, cfg.model.hidden_sizes or [], len(prepared.splits.labels),
+                           cfg.model.dropout)
+        log.info("MLP %d → %s → %d (%d parameters)", width,
+                 " → ".join(map(str, model.hidden_sizes)) or "(no hidden layer)",
+                 len(prepared.splits.labels), sum(p.numel() for p in model.parameters()))
+        return model
+
+    def batches(self, loaded: Any, prepared: PreparedTable, role: str, *, batch_size: int,
+                shuffle: bool) -> FeatureBatches:
+        """:class:`FeatureBatches` of split ``role`` (seeded by ``train.seed``)."""
+        split = getattr(prepared.splits, role)
+        return FeatureBatches(prepared.features[role], split.labels, batch_size=batch_size,
+                              shuffle=shuffle, seed=loaded.config.train.seed)
+
+    def baselines(self, loaded: Any, prepared: PreparedTable) -> dict[str, dict[str, Any]]:
+        """Majority class and boosted trees, fitted on the training rows."""
+        labels = {role: split.labels for role, split in prepared.splits.roles()}
+        return tabular_baselines(prepared.frames, labels, prepared.splits.labels,
+                                 prepared.preprocessing, seed=loaded.config.train.seed)
+
+    def save_model(self, model: Any, prepared: PreparedTable, directory: Path) -> None:
+        """Weights, ``preprocessing.json`` and ``entrena_model.json``."""
+        from entrena.tasks.tabular_model import save_mlp
+
+        save_mlp(model, directory, labels=prepared.splits.labels,
+                 preprocessing=prepared.preprocessing,
+                 columns={"numeric": prepared.numeric, "categorical": prepared.categorical})
+
+    def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:
+        """``(MLP in eval mode, meta)``; ``meta["preprocessing"]`` holds the fitted
+        parameters."""
+        from entrena.tasks.tabular_model import load_mlp
+
+        return load_mlp(directory)
+
+    def example_inputs(self, model: Any, meta: dict[str, Any],
+                       batch_size: int) -> dict[str, Any]:
+        """Standard-normal features (seeded), (``batch_size``, F) float32."""
+        import torch
+
+        generator = torch.Generator().manual_seed(0)
+        width = int(meta.get("in_features", getattr(model, "in_features", 1)))
+        return {"features": torch.randn(batch_size, width, generator=generator)}
+
+    def advice(self, verdict: dict[str, Any], baselines: dict[str, Any]) -> dict[str, str] | None:
+        """A diagnosis finding when the boosted trees win or tie (``TIE_MARGIN``).
+
+        Args:
+            verdict: From :func:`entrena.tasks.baselines.compare_with_baseline`.
+            baselines: The baselines' scores.
+        """
+        trees = baselines.get("boosted_trees", {}).get(verdict["split"])
+        if not trees:
+            return None
+        gap = verdict["model"] - trees[verdict["metric"]]
+        if gap >= TIE_MARGIN:
+            return None
+        outcome = "beat" if gap < 0 else "tie with"
+        return {"code": "trees_enough",
+                "figure": f"{verdict['split']} {verdict['metric']}: boosted trees "
+                          f"{trees[verdict['metric']]:.4f}, MLP {verdict['model']:.4f}",
+                "message": f"the boosted trees {outcome} the MLP on this table "
+                           f"(fitted in {baselines['boosted_trees']['time_s']:.1f}s)",
+                "change": "a CPU and boosted trees are enough here: use the trees "
+                          "(scikit-learn's HistGradientBoostingClassifier), no GPU needed"}
