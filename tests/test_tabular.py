@@ -210,3 +210,14 @@ def test_export_parity_and_predict_reuse_the_saved_preprocessing(trained):
     accuracy = (outputs["torch"]["predicted_label"]
                 == pd.read_csv(trained / "test.csv")["status"]).mean()
     assert accuracy == pytest.approx(metrics["test"]["accuracy"])  # same preprocessing
+
+
+def test_the_credit_example_prepares_and_plans(credit_data, tmp_path):
+    from entrena.api.planning import plan
+
+    config = credit_data.parent / "config.yaml"
+    document = plan(config, run_dir=tmp_path / "credit", local_only=True).document
+    assert document["model"]["name"] == "mlp [128, 64]"
+    assert document["data"]["train_rows"] > 3000
+    assert document["options"][0]["fits"]
+
