@@ -175,3 +175,37 @@ def test_the_digits_example_plans(digits_data: Path) -> None:
     assert model["name"] == "small-cnn" and model["parameters"] > 0
     assert model["flops_per_sample"] > 0
     assert result.document["options"][0]["fits"]
+
+
+def test_export_parity_and_predict(trained: dict[str, Any], tmp_path: Path) -> None:
+    assert trained["result"].returncode == 0, trained["result"].stderr[-3000:]
+    run = trained["run"]
+    result = entrena.export(run, output=tmp_path / "bundle", latency_calls=3)
+    parity = result.report["parity"]
+    assert result.passed and parity["max_abs_diff"] <= 1e-4
+    assert parity["examples"] == 18 and parity["dataset"].startswith("test")
+    meta = json.loads((tmp_path / "bundle" / "entrena_model.json").read_text())
+    assert meta["transforms"]["size"] == 12 and (tmp_path / "bundle" / "model.onnx").is_file()
+
+    folder = tmp_path / "new"
+    rng = np.random.default_rng(5)
+    for i, cls in enumerate((0, 1, 2, 2)):
+        bar_image(folder / f"{i}.png", cls, rng, size=20)  # another size: resized
+    (folder / "readme.txt").write_text("not an image")
+    outputs = {}
+    for source in (run, tmp_path / "bundle"):
+        out = tmp_path / f"{source.name}.csv"
+        summary = entrena.predict(source, folder, output=out).summary
+        assert summary["rows"] == {"read": 5, "predicted": 4, "skipped": 1}
+        outputs[source.name] = out.read_text().splitlines()
+    rows = list(csv.DictReader(outputs["bundle"]))
+    assert [r["path"] for r in rows] == ["0.png", "1.png", "2.png", "3.png", "readme.txt"]
+    assert rows[-1]["status"].startswith("skipped: ") and rows[-1]["predicted_label"] == ""
+    # 20 x 20 images resized to the 12 x 12 of training keep their bar
+    assert [r["predicted_label"] for r in rows[:4]] == ["left", "right", "top", "top"]
+    torch_rows = list(csv.DictReader(outputs[run.name]))
+    assert [r["predicted_label"] for r in rows] == [r["predicted_label"] for r in torch_rows]
+    probs = np.array([[float(r[f"prob_{c}"]) for c in CLASSES] for r in rows[:4]])
+    torch_probs = np.array([[float(r[f"prob_{c}"]) for c in CLASSES] for r in torch_rows[:4]])
+    assert np.allclose(probs.sum(1), 1.0, atol=1e-5) and np.allclose(probs, torch_probs,
+                                                                      atol=1e-5)

@@ -130,6 +130,14 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
                                     rows=table_rows(model_run, parity_data),
                                     thresholds=thresholds, latency_calls=latency_calls,
                                     threads=threads)
+    elif model_run.config.get("task") == "image-classification":
+        from entrena.exporting.image_export import image_examples, write_image_bundle
+
+        report = write_image_bundle(model_run, fmt, quantize=quantize, opset=opset,
+                                    destination=destination,
+                                    examples=image_examples(model_run, parity_data),
+                                    thresholds=thresholds, latency_calls=latency_calls,
+                                    threads=threads)
     else:
         from entrena.exporting.exporter import parity_examples, write_bundle
 

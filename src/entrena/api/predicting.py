@@ -34,6 +34,8 @@ class PredictResult:
 
 
 def _default_output(data: Path) -> Path:
+    if data.is_dir():  # a folder of images
+        return data.with_name(f"{data.name}.predictions.csv")
     return data.with_name(f"{data.stem}.predictions{data.suffix}")
 
 
@@ -123,6 +125,13 @@ def predict(run: str | Path, data: str | Path, *, output: str | Path | None = No
     if output.resolve() == data.resolve():
         raise DataError(f"--output {output} is the input file; write the predictions to "
                         "another file")
+    image = _task_model(Path(run), backend, "image-classification")
+    if image is not None:  # a folder of images or a CSV of paths
+        from entrena.exporting.image_prediction import predict_images
+
+        return PredictResult(output, predict_images(
+            *image, data, output, image_column=text_column or _run_image_column(Path(run)),
+            on_bad_rows=on_bad_rows, threads=threads, batch_size=batch_size))
     table = _table_model(Path(run), backend)
     if table is not None:
         return _predict_table(table, data, output, on_bad_rows=on_bad_rows, threads=threads,
@@ -191,12 +200,49 @@ def _table_model(path: Path, backend: str | None) -> tuple[Path, str, dict[str, 
     Raises:
         DataError: An ONNX backend asked of a run without an ONNX export.
     """
-    from entrena.exporting.bundle import find_run_bundle, is_bundle, locate_run, read_manifest
-    from entrena.exporting.table_export import is_table_model
+    return _task_model(path, backend, "tabular-classification")
+
+
+def _run_image_column(path: Path) -> str | None:
+    """A run directory's ``data.image_column`` (``None`` for a bundle or when unreadable)."""
+    import yaml
+
+    try:
+        config = yaml.safe_load((path / "config.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, ValueError):
+        return None
+    return (config.get("data") or {}).get("image_column")
+
+
+def _task_model(path: Path, backend: str | None,
+                task: str) -> tuple[Path, str, dict[str, Any]] | None:
+    """``(folder, kind, manifest)`` when ``path`` holds a model of ``task`` (its
+    ``entrena_model.json`` says so): a run's ``model/``, its ONNX bundle for
+    ``backend="onnx"``, or a bundle; else ``None``.
+
+    Raises:
+        DataError: An ONNX backend asked of a run without an ONNX export.
+    """
+    import json
+
+    from entrena.exporting.bundle import (
+        META_FILE,
+        find_run_bundle,
+        is_bundle,
+        locate_run,
+        read_manifest,
+    )
+
+    def holds(folder: Path) -> bool:
+        try:
+            meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return meta.get("task") == task
 
     if is_bundle(path):
-        return (path, "bundle", read_manifest(path)) if is_table_model(path) else None
-    if not is_table_model(path / "model"):
+        return (path, "bundle", read_manifest(path)) if holds(path) else None
+    if not holds(path / "model"):
         return None
     run = locate_run(path, verb="predict with")
     if backend == "onnx":

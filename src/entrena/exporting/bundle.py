@@ -36,6 +36,7 @@ META_FILE = "entrena_model.json"  # the same name as in a run's model/ folder
 MODEL_FILES = ("config.json", "model.safetensors", "head.safetensors", META_FILE)
 MODEL_FILES_BY_TASK = {
     "tabular-classification": ("model.safetensors", "preprocessing.json", META_FILE),
+    "image-classification": ("model.safetensors", META_FILE),
 }
 """The files of ``model/`` per task (the run's ``config.yaml`` ``task``); text:
 :data:`MODEL_FILES`."""
