@@ -46,11 +46,12 @@ def test_every_documented_key_has_a_description():
 def test_reference_covers_every_schema_field_and_section():
     sections = config_reference_sections()
     assert [s.key for s in sections] == [
-        "", "data", "data.checks", "model", "model.architecture", "train",
-        "train.early_stopping", "train.checkpoint", "tracking", "tune"]
+        "", "data", "data.checks", "data.augmentation", "model", "model.architecture",
+        "train", "train.early_stopping", "train.checkpoint", "tracking", "tune"]
     keys = {row.key for s in sections for row in s.rows}
     expected = {name for name in schema.Config.model_fields}
     for prefix, model in (("data", schema.DataConfig), ("data.checks", schema.DataChecksConfig),
+                          ("data.augmentation", schema.AugmentationConfig),
                           ("model", schema.ModelConfig),
                           ("model.architecture", schema.ArchitectureConfig),
                           ("train", schema.TrainConfig),
