@@ -76,28 +76,38 @@ def main() -> None:
         if out.returncode not in (0, 3):
             sys.exit(f"export failed ({out.returncode}):\n{out.stderr[-3000:]}")
         parity = json.loads(out.stdout)["parity"]
-        export_line = (f"\n`entrena export {run.name}` (ONNX): parity on {parity['examples']} test "
+        export_line = (f"`entrena export RUN` (ONNX): parity on {parity['examples']} test "
                        f"rows, max |Δlogit| {parity['max_abs_diff']:.1e}, label agreement "
                        f"{parity['label_agreement']:.4f}: "
-                       f"{'passed' if parity['passed'] else 'FAILED'}.\n")
-    body = f"""## Tabular: credit scoring, MLP against boosted trees (`make credit`)
-
-{today()}, {machine()}; load average {load_before:.1f} before, {load_after:.1f} after (the
-machine was shared). Command: `{' '.join(command)}` (seed {seed}; data from
-`make credit-data`: `modeldata` `credit_data`, 3,563 training and 891 test rows, a seeded
-stratified 80/20 split; 10% of the training rows held out for validation). Features:
-{len(features.get('numeric', []))} numeric and {len(features.get('categorical', []))}
-categorical columns, {features.get('width')} after one-hot encoding; preprocessing and both
-models fitted on the same {metrics['data']['train_rows']} training rows. Whole command:
-{wall:.0f} s wall time.
-
-| model | test accuracy | test macro-F1 | time |
-|---|---|---|---|
-{table}
-
-Winner on test accuracy: {winner}. One run, one seed: differences of a point are within
-what another seed or split could change (891 test rows: one row is 0.11 points).
-{export_line}"""
+                       f"{'passed' if parity['passed'] else 'FAILED'}.")
+    shown = " ".join(["entrena", *command[1:3]])  # the run directory is a scratch folder
+    lines = [
+        "## Tabular: credit scoring, MLP against boosted trees (`make credit`)",
+        "",
+        f"{today()}, {machine()}; load average {load_before:.1f} before and "
+        f"{load_after:.1f} after (the machine was shared).",
+        "",
+        f"Command: `{shown}` (what `make credit` runs; here with a fresh `--run-dir` and "
+        f"`--restart`), seed {seed}. Data (`make credit-data`): `modeldata` `credit_data`, "
+        "3,563 training and 891 test rows, a seeded stratified 80/20 split; 10% of the "
+        "training rows held out for validation. Features: "
+        f"{len(features.get('numeric', []))} numeric and "
+        f"{len(features.get('categorical', []))} categorical columns, "
+        f"{features.get('width')} after one-hot encoding; the preprocessing and both models "
+        f"fitted on the same {metrics['data']['train_rows']:,} training rows. Whole command: "
+        f"{wall:.0f} s wall time.",
+        "",
+        "| model | test accuracy | test macro-F1 | time |",
+        "|---|---|---|---|",
+        table,
+        "",
+        f"Winner on test accuracy: {winner}. One run, one seed: a difference of a point is "
+        "within what another seed or split could change (891 test rows: one row is 0.11 "
+        "points).",
+    ]
+    if export_line:
+        lines += ["", export_line.strip()]
+    body = "\n".join(lines) + "\n"
     write_section("credit", body)
     print(body)
 
