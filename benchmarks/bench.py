@@ -73,6 +73,9 @@ def main() -> None:
                         help="run only these items")
     parser.add_argument("--doc", type=Path, default=None, help="write the sections here "
                         "(default docs/benchmarks.md)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads of every "
+                        "competitor (default: entrena's, the physical cores); 1 keeps a shared "
+                        "machine's contention from stalling both threads at every sync")
     args = parser.parse_args()
     mode = "quick" if args.quick else "smoke" if args.smoke else "full"
     doc = args.doc or (SMOKE_DOC if mode == "smoke" else None)
@@ -92,6 +95,7 @@ def main() -> None:
     sizes = SIZES[mode]
     flag = {"full": "", "quick": " --quick", "smoke": " --smoke"}[mode]
     only = "" if set(args.only) == set(ITEMS) else " --only " + " ".join(args.only)
+    only += f" --threads {args.threads}" if args.threads else ""
     target = {"full": "make bench", "quick": "make bench-quick"}.get(mode)
     command = (f"{target}" if target and not only else
                f".venv/bin/python benchmarks/bench.py{flag}{only}")
@@ -116,7 +120,8 @@ def main() -> None:
     if "step" in args.only:
         import step_throughput
 
-        done["step"] = step_throughput.run(mode, sizes["step_pairs"], progress=say)
+        done["step"] = step_throughput.run(mode, sizes["step_pairs"], threads=args.threads,
+                                           progress=say)
         write_section("bench-step", sections.step_section(ctx, done["step"]))
     if "plan" in args.only:
         say("planner accuracy: plan_accuracy.py " + " ".join(sizes["plan"]))
@@ -124,7 +129,8 @@ def main() -> None:
     if "tta" in args.only:
         import tta
 
-        result = tta.run(mode, sizes["tta_pairs"], sizes["best"], progress=say)
+        result = tta.run(mode, sizes["tta_pairs"], sizes["best"], threads=args.threads,
+                         progress=say)
         done["tta"] = tta.analyse(result)
         write_section("bench-tta", sections.tta_section(ctx, result, done["tta"]))
         if result["best"]:

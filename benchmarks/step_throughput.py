@@ -188,13 +188,15 @@ def _synchronize(device: Any) -> None:
         torch.cuda.synchronize()
 
 
-def run(mode: str, pairs: int, progress: Any = print) -> dict[str, Any]:
-    """Warm-up of both arms, then ``pairs`` timed pairs (entrena, hand, entrena, hand …)."""
+def run(mode: str, pairs: int, threads: int | None = None,
+        progress: Any = print) -> dict[str, Any]:
+    """Warm-up of both arms, then ``pairs`` timed pairs (entrena, hand, entrena, hand …);
+    ``threads`` torch threads (default: entrena's, the physical cores)."""
     import os
 
     from entrena.engine.backend import configure_threads, create_backend
 
-    threads = configure_threads(None)
+    threads = configure_threads(threads)
     backend = create_backend(accelerator="auto", devices=1, precision="auto", seed=0,
                              deterministic=False)
     load_before = os.getloadavg()[0]
@@ -227,8 +229,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=list(MODES), default="smoke")
     parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
-    result = run(args.mode, args.pairs)
+    result = run(args.mode, args.pairs, args.threads)
     print({k: v for k, v in result.items() if k != "padded_lengths"})
 
 

@@ -117,9 +117,11 @@ def one_run(role: str, spec: dict[str, Any], folder: Path, name: str) -> dict[st
     return result
 
 
-def run(mode: str, pairs: int, best: bool, progress: Any = print) -> dict[str, Any]:
+def run(mode: str, pairs: int, best: bool, threads: int | None = None,
+        progress: Any = print) -> dict[str, Any]:
     """The side-by-side runs of ``mode``; with ``best``, the Trainer's first run goes to
-    3 epochs and one more entrena run trains up to 3 epochs (the best-within-3-epochs figure).
+    3 epochs and one more entrena run trains up to 3 epochs (the best-within-3-epochs figure);
+    ``threads`` torch threads for both (default: entrena's, the physical cores).
 
     Returns:
         Everything the report needs: ``split``, ``runs`` (in run order), ``best`` runs.
@@ -131,11 +133,12 @@ def run(mode: str, pairs: int, best: bool, progress: Any = print) -> dict[str, A
         split = prepare_split(mode, folder)
         progress(f"split: {split['rows']}; entrena max_length {split['entrena_max_length']}")
         common = {"split": split["path"], "model_dir": split["model_dir"],
-                  "threads": _threads(), "seed": split["seed"]}
+                  "threads": threads or _threads(), "seed": split["seed"]}
         hf_spec = {**common, "max_length": settings["hf_max_length"],
                    "epochs": settings["hf_epochs"], "stop_after_epochs": 1}
         entrena_spec = {**common, "max_length": split["entrena_max_length"],
-                        "overrides": {**settings["data"], **settings["entrena"]}}
+                        "overrides": {**settings["data"], **settings["entrena"],
+                                      **({"train.num_threads": threads} if threads else {})}}
         runs: list[dict[str, Any]] = []
         best_runs: dict[str, dict[str, Any]] = {}
         for i, role in enumerate(ab_order(pairs, "hf", "entrena")):
@@ -356,8 +359,9 @@ def main() -> None:
     parser.add_argument("--mode", choices=list(MODES), default="smoke")
     parser.add_argument("--pairs", type=int, default=1)
     parser.add_argument("--best", action="store_true")
+    parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
-    result = run(args.mode, args.pairs, args.best)
+    result = run(args.mode, args.pairs, args.best, args.threads)
     print(json.dumps({**analyse(result), "runs": result["runs"]}, indent=1, default=str))
 
 
