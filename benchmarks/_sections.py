@@ -307,7 +307,7 @@ def summary_section(ctx: dict[str, Any], done: dict[str, Any], elapsed_s: float)
     return f"""## Side by side (`make bench`): summary
 
 {header(ctx)}
-- Whole run: {elapsed_s / 60:.1f} min{budget}. `make bench` measures at the real sizes (about
+- Whole run: {elapsed_s / 60:.1f} min{budget}. `make bench` measures at the real sizes (an estimated
   1.5 hours on 2 quiet cores); `make bench-quick` a subsample in under 15 minutes. Each section
   below says which mode produced it; figures are the median (min–max) of the runs.
 
