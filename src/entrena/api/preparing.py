@@ -175,6 +175,7 @@ def report_table(report: dict[str, Any]) -> Any:
              f"categorical columns, {features['width']} features" if features else None,
              f"max_length {encoding['max_length']} ({encoding['max_length_from']})"
              if encoding else None,
+             _images_note(report.get("images")),
              "from the cache" if report.get("from_cache") else None]
     lines.append(Text("; ".join(n for n in notes if n)))
     for check in report.get("checks", []):
@@ -183,6 +184,15 @@ def report_table(report: dict[str, Any]) -> Any:
             lines.append(Text.assemble((f"{check['status']:>8}", style),
                                        f"  {check['check']}: {check['message']}"))
     return Group(*lines)
+
+
+def _images_note(images: dict[str, Any] | None) -> str | None:
+    """``1 x 8 x 8 images (…), decoded cache`` for an image report, else ``None``."""
+    if not images:
+        return None
+    side = images["image_size"]
+    return (f"{images['channels']} x {side} x {side} images ({images['image_size_from']})"
+            + (", decoded cache" if images.get("decoded_cache") else ""))
 
 
 def _print(console: Any, renderable: Any) -> None:
