@@ -51,6 +51,11 @@ What a new task (image classification, for example) provides — one module
 8. ``example_inputs(model, meta, batch_size)``: ``dict[str, Tensor]`` of ``input_names``,
    B = ``batch_size`` (>= 2, so that export keeps the batch axis dynamic), for export and
    planning.
+
+Optional: ``advice(verdict, baselines) -> dict | None``: a diagnosis finding (``{"code",
+"figure", "message", "change"}``, see :mod:`entrena.callbacks.diagnosis`) from the comparison
+with the baselines, added first to ``metrics.json``'s ``diagnosis`` and logged (the tabular
+task says "a CPU and boosted trees are enough here" when the trees win or tie).
 """
 
 from __future__ import annotations
