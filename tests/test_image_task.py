@@ -209,3 +209,43 @@ def test_export_parity_and_predict(trained: dict[str, Any], tmp_path: Path) -> N
     torch_probs = np.array([[float(r[f"prob_{c}"]) for c in CLASSES] for r in torch_rows[:4]])
     assert np.allclose(probs.sum(1), 1.0, atol=1e-5) and np.allclose(probs, torch_probs,
                                                                       atol=1e-5)
+
+
+def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
+    """Augmented batches decoded by a worker process: a resumed run repeats them exactly."""
+    import io
+    import os
+    import signal
+
+    from rich.console import Console
+
+    from entrena.core.callback import Callback
+    from entrena.errors import Interrupted
+
+    class At(Callback):
+        def __init__(self, step: int):
+            self.step, self.done = step, False
+
+        def on_batch_end(self, state: Any) -> None:
+            if state.step == self.step and not self.done:
+                self.done = True
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    data = image_folders(tmp_path / "data", train_per_class=8, test_per_class=2)
+    config = image_config(data)
+    config["data"].update({"decoded_cache": False, "num_workers": 1})
+    config["train"].update({"max_epochs": 2, "deterministic": True,
+                            "checkpoint": {"every_steps": 2, "every_minutes": None}})
+
+    def files(run: Path) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted((run / "model").iterdir())}
+
+    console = Console(file=io.StringIO())
+    reference = entrena.train(config, run_dir=tmp_path / "reference", console=console)
+    with pytest.raises(Interrupted) as raised:
+        entrena.train(config, run_dir=tmp_path / "run", callbacks=[At(4)], console=console)
+    assert raised.value.step == 4  # 3 batches an epoch: the second batch of epoch 2
+    resumed = entrena.train(config, run_dir=tmp_path / "run", console=console)
+    assert resumed.resumed_from_step == 4
+    assert files(tmp_path / "run") == files(tmp_path / "reference")  # bit for bit
+    assert resumed.metrics["history"] == reference.metrics["history"]

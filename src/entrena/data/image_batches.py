@@ -294,10 +294,13 @@ class ImageBatches:
 
     def _start(self, batches: list[list[Any]]) -> Iterator[dict[str, torch.Tensor]]:
         if self._loader is None:
+            # Its own generator: a DataLoader's first iterator draws its workers' base seed
+            # from torch's global generator otherwise, which shifts dropout's stream by one
+            # draw in whichever run (a fresh one, a resumed one) happens to create it later.
             self._loader = torch.utils.data.DataLoader(
                 self.items, batch_sampler=self._sampler, num_workers=self.num_workers,
                 collate_fn=_collate, persistent_workers=True, worker_init_fn=_worker_init,
-                prefetch_factor=4)
+                prefetch_factor=4, generator=torch.Generator().manual_seed(self.seed))
         self._sampler.batches = batches
         return iter(self._loader)
 
