@@ -127,6 +127,24 @@ def test_a_missing_label_column_lists_the_columns(tmp_path):
     assert "'status'" in lines[0] and "'income'" in lines[0]
 
 
+def test_a_dropped_column_that_is_not_there_is_named(tmp_path):
+    from entrena.errors import DataError
+
+    path = table_config(tmp_path, make_table(50, 1), make_table(20, 2), drop_columns=["ID"])
+    with pytest.raises(DataError, match=r"data.drop_columns = 'ID' is not a column of the train "
+                                        r"data; columns are: 'id', 'age'"):
+        prepare(path)
+
+
+def test_a_test_file_without_a_feature_column_is_refused(tmp_path):
+    from entrena.errors import DataError
+
+    path = table_config(tmp_path, make_table(50, 1), make_table(20, 2).drop(columns=["age"]))
+    with pytest.raises(DataError, match=r"test.csv: the test data lacks the feature column\(s\) "
+                                        r"'age' that training has"):
+        prepare(path)
+
+
 def test_the_plan_counts_the_mlp(tmp_path):
     from entrena.api.planning import plan
 
