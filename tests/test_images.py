@@ -245,3 +245,16 @@ def test_pretrained_from_a_local_weights_file(tmp_path: Path) -> None:
                        source.network.layer1[0].conv1.weight)
     assert model.network.conv1.weight.shape[1] == 1
     assert model.network.fc.out_features == 2
+
+
+def test_channels_last_gives_the_same_logits() -> None:
+    """What the task does on a CUDA GPU (``_channels_last_wanted``), checked on CPU."""
+    torch.manual_seed(0)
+    model = build_image_classifier(name="resnet18", num_labels=4, channels=3, image_size=32)
+    model.eval()
+    pixels = torch.randn(2, 3, 32, 32)
+    expected = model(pixel_values=pixels)
+    model = model.to(memory_format=torch.channels_last)
+    model.channels_last = True
+    assert model.network.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+    assert torch.allclose(model(pixel_values=pixels), expected, atol=1e-5)
