@@ -200,7 +200,8 @@ def test_export_parity_and_predict(trained: dict[str, Any], tmp_path: Path) -> N
         outputs[source.name] = out.read_text().splitlines()
     rows = list(csv.DictReader(outputs["bundle"]))
     assert [r["path"] for r in rows] == ["0.png", "1.png", "2.png", "3.png", "readme.txt"]
-    assert rows[-1]["status"].startswith("skipped: ") and rows[-1]["predicted_label"] == ""
+    assert rows[-1]["status"] == "skipped: not an image Pillow can read"
+    assert rows[-1]["predicted_label"] == ""
     # 20 x 20 images resized to the 12 x 12 of training keep their bar
     assert [r["predicted_label"] for r in rows[:4]] == ["left", "right", "top", "top"]
     torch_rows = list(csv.DictReader(outputs[run.name]))
@@ -209,6 +210,14 @@ def test_export_parity_and_predict(trained: dict[str, Any], tmp_path: Path) -> N
     torch_probs = np.array([[float(r[f"prob_{c}"]) for c in CLASSES] for r in torch_rows[:4]])
     assert np.allclose(probs.sum(1), 1.0, atol=1e-5) and np.allclose(probs, torch_probs,
                                                                       atol=1e-5)
+    # a CSV of paths (relative to the CSV, in the training's image column): its rows kept
+    listing = tmp_path / "list.csv"
+    listing.write_text("id,image\n7,new/1.png\n8,new/missing.png\n")
+    summary = entrena.predict(tmp_path / "bundle", listing, output=tmp_path / "out.csv").summary
+    assert summary["rows"] == {"read": 2, "predicted": 1, "skipped": 1}
+    rows = list(csv.DictReader((tmp_path / "out.csv").read_text().splitlines()))
+    assert [(r["id"], r["predicted_label"]) for r in rows] == [("7", "right"), ("8", "")]
+    assert rows[1]["status"] == "skipped: missing file"
 
 
 def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:

@@ -176,8 +176,12 @@ class ImagePredictor:
                     images.append(decode_resized(paths[i], t.channels, t.size))
                     kept.append(i)
                 except (OSError, ValueError, SyntaxError) as exc:
-                    reason = "not a readable image" if "identify" in str(exc) else \
-                        f"damaged image ({str(exc).splitlines()[0][:80]})"
+                    if isinstance(exc, FileNotFoundError):
+                        reason = "missing file"
+                    elif "identify" in str(exc):
+                        reason = "not an image Pillow can read"
+                    else:
+                        reason = f"damaged image ({str(exc).splitlines()[0][:80]})"
                     if on_bad_rows == "error":
                         raise DataError(f"{paths[i]}: {reason}; remove it or pass "
                                         "--on-bad-rows skip") from exc
