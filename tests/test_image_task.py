@@ -258,3 +258,18 @@ def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None
     assert resumed.resumed_from_step == 4
     assert files(tmp_path / "run") == files(tmp_path / "reference")  # bit for bit
     assert resumed.metrics["history"] == reference.metrics["history"]
+
+
+@pytest.mark.slow
+def test_a_timm_model_trains_and_exports_with_parity(tmp_path: Path) -> None:
+    """mobilenetv3_small_100 at 32 x 32, one epoch (its dynamo ONNX export takes minutes on
+    2 shared cores, hence slow)."""
+    data = image_folders(tmp_path / "data", train_per_class=6, test_per_class=2)
+    config = image_config(data, name="mobilenetv3_small_100", image_size=32)
+    config["train"]["max_epochs"] = 1
+    result = entrena.train(write_config(config, tmp_path / "config.yaml"))
+    assert result.metrics["fit"]["steps"] >= 1
+    meta = json.loads((result.run_dir / "model" / "entrena_model.json").read_text())
+    assert meta["model_name"] == "mobilenetv3_small_100"
+    exported = entrena.export(result.run_dir, latency_calls=3)
+    assert exported.passed and exported.report["parity"]["max_abs_diff"] <= 1e-4
