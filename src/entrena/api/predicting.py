@@ -281,7 +281,7 @@ def _predict_table(table: tuple[Path, str, dict[str, Any]], data: Path, output: 
                                 role="input"):
             annotated, skipped = predictor.annotate(chunk.frame, first_row=chunk.first_row,
                                                     on_bad_rows=policy, batch_size=batch_size,
-                                                    missing=chunk.missing)
+                                                    missing=chunk.missing, source=str(data))
             writer.write(annotated)
             rows += len(annotated)
             predicted += int((~skipped).sum())
@@ -303,10 +303,15 @@ def _predict_table(table: tuple[Path, str, dict[str, Any]], data: Path, output: 
         "skipped": {SKIPPED_EMPTY_ROW.removeprefix("skipped: "):
                     {"count": rows - predicted, "rows": skipped_rows}},
         "unseen_categories": predictor.unseen,
+        "invalid_numbers": predictor.invalid,
         "predicted_label_counts": {label: counts.get(label, 0) for label in predictor.labels},
         "time_s": elapsed, "throughput_rows_per_s": rows / elapsed if elapsed > 0 else 0.0,
     }
     log.info("predicted %d rows, skipped %d (empty row) in %.1fs; categories never seen in "
              "training: %s", predicted, rows - predicted, elapsed,
              ", ".join(f"{c} {n}" for c, n in predictor.unseen.items()) or "none")
+    for column, entry in predictor.invalid.items():
+        log.warning("%s: %d value(s) of numeric column %r are not finite numbers (rows %s): "
+                    "given the training median; fix them, or pass --on-bad-rows error to refuse "
+                    "them", data, entry["count"], column, ", ".join(map(str, entry["rows"])))
     return PredictResult(output, summary)

@@ -23,7 +23,8 @@ import pandas as pd
 
 __all__ = ["MISSING", "FORMAT", "fit_preprocessing", "fit_column_transformer",
            "fitted_params", "transform", "as_numbers",
-           "category_values", "unseen_categories", "feature_names", "sklearn_table"]
+           "category_values", "unseen_categories", "invalid_numbers", "feature_names",
+           "sklearn_table"]
 
 MISSING = "(missing)"
 """The category a missing categorical value becomes (a category of its own when training has
@@ -149,15 +150,15 @@ def transform(frame: pd.DataFrame, params: dict[str, Any]) -> np.ndarray:
         params: From :func:`fit_preprocessing` (or its saved JSON).
 
     Returns:
-        Features, (N, F) float32: ``(x - mean) / scale`` with missing numbers replaced by
-        the training median, then one-hot categories (a category training never saw: all
-        zeros in that column's block).
+        Features, (N, F) float32: ``(x - mean) / scale`` with missing numbers (and infinite
+        ones: training refuses those) replaced by the training median, then one-hot
+        categories (a category training never saw: all zeros in that column's block).
     """
     n = len(frame)
     blocks = []
     for column in params["numeric"]:
         values = as_numbers(frame[column["name"]])
-        values = np.where(np.isnan(values), column["median"], values)
+        values = np.where(np.isfinite(values), values, column["median"])  # inf: as missing
         blocks.append(((values - column["mean"]) / column["scale"])[:, None])
     for column in params["categorical"]:
         values = category_values(frame[column["name"]])
@@ -173,6 +174,20 @@ def transform(frame: pd.DataFrame, params: dict[str, Any]) -> np.ndarray:
     if not blocks:
         return np.zeros((n, 0), dtype=np.float32)
     return np.concatenate(blocks, axis=1).astype(np.float32)
+
+
+def invalid_numbers(frame: pd.DataFrame, params: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Per numeric column, the rows (0-based positions) holding a value that is present but
+    not a finite number (``abc``, ``12,5``, ``inf``): :func:`transform` imputes them like
+    missing values."""
+    out = {}
+    for column in params["numeric"]:
+        raw = frame[column["name"]]
+        present = ~(raw.isna() | raw.astype(str).str.strip().eq("")).to_numpy()
+        bad = np.flatnonzero(present & ~np.isfinite(as_numbers(raw)))
+        if len(bad):
+            out[column["name"]] = bad
+    return out
 
 
 def unseen_categories(frame: pd.DataFrame, params: dict[str, Any]) -> dict[str, int]:

@@ -23,7 +23,7 @@ from entrena.data.sources import SourceFile, read_chunks, require_columns
 from entrena.errors import DataError
 
 __all__ = ["read_frame", "feature_columns", "column_kinds", "all_missing", "row_texts",
-           "raw_table_split"]
+           "raw_table_split", "refuse_non_finite"]
 
 SEPARATOR = "\x1f"
 """Between the values of a row key (the ASCII unit separator: not in ordinary data)."""
@@ -102,6 +102,25 @@ def column_kinds(frame: pd.DataFrame, columns: Sequence[str]) -> tuple[list[str]
         parsed = as_numbers(values[present])
         (numeric if present.any() and not np.isnan(parsed).any() else categorical).append(name)
     return numeric, categorical
+
+
+def refuse_non_finite(frame: pd.DataFrame, numeric: Sequence[str], *, path: str,
+                      role: str) -> None:
+    """Refuse infinite numbers (``inf``, ``1e400``) in numeric columns: they cannot be
+    imputed, standardised or fed to a network.
+
+    Raises:
+        DataError: Names the file, the column, the rows (1-based, header excluded) and values.
+    """
+    for name in numeric:
+        values = as_numbers(frame[name])
+        bad = np.flatnonzero(np.isinf(values))
+        if len(bad):
+            shown = ", ".join(repr(str(v).strip()) for v in frame[name].iloc[bad[:3]])
+            raise DataError(f"{path}: numeric column {name!r} holds infinite numbers in {role} "
+                            f"rows {format_rows((bad + 1).tolist())} ({shown}); replace them "
+                            "with finite numbers or leave those cells empty (a missing number "
+                            "takes the training median)")
 
 
 def row_texts(frame: pd.DataFrame, numeric: Sequence[str],

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from entrena.data.preprocessing import transform, unseen_categories
+from entrena.data.preprocessing import invalid_numbers, transform, unseen_categories
+from entrena.data.reading import format_rows
 from entrena.data.sources import read_table, require_columns
 from entrena.errors import ConfigError, DataError
 from entrena.exporting import onnx_format
@@ -297,6 +298,7 @@ class TablePredictor:
         self.labels: list[str] = list(meta["labels"])
         self.columns = _columns(meta)
         self.unseen: dict[str, int] = {}
+        self.invalid: dict[str, dict[str, Any]] = {}
 
     def check_columns(self, columns: list[str], path: Path) -> None:
         """Raise unless every feature column the model needs is in the input.
@@ -311,20 +313,25 @@ class TablePredictor:
                             f"input's columns are: {', '.join(map(repr, columns)) or 'none'}")
 
     def annotate(self, frame: pd.DataFrame, *, first_row: int, on_bad_rows: str,
-                 batch_size: int = BATCH, missing: dict[str, np.ndarray] | None = None
-                 ) -> tuple[pd.DataFrame, np.ndarray]:
+                 batch_size: int = BATCH, missing: dict[str, np.ndarray] | None = None,
+                 source: str = "input") -> tuple[pd.DataFrame, np.ndarray]:
         """``frame`` with ``predicted_label``, ``prob_<label>`` and ``status`` added.
 
         A row without any feature value is skipped (``status: skipped: empty row``) or, under
         ``on_bad_rows == "error"``, refused. Categories training never saw are counted in
-        ``self.unseen`` (per column) and encoded as unknown.
+        ``self.unseen`` (per column) and encoded as unknown. A numeric cell that is not a
+        finite number (``abc``, ``inf``) takes the training median and is counted in
+        ``self.invalid`` (per column: ``count`` and the first row numbers), or is refused
+        under ``on_bad_rows == "error"``.
 
         Args:
             missing: Per column, the cells the reader found missing (``NA`` in a CSV …):
                 missing values, as training reads them.
+            source: The input file, for messages.
 
         Raises:
-            DataError: ``on_bad_rows == "error"`` and the chunk has empty rows (named).
+            DataError: ``on_bad_rows == "error"`` and the chunk has empty rows or cells that
+                are not numbers in a numeric column (named).
         """
         from entrena.exporting.prediction import output_columns
 
@@ -336,8 +343,21 @@ class TablePredictor:
         empty = blank.all(axis=1).to_numpy()
         if on_bad_rows == "error" and empty.any():
             rows = (np.flatnonzero(empty) + first_row).tolist()
-            raise DataError(f"input rows {', '.join(map(str, rows[:10]))} have no feature "
-                            "value; fix or remove them, or pass --on-bad-rows skip")
+            raise DataError(f"{source}: input rows {', '.join(map(str, rows[:10]))} have no "
+                            "feature value; fix or remove them, or pass --on-bad-rows skip")
+        invalid = {c: rows[~empty[rows]] for c, rows in invalid_numbers(values, self.params)
+                   .items()}
+        invalid = {c: rows for c, rows in invalid.items() if len(rows)}
+        if on_bad_rows == "error" and invalid:
+            column, rows = next(iter(invalid.items()))
+            shown = ", ".join(repr(str(v).strip()) for v in values[column].iloc[rows[:3]])
+            raise DataError(f"{source}: input rows {format_rows((rows + first_row).tolist())}: "
+                            f"numeric column {column!r} holds {shown}, not a finite number; fix "
+                            "them, or pass --on-bad-rows skip to give them the training median")
+        for column, rows in invalid.items():
+            entry = self.invalid.setdefault(column, {"count": 0, "rows": []})
+            entry["count"] += len(rows)
+            entry["rows"] += (rows + first_row).tolist()[:10 - len(entry["rows"])]
         out = frame.drop(columns=[c for c in output_columns(self.labels) if c in frame.columns])
         probs = np.full((len(frame), len(self.labels)), np.nan)
         predicted = np.full(len(frame), None, dtype=object)

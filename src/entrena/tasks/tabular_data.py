@@ -46,7 +46,9 @@ from entrena.data.tabular import (
     feature_columns,
     raw_table_split,
     read_frame,
+    refuse_non_finite,
 )
+from entrena.errors import DataError
 
 __all__ = ["PreparedTable", "prepare_table"]
 
@@ -117,6 +119,9 @@ def prepare_table(loaded: LoadedConfig) -> PreparedTable:
                     train_spec)
     columns = [c for c in columns if c not in empty_columns]
     numeric, categorical = column_kinds(frames["train"], columns) if columns else ([], [])
+    for role, frame in frames.items():
+        refuse_non_finite(frame, [c for c in numeric if c in frame.columns],
+                          path=specs[role] or "", role=role)
     raw = {role: raw_table_split(role, specs[role] or "", frame, infos[role],
                                  label_column=data.label_column,
                                  group_column=data.group_column if role == "train" else None,
@@ -138,7 +143,9 @@ def prepare_table(loaded: LoadedConfig) -> PreparedTable:
         return frames[source].iloc[split.row_ids - 1][columns].reset_index(drop=True)
 
     chosen = {role: rows_of(role) for role, _ in splits.roles()}
-    params = fit_preprocessing(chosen["train"], numeric, categorical)  # training rows only
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
+        params = fit_preprocessing(chosen["train"], numeric, categorical)  # training rows only
+    _refuse_overflow(params, chosen["train"], train_spec)
     features = {role: transform(frame, params) for role, frame in chosen.items()}
     report = splits.report
     _add_features(report, params, chosen, numeric, categorical, empty_columns,
@@ -151,6 +158,21 @@ def prepare_table(loaded: LoadedConfig) -> PreparedTable:
              "columns, %d features", report["prepare_time_s"], len(numeric), len(categorical),
              params["width"])
     return PreparedTable(splits, features, chosen, params, numeric, categorical, report)
+
+
+def _refuse_overflow(params: dict[str, Any], frame: pd.DataFrame, path: str) -> None:
+    """Refuse a numeric column whose mean or spread overflows float64 (values near 1e308).
+
+    Raises:
+        DataError: Names the file, the column and its largest magnitude.
+    """
+    for column in params["numeric"]:
+        if not (np.isfinite(column["mean"]) and np.isfinite(column["scale"])):
+            largest = float(np.nanmax(np.abs(pd.to_numeric(frame[column["name"]],
+                                                           errors="coerce"))))
+            raise DataError(f"{path}: numeric column {column['name']!r} holds numbers too large "
+                            f"to standardise (up to {largest:.3g}); rescale that column (e.g. "
+                            "divide by 1e6) or list it in data.drop_columns")
 
 
 def _add_features(report: dict[str, Any], params: dict[str, Any],

@@ -1,0 +1,100 @@
+"""Bad input for ``task: tabular-classification`` and its ``predict``: each case is refused
+with one line naming the file, the column and the rows (exit 2 at the CLI), or handled and
+counted; never an internal error or NaN probabilities."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import run_cli
+from entrena.errors import DataError
+from test_tabular import make_table, prepare, table_config
+
+
+def with_value(frame: pd.DataFrame, column: str, rows: dict[int, str]) -> pd.DataFrame:
+    frame = frame.astype({column: object})
+    for row, value in rows.items():
+        frame.loc[row, column] = value
+    return frame
+
+
+def test_an_infinite_training_number_is_named_not_an_internal_error(tmp_path):
+    train = with_value(make_table(80, 1), "income", {3: "inf", 9: "-1e400"})
+    config = table_config(tmp_path, train, make_table(20, 2))
+    with pytest.raises(DataError) as caught:
+        prepare(config)
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path / 'train.csv'}: numeric column 'income' holds "
+                              "infinite numbers in train rows 4, 10 ('inf', '-1e400')")
+    assert "leave those cells empty" in message
+
+
+def test_an_infinite_test_number_names_the_test_file(tmp_path):
+    test = with_value(make_table(20, 2), "income", {0: "Infinity"})
+    config = table_config(tmp_path, make_table(80, 1), test)
+    with pytest.raises(DataError, match=r"test\.csv: numeric column 'income' holds infinite "
+                                        r"numbers in test rows 1 \('Infinity'\)"):
+        prepare(config)
+
+
+def test_numbers_too_large_to_standardise_are_refused(tmp_path):
+    train = make_table(80, 1)
+    train["income"] = train["income"] * 1e306
+    config = table_config(tmp_path, train, make_table(20, 2))
+    with pytest.raises(DataError, match=r"train\.csv: numeric column 'income' holds numbers "
+                                        r"too large to standardise \(up to .*e\+30\d\); rescale"):
+        prepare(config)
+
+
+def test_cli_exit_2_one_line_for_an_infinite_number(tmp_path):
+    train = with_value(make_table(80, 1), "age", {0: "inf"})
+    config = table_config(tmp_path, train, make_table(20, 2))
+    result = run_cli("prepare", config, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert errors == [f"error: {tmp_path / 'train.csv'}: numeric column 'age' holds infinite "
+                      "numbers in train rows 1 ('inf'); replace them with finite numbers or "
+                      "leave those cells empty (a missing number takes the training median)"]
+    assert not (tmp_path / "runs" / "table" / "data_report.json").exists()
+
+
+@pytest.fixture
+def predictor(tmp_path: Path):
+    """A TablePredictor over an untrained MLP with preprocessing fitted on a tiny table."""
+    from entrena.exporting.table_export import TablePredictor
+    from entrena.tasks.tabular_model import TabularMLP, save_mlp
+
+    prepared = prepare(table_config(tmp_path / "data", make_table(80, 1), make_table(20, 2)))
+    model = TabularMLP(int(prepared.preprocessing["width"]), [4],
+                       len(prepared.splits.labels), 0.0)
+    save_mlp(model, tmp_path / "model", labels=prepared.splits.labels,
+             preprocessing=prepared.preprocessing,
+             columns={"numeric": prepared.numeric, "categorical": prepared.categorical})
+    return TablePredictor(tmp_path / "model", "run")
+
+
+def test_predict_gives_infinite_and_non_numbers_the_median_and_counts_them(predictor):
+    rows = with_value(make_table(6, 3), "income", {0: "inf", 1: "abc", 2: "1e400"})
+    out, skipped = predictor.annotate(rows, first_row=1, on_bad_rows="skip")
+    assert not skipped.any()
+    probs = out[[c for c in out.columns if c.startswith("prob_")]].to_numpy(dtype=float)
+    assert np.isfinite(probs).all()  # inf used to reach the network: NaN probabilities
+    assert predictor.invalid == {"income": {"count": 3, "rows": [1, 2, 3]}}
+    missing = rows.iloc[[0]].reset_index(drop=True)
+    missing.loc[0, "income"] = np.nan  # what a missing income gets: the training median
+    same, _ = predictor.annotate(missing, first_row=1, on_bad_rows="skip")
+    assert out.loc[0, "prob_good"] == pytest.approx(same.loc[0, "prob_good"])
+
+
+def test_predict_refuses_non_numbers_under_on_bad_rows_error(predictor):
+    rows = with_value(make_table(6, 3), "income", {4: "12,5"})
+    with pytest.raises(DataError) as caught:
+        predictor.annotate(rows, first_row=101, on_bad_rows="error", source="new.csv")
+    assert str(caught.value) == ("new.csv: input rows 105: numeric column 'income' holds "
+                                 "'12,5', not a finite number; fix them, or pass --on-bad-rows "
+                                 "skip to give them the training median")
