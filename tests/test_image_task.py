@@ -129,6 +129,13 @@ def test_duplicate_and_leaked_files_are_found(tmp_path: Path) -> None:
     assert checks["exact_duplicates"]["found"] == 1
     assert checks["leakage"]["found"] == 1
     assert report["splits"]["train"]["rows_removed"]["leakage"] == 1
+    from entrena.api.preparing import DataCheckFailed
+
+    with pytest.raises(DataCheckFailed) as failed:  # exit 3, the report written first
+        entrena.prepare(config, overrides=["data.checks.leakage=error"], quiet=True)
+    assert failed.value.exit_code == 3
+    assert {c["check"]: c["status"] for c in failed.value.report["checks"]}["leakage"] == \
+        "failed"
 
 
 def test_a_single_class_is_refused(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +79,6 @@ class PreparedImages:
     num_workers: int
     report: dict[str, Any]
     from_cache: bool
-    extras: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failed_checks(self) -> list[dict[str, Any]]:
