@@ -242,3 +242,14 @@ def test_relative_data_paths_resolve_against_config_folder(tmp_path):
     assert loaded.resolve_path("data/train.csv") == str(tmp_path / "sub" / "data" / "train.csv")
     assert loaded.resolve_path("/abs/x.csv") == "/abs/x.csv"
     assert loaded.resolve_path("s3://bucket/x.csv") == "s3://bucket/x.csv"
+
+
+def test_a_bad_set_value_blames_set_not_the_files_line(tmp_path: Path):
+    path = tmp_path / "config.yaml"
+    path.write_text(TYPO_YAML.replace("max_epoch:", "max_epochs:"))  # max_epochs on line 9
+    message = _error(path, ["train.max_epochs=two"])
+    assert message.startswith("--set train.max_epochs: train.max_epochs = 'two' is invalid: ")
+    assert f"{path}:9" not in message  # the file's value was fine; --set's was not
+    assert _error(path, ["train.max_epochs=0"]).startswith("--set train.max_epochs: ")
+    path.write_text(path.read_text().replace("batch_size: 8", "batch_size: 0"))
+    assert _error(path, ["train.max_epochs=3"]).startswith(f"{path}:10: train.batch_size = 0")

@@ -184,7 +184,7 @@ def _schema_loc(loc: tuple[str, ...]) -> tuple[str, ...]:
     return loc
 
 
-def _format_error(err: dict[str, Any], source: str, lines: dict[tuple[str, ...], int],
+def _format_error(err: dict[str, Any], source: str, lines: dict[tuple[str, ...], int | str],
                   msg: str | None = None) -> str:
     loc = tuple(str(p) for p in err["loc"])
     if err["type"] != "extra_forbidden":
@@ -195,7 +195,7 @@ def _format_error(err: dict[str, Any], source: str, lines: dict[tuple[str, ...],
         line = lines.get(loc[:depth])
         if line:
             break
-    where = f"{source}:{line}" if line else source
+    where = line if isinstance(line, str) else f"{source}:{line}" if line else source
     kind = err["type"]
     if kind == "extra_forbidden":
         return f"{where}: unknown key '{key}'; {_suggest(loc)}"
@@ -208,7 +208,8 @@ def _format_error(err: dict[str, Any], source: str, lines: dict[tuple[str, ...],
             named = tuple(text.split(": ", 1)[0].split("."))
             found = next((lines_of[named[:d]] for d in range(len(named), 0, -1)
                           if named[:d] in lines_of), None)
-            out.append(f"{source}:{found}: {text}" if found else f"{source}: {text}")
+            where = found if isinstance(found, str) else f"{source}:{found}" if found else source
+            out.append(f"{where}: {text}")
         return "\n".join(out)
     given = err.get("input")
     msg = msg or err["msg"].removeprefix("Value error, ")
@@ -219,7 +220,7 @@ def validate_config(
     data: dict[str, Any],
     *,
     source: str = "<config>",
-    lines: dict[tuple[str, ...], int] | None = None,
+    lines: dict[tuple[str, ...], int | str] | None = None,
 ) -> Config:
     """Validate a config mapping, collecting every problem into one :class:`ConfigError`."""
     try:
@@ -279,7 +280,12 @@ def load_config(
         origin = Path(source)
         data, lines = _read_yaml(origin)
         base = origin.resolve().parent
+    where: dict[tuple[str, ...], int | str] = dict(lines)
     if overrides:
         data = apply_overrides(data, overrides)
-    config = validate_config(data, source=str(origin or "<config>"), lines=lines)
+        # a bad value given with --set is blamed on --set, not on the file's line
+        paths = [tuple(key.split(".")) for key in overrides]
+        where = {k: v for k, v in where.items() if not any(k[:len(p)] == p for p in paths)}
+        where.update({p: f"--set {'.'.join(p)}" for p in paths})
+    config = validate_config(data, source=str(origin or "<config>"), lines=where)
     return LoadedConfig(config=config, base_dir=base, source=origin, lines=lines)
