@@ -13,6 +13,7 @@ from PIL import Image
 
 import entrena
 from conftest import EXAMPLES, run_cli, write_config
+from entrena.errors import ConfigError
 
 CLASSES = ("left", "right", "top")
 
@@ -158,6 +159,14 @@ def test_an_unknown_timm_name_lists_close_names(tmp_path: Path) -> None:
     line = result.stderr.strip()
     assert line.startswith("error: model.name: 'resnet81' is not a timm model nor 'small-cnn'")
     assert "closest names: resnet18" in line and len(line.splitlines()) == 1
+
+
+def test_an_image_config_without_a_model_name_says_so(tmp_path: Path) -> None:
+    config = image_config({"train": tmp_path, "test": tmp_path})
+    del config["model"]
+    with pytest.raises(ConfigError, match=r"^model.name: task image-classification needs a "
+                                          r"model name: small-cnn for tiny images, or a timm"):
+        entrena.prepare(config, quiet=True)
 
 
 def test_csv_of_paths_trains(tmp_path: Path) -> None:

@@ -52,6 +52,11 @@ class ImageClassificationTask:
         from entrena.tasks.image_model import resolve_image_model
 
         model = loaded.config.model
+        if "name" not in model.model_fields_set:  # the default, minilm-l6, is a text model
+            raise ConfigError("model.name: task image-classification needs a model name: "
+                              "small-cnn for tiny images, or a timm name (resnet18, "
+                              "mobilenetv3_small_100, efficientnet_b0 …); add it to the "
+                              "config's model section")
         sources = {"model": resolve_image_model(model.name or "")}
         if model.weights_file:
             if not model.pretrained:
