@@ -266,7 +266,8 @@ def predict(source: Annotated[Path, typer.Argument(
                 metavar="RUN_OR_BUNDLE", help="A finished run directory or an export bundle.",
                 show_default=False)],
             input_: Annotated[Path, typer.Option("--input", "-i", help="CSV, TSV, JSONL or "
-                                                 "Parquet file to predict.",
+                                                 "Parquet file to predict (an image model: a "
+                                                 "folder of images, or a CSV of paths).",
                                                  show_default=False)],
             output: Annotated[Path, typer.Option("--output", "-o", help="Output file; its "
                                                  "suffix picks the format.",
@@ -275,8 +276,9 @@ def predict(source: Annotated[Path, typer.Argument(
                 "--backend", help="torch or onnx (default: what RUN_OR_BUNDLE holds; a run "
                 "directory runs on torch).", show_default=False)] = None,
             text_column: Annotated[str | None, typer.Option(
-                "--text-column", help="Input column with the texts (default: the training "
-                "data's).", show_default=False)] = None,
+                "--text-column", help="Input column with the texts, or an image model's "
+                "CSV column of paths (default: the training data's).",
+                show_default=False)] = None,
             batch_size: Annotated[int, typer.Option("--batch-size", help="Texts per model "
                                                     "call.")] = 32,
             on_bad_rows: Annotated[str | None, typer.Option(
