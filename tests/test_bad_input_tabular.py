@@ -98,3 +98,15 @@ def test_predict_refuses_non_numbers_under_on_bad_rows_error(predictor):
     assert str(caught.value) == ("new.csv: input rows 105: numeric column 'income' holds "
                                  "'12,5', not a finite number; fix them, or pass --on-bad-rows "
                                  "skip to give them the training median")
+
+
+def test_a_header_naming_a_column_twice_is_refused(tmp_path):
+    config = table_config(tmp_path, make_table(40, 1), make_table(20, 2))
+    train = (tmp_path / "train.csv").read_text().splitlines()
+    train[0] = train[0].replace("income", " age")  # ' age' and 'age' once stripped
+    (tmp_path / "train.csv").write_text("\n".join(train) + "\n")
+    with pytest.raises(DataError) as caught:
+        prepare(config)
+    assert str(caught.value) == (f"data.train: {tmp_path / 'train.csv'}: the header names "
+                                 "column 'age' 2 times (columns 2, 3); rename or remove the "
+                                 "copies")

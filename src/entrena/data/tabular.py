@@ -41,6 +41,7 @@ def read_frame(role: str, files: Sequence[SourceFile]) -> tuple[pd.DataFrame, li
     """
     frames, info = [], []
     for file in files:
+        _refuse_repeated_columns(file, role)
         parts = list(read_chunks(file, None, key=f"data.{role}", role=role))
         frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
         if frames and list(frame.columns) != list(frames[0].columns):
@@ -54,6 +55,29 @@ def read_frame(role: str, files: Sequence[SourceFile]) -> tuple[pd.DataFrame, li
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     frame.columns = [str(c).strip() for c in frame.columns]
     return frame, info
+
+
+def _refuse_repeated_columns(file: SourceFile, role: str) -> None:
+    """Refuse a CSV header naming a column twice (pandas would silently rename the second
+    ``name.1``, a feature no other file has).
+
+    Raises:
+        DataError: Names the file, the column and its positions (1-based).
+    """
+    if file.format != "csv":
+        return
+    try:
+        head = pd.read_csv(file.path, sep=file.delimiter, encoding=file.scan.encoding,
+                           header=None, nrows=1, dtype=str, keep_default_na=False)
+    except (ValueError, UnicodeDecodeError):
+        return  # the reader itself says what is wrong with the file
+    names = [str(c).strip() for c in head.iloc[0]] if len(head) else []
+    for name in dict.fromkeys(names):
+        positions = [i + 1 for i, n in enumerate(names) if n == name]
+        if len(positions) > 1:
+            raise DataError(f"data.{role}: {file.name}: the header names column {name!r} "
+                            f"{len(positions)} times (columns "
+                            f"{', '.join(map(str, positions))}); rename or remove the copies")
 
 
 def feature_columns(columns: Sequence[str], *, label_column: str, drop_columns: Sequence[str],
