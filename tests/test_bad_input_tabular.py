@@ -110,3 +110,34 @@ def test_a_header_naming_a_column_twice_is_refused(tmp_path):
     assert str(caught.value) == (f"data.train: {tmp_path / 'train.csv'}: the header names "
                                  "column 'age' 2 times (columns 2, 3); rename or remove the "
                                  "copies")
+
+
+def report_check(prepared, name: str) -> dict:
+    return next(c for c in prepared.report["checks"] if c["check"] == name)
+
+
+def test_a_numeric_column_with_stray_strings_is_flagged_with_its_rows(tmp_path):
+    train = with_value(make_table(80, 1), "income", {3: "n/a?", 7: "12,5"})
+    prepared = prepare(table_config(tmp_path, train, make_table(20, 2),
+                                    validation=str(tmp_path / "test.csv")))  # all 80 train
+    assert "income" in prepared.categorical  # the documented rule: not every value a number
+    check = report_check(prepared, "mostly_numeric")
+    assert check["status"] == "warning"
+    present = int(train["income"].notna().sum())  # make_table leaves ~5% of incomes empty
+    assert f"'income' is a number in {present - 2} of {present} training rows but not in 2: " \
+        "'n/a?' (row 4), '12,5' (row 8)" in check["message"]
+    assert report_check(prepared, "identifier_columns")["status"] == "ok"  # one finding only
+
+
+def test_decimal_commas_and_identifier_columns_are_flagged(tmp_path):
+    train = make_table(80, 1)
+    train["ref"] = [f"R{i:04d}" for i in range(80)]  # an id the config does not drop
+    config = table_config(tmp_path, train, make_table(20, 2).assign(ref="R9999"))
+    (tmp_path / "train.csv").write_text(train.to_csv(index=False, sep=";", decimal=","))
+    prepared = prepare(config)
+    comma = report_check(prepared, "mostly_numeric")["message"]
+    assert "'income' holds numbers written with a decimal comma in " in comma
+    assert "write them with a point (12.5)" in comma
+    ident = report_check(prepared, "identifier_columns")
+    assert ident["status"] == "warning" and ident["found"] == 1
+    assert "'ref' has" in ident["message"] and "data.drop_columns" in ident["message"]

@@ -23,7 +23,7 @@ from entrena.data.sources import SourceFile, read_chunks, require_columns
 from entrena.errors import DataError
 
 __all__ = ["read_frame", "feature_columns", "column_kinds", "all_missing", "row_texts",
-           "raw_table_split", "refuse_non_finite"]
+           "raw_table_split", "refuse_non_finite", "suspicious_columns"]
 
 SEPARATOR = "\x1f"
 """Between the values of a row key (the ASCII unit separator: not in ordinary data)."""
@@ -126,6 +126,60 @@ def column_kinds(frame: pd.DataFrame, columns: Sequence[str]) -> tuple[list[str]
         parsed = as_numbers(values[present])
         (numeric if present.any() and not np.isnan(parsed).any() else categorical).append(name)
     return numeric, categorical
+
+
+MOSTLY_NUMERIC = 0.9
+"""A categorical column whose present training values are numbers this often or more is
+flagged: a few stray strings (``n/a?``, ``12,5``) turned a numeric column into categories."""
+IDENTIFIER_SHARE = 0.95
+"""A categorical column with a distinct value in this share of training rows (20 rows or
+more) is flagged as a likely identifier."""
+
+
+def suspicious_columns(frame: pd.DataFrame, categorical: Sequence[str],
+                       rows: np.ndarray) -> dict[str, list[str]]:
+    """Categorical columns that are probably mistakes, as sentences per finding.
+
+    Args:
+        frame: The training rows.
+        categorical: The categorical columns.
+        rows: Each row's number in the training data (1-based), for messages.
+
+    Returns:
+        ``{"mostly_numeric": [...], "identifier_columns": [...]}``: a column numeric in at
+        least :data:`MOSTLY_NUMERIC` of its present training values (the others named with
+        their row numbers), and a column distinct in at least :data:`IDENTIFIER_SHARE` of the
+        training rows.
+    """
+    found: dict[str, list[str]] = {"mostly_numeric": [], "identifier_columns": []}
+    for name in categorical:
+        values = frame[name]
+        present = ~(values.isna() | values.astype(str).str.strip().eq("")).to_numpy()
+        n = int(present.sum())
+        if not n:
+            continue
+        numbers = ~np.isnan(as_numbers(values)) & present
+        text = values.astype(str).str.strip()
+        commas = text.str.fullmatch(r"[-+]?\d*,\d+").to_numpy() & present & ~numbers
+        strays = np.flatnonzero(present & ~numbers)
+        if commas.any() and commas.sum() == len(strays):
+            first = int(np.flatnonzero(commas)[0])
+            found["mostly_numeric"].append(
+                f"{name!r} holds numbers written with a decimal comma in {int(commas.sum())} of "
+                f"{n} training rows ({text.iloc[first]!r}, row {rows[first]}); write them with a "
+                "point (12.5)")
+            continue
+        if numbers.sum() >= MOSTLY_NUMERIC * n:
+            shown = ", ".join(f"{text.iloc[i]!r} (row {rows[i]})" for i in strays[:3])
+            found["mostly_numeric"].append(
+                f"{name!r} is a number in {int(numbers.sum())} of {n} training rows but not in "
+                f"{len(strays)}: {shown}")
+            continue
+        distinct = values[present].astype(str).str.strip().nunique()
+        if n >= 20 and distinct >= IDENTIFIER_SHARE * len(values):
+            found["identifier_columns"].append(
+                f"{name!r} has {distinct} distinct values in {len(values)} training rows")
+    return found
 
 
 def refuse_non_finite(frame: pd.DataFrame, numeric: Sequence[str], *, path: str,

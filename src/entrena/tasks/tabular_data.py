@@ -47,6 +47,7 @@ from entrena.data.tabular import (
     raw_table_split,
     read_frame,
     refuse_non_finite,
+    suspicious_columns,
 )
 from entrena.errors import DataError
 
@@ -150,6 +151,8 @@ def prepare_table(loaded: LoadedConfig) -> PreparedTable:
     report = splits.report
     _add_features(report, params, chosen, numeric, categorical, empty_columns,
                   [c for c in data.drop_columns or []])
+    _add_column_checks(report, suspicious_columns(chosen["train"], categorical,
+                                                  splits.train.row_ids))
     report["timings_s"] = {"read_and_check": round(checked_s, 3),
                            "preprocess": round(time.perf_counter() - started - checked_s, 3)}
     report["from_cache"] = False
@@ -158,6 +161,18 @@ def prepare_table(loaded: LoadedConfig) -> PreparedTable:
              "columns, %d features", report["prepare_time_s"], len(numeric), len(categorical),
              params["width"])
     return PreparedTable(splits, features, chosen, params, numeric, categorical, report)
+
+
+def _add_column_checks(report: dict[str, Any], found: dict[str, list[str]]) -> None:
+    """The ``mostly_numeric`` and ``identifier_columns`` warnings (columns used as categories
+    that are probably mistakes), each with its fix."""
+    fixes = {"mostly_numeric": "used as categories; fix or empty those values to use the "
+                               "column as numbers",
+             "identifier_columns": "likely identifiers, which one-hot encoding cannot "
+                                   "generalise from; list them in data.drop_columns"}
+    for name, items in found.items():
+        message = f"{len(items)} column(s): {'; '.join(items)}; {fixes[name]}"
+        report["checks"].append(check_record(name, len(items), "warn", message))
 
 
 def _refuse_overflow(params: dict[str, Any], frame: pd.DataFrame, path: str) -> None:
