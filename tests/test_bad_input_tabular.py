@@ -141,3 +141,20 @@ def test_decimal_commas_and_identifier_columns_are_flagged(tmp_path):
     ident = report_check(prepared, "identifier_columns")
     assert ident["status"] == "warning" and ident["found"] == 1
     assert "'ref' has" in ident["message"] and "data.drop_columns" in ident["message"]
+
+
+def test_export_parity_data_without_a_feature_column_names_it(tmp_path):
+    from entrena.exporting.bundle import RunModel
+    from entrena.exporting.table_export import table_rows
+
+    path = tmp_path / "parity.csv"
+    make_table(5, 1).drop(columns=["home"]).to_csv(path, index=False)
+    run = RunModel(None, {"labels": ["bad", "good"], "numeric": ["age", "income"],
+                          "categorical": ["home"]}, {"data": {"label_column": "status"}})
+    with pytest.raises(DataError) as caught:
+        table_rows(run, path)
+    # was: "feature column 'home' = 'home' is not a column …; set feature column 'home' to …"
+    assert str(caught.value) == (f"{path}: the parity data lacks the feature column(s) 'home' "
+                                 "the model was trained on (its columns: 'id', 'age', 'income', "
+                                 "'empty', 'status'); pass --parity-data with a file that has "
+                                 "them")

@@ -24,7 +24,7 @@ import pandas as pd
 
 from entrena.data.preprocessing import invalid_numbers, transform, unseen_categories
 from entrena.data.reading import format_rows
-from entrena.data.sources import read_table, require_columns
+from entrena.data.sources import read_table
 from entrena.errors import ConfigError, DataError
 from entrena.exporting import onnx_format
 from entrena.exporting.bundle import CARD_FILE, MANIFEST_FILE, META_FILE, RunModel
@@ -90,8 +90,12 @@ def table_rows(run: RunModel, parity_data: str | Path | None,
         path, dataset = str(splits[role]["file"]), role
     frame = read_table(path, role="parity")
     frame.columns = [str(c).strip() for c in frame.columns]
-    require_columns(frame, {f"feature column {c!r}": c for c in _columns(run.meta)}, path=path,
-                    role="parity")
+    missing = [c for c in _columns(run.meta) if c not in frame.columns]
+    if missing:
+        raise DataError(f"{path}: the parity data lacks the feature column(s) "
+                        f"{', '.join(map(repr, missing))} the model was trained on (its columns: "
+                        f"{', '.join(map(repr, frame.columns)) or 'none'}); pass --parity-data "
+                        "with a file that has them")
     codes = None
     if label_column in frame.columns:
         codes = _label_index(frame[label_column], list(run.meta["labels"]))
