@@ -158,3 +158,21 @@ def test_export_parity_data_without_a_feature_column_names_it(tmp_path):
                                  "the model was trained on (its columns: 'id', 'age', 'income', "
                                  "'empty', 'status'); pass --parity-data with a file that has "
                                  "them")
+
+
+def test_predict_reads_a_file_as_training_does_latin_1_and_semicolons(tmp_path):
+    from entrena.data.streaming import iter_table, table_columns
+
+    frame = pd.DataFrame({"age": ["30", "41"], "home": ["propriété", "rent"]})
+    path = tmp_path / "new.csv"
+    path.write_bytes(frame.to_csv(index=False, sep=";").encode("latin-1"))
+    assert table_columns(path) == ["age", "home"]  # was one column 'age;home'
+    rows = pd.concat([c.frame for c in iter_table(path)], ignore_index=True)
+    assert rows["home"].tolist() == ["propriété", "rent"]  # was: not UTF-8 text at byte 16
+    path.write_bytes(b"age,home\n30,own\n" + "41,propriété\n".encode("latin-1")
+                     + "52,propriété\n".encode())
+    with pytest.raises(DataError) as caught:
+        list(iter_table(path))
+    assert str(caught.value) == (f"input: {path}: byte 25 (0xe9, line 3) is not valid UTF-8, "
+                                 "though the rest of the file is UTF-8; fix or remove it "
+                                 "(re-save the file as UTF-8)")

@@ -104,7 +104,8 @@ def iter_table(path: str | Path, *, chunk_rows: int = 1000, na_columns: Sequence
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     try:
         if suffix in (".csv", ".tsv"):
-            yield from _iter_csv(path, "\t" if suffix == ".tsv" else ",", chunk_rows, na_columns)
+            yield from _iter_csv(path, "\t" if suffix == ".tsv" else ",", chunk_rows, na_columns,
+                                 role)
         elif suffix in (".jsonl", ".json"):
             yield from _with_missing(_iter_jsonl(path, chunk_rows, role), na_columns)
         else:
@@ -119,13 +120,26 @@ def iter_table(path: str | Path, *, chunk_rows: int = 1000, na_columns: Sequence
         raise DataError(f"{role}: {path}: cannot parse as {suffix[1:]}: {first}") from None
 
 
-def _iter_csv(path: Path, sep: str, chunk_rows: int, na_columns: Sequence[str]
-              ) -> Iterator[Chunk]:
+def _iter_csv(path: Path, sep: str, chunk_rows: int, na_columns: Sequence[str],
+              role: str = "input") -> Iterator[Chunk]:
+    from entrena.data.sniffing import detect_delimiter, scan_file
+
     size = max(1, path.stat().st_size)
+    if path.stat().st_size == 0:
+        return  # an empty file: no columns, no rows
+    # the encoding and delimiter as training detects them (UTF-8 with or without BOM, UTF-16,
+    # Windows-1252/Latin-1; , ; | or tab), so a file training read is read here too
+    try:
+        encoding = scan_file(path, name=str(path), key=role, text=True).encoding or "utf-8"
+    except DataError as exc:  # predict has no data.encoding to set
+        raise DataError(str(exc).replace(", or set data.encoding to the file's encoding", "")
+                        .replace(", or set data.encoding", "")) from None
+    sep = detect_delimiter(path, encoding, default=sep)
     with path.open("rb") as handle:
         try:
             reader = pd.read_csv(handle, sep=sep, dtype=str, na_filter=False,
-                                 encoding="utf-8-sig", chunksize=chunk_rows)
+                                 encoding="utf-8-sig" if encoding == "utf-8" else encoding,
+                                 chunksize=chunk_rows)
         except pd.errors.EmptyDataError:
             return
         first = 1
