@@ -74,6 +74,16 @@ def test_best_weights_come_back_after_early_stopping():
     assert not same_weights(final, recorder.weights_at_eval[state.step])
 
 
+def test_restore_off_keeps_the_final_weights_and_still_reports_the_best_step():
+    checkpoint = ModelCheckpoint(None, LOSS, restore=False)
+    state, model, recorder = run([checkpoint], [0.9, 0.5, 0.6, 0.7], max_epochs=4)
+    assert not checkpoint.restored
+    assert state.best_step == 6 and state.best_score == 0.5
+    final = model.state_dict()
+    assert same_weights(final, recorder.weights_at_eval[state.step])
+    assert not same_weights(final, recorder.weights_at_eval[6])
+
+
 def test_best_weights_come_back_when_max_epochs_ends_training():
     checkpoint = ModelCheckpoint(None, LOSS)
     state, model, recorder = run([checkpoint], [0.9, 0.5, 0.6, 0.7], max_epochs=4)

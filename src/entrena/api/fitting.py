@@ -149,7 +149,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     early_stopping = EarlyStopping(monitor, es.patience) if es.enabled else None
     schedule = LRSchedule(tcfg.scheduler, tcfg.warmup_fraction, monitor,
                           factor=tcfg.plateau_factor, patience=tcfg.plateau_patience)
-    checkpoint = ModelCheckpoint(paths.checkpoints if leader else None, monitor)
+    checkpoint = ModelCheckpoint(paths.checkpoints if leader else None, monitor,
+                                 restore=tcfg.restore_best_weights)
     preemption = Preemption()
     time_limit = TimeLimit(parse_duration_s(tcfg.max_time)) if tcfg.max_time else None
     tracker = None
@@ -244,6 +245,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         "epochs": state.epoch + (1 if state.batch_in_epoch else 0),
         "steps": state.step,
         "best_step": state.best_step,
+        "restored_best_weights": checkpoint.restored,
         "stop_reason": state.stop_reason,
         "skipped_steps": state.skipped_steps,
         "resumes": state.resumes,

@@ -42,8 +42,9 @@ class ModelCheckpoint(Callback):
     """Keep the best weights (by ``monitor``) and write them to ``best.pt``.
 
     After each evaluation that improves the metric, the weights are copied to CPU memory and
-    to ``best.pt``. At fit end the best weights are loaded back into the model, whatever ended
-    training (early stopping, max epochs, max steps, time limit, a signal). Its state (in every
+    to ``best.pt``. At fit end the best weights are loaded back into the model (unless
+    ``restore`` is off), whatever ended training (early stopping, max epochs, max steps, time
+    limit, a signal). Its state (in every
     resumable checkpoint) holds the best score and step, and the best weights unless they are
     the checkpoint's own weights (best step = checkpoint step), so a resumed run restores the
     same best weights even when ``best.pt`` has moved on since.
@@ -52,11 +53,14 @@ class ModelCheckpoint(Callback):
         directory: The run's ``checkpoints/`` folder; ``None`` keeps the best weights in
             memory only.
         monitor: The metric deciding "best".
+        restore: Load the best weights back at fit end; ``False`` keeps the final weights
+            (``best.pt`` is still written), as Keras' ``restore_best_weights=False``.
     """
 
-    def __init__(self, directory: Path | None, monitor: Monitor):
+    def __init__(self, directory: Path | None, monitor: Monitor, restore: bool = True):
         self.directory = directory
         self.monitor = monitor
+        self.restore = restore
         self.best_score: float | None = None
         self.best_step: int | None = None
         self.best_weights: dict[str, torch.Tensor] | None = None
@@ -85,6 +89,13 @@ class ModelCheckpoint(Callback):
                              "monitor": self.monitor.key}, self.directory / "best.pt")
 
     def on_fit_end(self, state: TrainState) -> None:
+        if not self.restore:
+            state.best_step, state.best_score = self.best_step, self.best_score
+            if self.best_step is not None:
+                log.info("kept the final weights (step %s; train.restore_best_weights is off); "
+                         "the best %s was %.4f at step %s", state.step, self.monitor.key,
+                         self.best_score, self.best_step)
+            return
         if self.best_weights is not None:
             unwrap(state.model).load_state_dict(self.best_weights)
             self.restored = True

@@ -32,7 +32,10 @@ _TABLE = [
     MetricKey("test.confusion_matrix", "count", "rows: true label, columns: predicted label"),
     MetricKey("fit.epochs", "epoch", "epochs started"),
     MetricKey("fit.steps", "step", "optimizer steps taken"),
-    MetricKey("fit.best_step", "step", "step whose weights were restored"),
+    MetricKey("fit.best_step", "step", "step of the best evaluation (by the early-stopping "
+              "monitor); its weights were restored unless fit.restored_best_weights is false"),
+    MetricKey("fit.restored_best_weights", "", "whether the best weights were loaded back "
+              "(train.restore_best_weights); false: the final weights were tested and saved"),
     MetricKey("fit.stop_reason", "", "why training ended"),
     MetricKey("fit.skipped_steps", "step", "optimizer steps skipped for a non-finite loss or "
               "gradient norm (train.on_nonfinite: skip_batch)", False),

@@ -117,7 +117,7 @@ linear head. Texts are cut to {prep['max_length']} tokens (the model accepts
 {chr(10).join(_data_lines(run))}
 
 ## Metrics
-Measured by `entrena train` with the best weights ({headline}); from `metrics.json`.
+Measured by `entrena train` with the weights it saved ({headline}); from `metrics.json`.
 
 | metric | value |
 |---|---|
@@ -126,7 +126,7 @@ Measured by `entrena train` with the best weights ({headline}); from `metrics.js
 ## Training
 - Time in training steps: {train_time}; wall time (model built to testing done): {wall_time}
 - {fit.get('epochs', 'n/a')} epoch(s), {fit.get('steps', 'n/a')} optimizer steps, stopped by
-  `{fit.get('stop_reason', 'n/a')}`; weights of step {fit.get('best_step', 'n/a')} restored
+  `{fit.get('stop_reason', 'n/a')}`; {_weights_line(fit)}
 - Device `{fit.get('device', 'n/a')}`, precision `{fit.get('precision', 'n/a')}`,
   {fit.get('threads', 'n/a')} CPU threads; seed {config.get('train', {}).get('seed', 'n/a')}
 - Cost: not recorded (entrena does not price runs yet)
@@ -161,3 +161,10 @@ code that applies the tokenizer in this folder with truncation at {prep['max_len
 - No check for bias or fairness across groups of people was run; do not use the labels for
   decisions about people without such a check and human review.
 """
+
+
+def _weights_line(fit: dict[str, Any]) -> str:
+    if fit.get("restored_best_weights", True):
+        return f"weights of step {fit.get('best_step', 'n/a')} restored"
+    return (f"final weights kept (step {fit.get('steps', 'n/a')}; best evaluation at step "
+            f"{fit.get('best_step', 'n/a')})")
