@@ -176,3 +176,27 @@ def test_predict_reads_a_file_as_training_does_latin_1_and_semicolons(tmp_path):
     assert str(caught.value) == (f"input: {path}: byte 25 (0xe9, line 3) is not valid UTF-8, "
                                  "though the rest of the file is UTF-8; fix or remove it "
                                  "(re-save the file as UTF-8)")
+
+
+def test_a_continuous_label_column_is_refused_as_a_regression_target(tmp_path):
+    config = table_config(tmp_path, make_table(80, 1).dropna(subset=["income"]),
+                          make_table(20, 2), label_column="age", drop_columns=["id", "status"])
+    config.write_text(config.read_text().replace("label_column: age", "label_column: income")
+                      .replace("- status", "- age"))
+    with pytest.raises(DataError) as caught:
+        prepare(config)
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path / 'train.csv'}: data.label_column 'income' has ")
+    assert "numbers to predict (a regression target), not classes; set data.label_column to " \
+        "the column of class labels, or bin the numbers into classes" in message
+
+
+def test_many_unseen_test_labels_make_one_short_line(tmp_path):
+    test = make_table(40, 2).astype({"status": object})
+    test["status"] = [f"class-{i}" for i in range(40)]
+    with pytest.raises(DataError) as caught:
+        prepare(table_config(tmp_path, make_table(80, 1), test))
+    message = str(caught.value)
+    assert "label(s) 'class-0', 'class-1', 'class-10'" in message
+    assert "'class-17' and 30 more in test rows" in message  # all 40 used to be listed
+    assert len(message) < 400

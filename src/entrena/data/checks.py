@@ -48,6 +48,12 @@ class RowSet:
         return self.raw.rows[self.index]
 
 
+def _some(items: list[str], limit: int = 10) -> str:
+    """The first ``limit`` items, then how many more (a message stays one readable line)."""
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
 def unseen_labels(r: RowSet, names: list[str], column: str, policy: str) -> None:
     unseen = r.labels < 0
     if not unseen.any():
@@ -55,9 +61,9 @@ def unseen_labels(r: RowSet, names: list[str], column: str, policy: str) -> None
     found = sorted({r.raw.label_names[c] for c in r.raw.label_codes[unseen]})
     bad_rows = r.raw.rows[unseen]
     if policy == "error":
-        raise DataError(f"{r.raw.spec}: label(s) {', '.join(map(repr, found))} in {r.raw.role} "
-                        f"rows {format_rows(bad_rows.tolist())} never occur in the training "
-                        f"data (labels: {', '.join(names)}); fix the labels, add training "
+        raise DataError(f"{r.raw.spec}: label(s) {_some(list(map(repr, found)))} in "
+                        f"{r.raw.role} rows {format_rows(bad_rows.tolist())} never occur in the "
+                        f"training data (labels: {_some(names)}); fix the labels, add training "
                         "examples, or set data.on_unseen_labels: drop")
     r.counts["unseen_label_rows"] = int(unseen.sum())
     r.counts["unseen_labels"] = found

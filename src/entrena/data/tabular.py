@@ -128,6 +128,10 @@ def column_kinds(frame: pd.DataFrame, columns: Sequence[str]) -> tuple[list[str]
     return numeric, categorical
 
 
+MAX_LABEL_SHARE = 0.5
+MAX_LABEL_SHARE_MIN = 20
+"""A training label column with more than 20 distinct values, more than half as many as rows,
+is refused: a regression target or an id, not classes."""
 MOSTLY_NUMERIC = 0.9
 """A categorical column whose present training values are numbers this often or more is
 flagged: a few stray strings (``n/a?``, ``12,5``) turned a numeric column into categories."""
@@ -158,6 +162,8 @@ def suspicious_columns(frame: pd.DataFrame, categorical: Sequence[str],
         n = int(present.sum())
         if not n:
             continue
+        if pd.api.types.is_bool_dtype(values):
+            continue  # booleans are categories by design
         numbers = ~np.isnan(as_numbers(values)) & present
         text = values.astype(str).str.strip()
         commas = text.str.fullmatch(r"[-+]?\d*,\d+").to_numpy() & present & ~numbers
@@ -169,7 +175,7 @@ def suspicious_columns(frame: pd.DataFrame, categorical: Sequence[str],
                 f"{n} training rows ({text.iloc[first]!r}, row {rows[first]}); write them with a "
                 "point (12.5)")
             continue
-        if numbers.sum() >= MOSTLY_NUMERIC * n:
+        if len(strays) and numbers.sum() >= MOSTLY_NUMERIC * n:
             shown = ", ".join(f"{text.iloc[i]!r} (row {rows[i]})" for i in strays[:3])
             found["mostly_numeric"].append(
                 f"{name!r} is a number in {int(numbers.sum())} of {n} training rows but not in "
@@ -273,6 +279,15 @@ def raw_table_split(role: str, spec: str, frame: pd.DataFrame, files: list[dict[
         if index[name] == len(names):
             names.append(name)
     mapping = np.array([index[name] for name, _ in canonical], dtype=np.int64)
+    kept = int(keep.sum())
+    if role == "train" and len(names) > MAX_LABEL_SHARE_MIN and len(names) > MAX_LABEL_SHARE * kept:
+        numbers = kinds == {True}
+        raise DataError(f"{spec}: data.label_column {label_column!r} has {len(names)} distinct "
+                        f"values in {kept} training rows ({', '.join(names[:5])}, …): "
+                        + ("numbers to predict (a regression target), not classes; "
+                           if numbers else "nearly every row a class of its own; ")
+                        + "set data.label_column to the column of class labels"
+                        + (", or bin the numbers into classes" if numbers else ""))
     groups = None
     if group_column is not None:
         gcodes, _ = pd.factorize(frame[group_column][keep].astype(str), use_na_sentinel=False)

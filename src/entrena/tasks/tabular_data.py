@@ -114,7 +114,7 @@ def prepare_table(loaded: LoadedConfig) -> PreparedTable:
     columns = feature_columns(list(frames["train"].columns), label_column=data.label_column,
                               drop_columns=data.drop_columns or [],
                               group_column=data.group_column, path=train_spec)
-    empty_columns = all_missing(frames["train"], columns)
+    empty_columns = all_missing(frames["train"], columns) if len(frames["train"]) else []
     for name in empty_columns:
         log.warning("column %r of %s has no value in any training row: dropped", name,
                     train_spec)
