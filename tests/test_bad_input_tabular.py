@@ -200,3 +200,15 @@ def test_many_unseen_test_labels_make_one_short_line(tmp_path):
     assert "label(s) 'class-0', 'class-1', 'class-10'" in message
     assert "'class-17' and 30 more in test rows" in message  # all 40 used to be listed
     assert len(message) < 400
+
+
+def test_max_train_samples_leaving_one_class_is_refused(tmp_path):
+    config = table_config(tmp_path, make_table(80, 1), make_table(20, 2),
+                          validation=str(tmp_path / "test.csv"), max_train_samples=1)
+    with pytest.raises(DataError) as caught:
+        prepare(config)  # it used to train a 'classifier' on one row of one class
+    assert str(caught.value).startswith(f"{tmp_path / 'train.csv'}: only the class ")
+    assert str(caught.value).endswith(" is left in training once the data checks have run "
+                                      "(rows removed: 79 subsampled); a classifier needs at "
+                                      "least 2 classes: raise data.max_train_samples (1), keep "
+                                      "more rows (data.checks.*) or add rows of other classes")

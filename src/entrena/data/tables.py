@@ -338,6 +338,14 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
             raise DataError(f"{specs[role] or train}: no {role} rows are left once the data "
                             f"checks have run (rows removed: {ck.removed_text(r.removed)}); "
                             "keep them (data.checks.*, data.on_unseen_labels) or add rows")
+    left = np.unique(t.labels[t.index])
+    if len(left) < 2:
+        limit = (f"raise data.max_train_samples ({max_train_samples}), "
+                 if max_train_samples else "")
+        raise DataError(f"{train}: only the class {names[int(left[0])]!r} is left in training "
+                        f"once the data checks have run (rows removed: "
+                        f"{ck.removed_text(t.removed)}); a classifier needs at least 2 classes: "
+                        f"{limit}keep more rows (data.checks.*) or add rows of other classes")
     ratio = hy.imbalance_ratio(np.bincount(t.labels[t.index], minlength=k))
     checks_out.append(hy.check_record(
         "imbalance", round(ratio or 0.0, 4), policy.imbalance,
