@@ -212,3 +212,19 @@ def test_max_train_samples_leaving_one_class_is_refused(tmp_path):
                                       "(rows removed: 79 subsampled); a classifier needs at "
                                       "least 2 classes: raise data.max_train_samples (1), keep "
                                       "more rows (data.checks.*) or add rows of other classes")
+
+
+def test_a_run_dir_that_is_a_file_is_bad_input_not_an_internal_error(tmp_path):
+    from entrena.api.preparing import resolve_run_dir
+    from entrena.config import load_config
+    from entrena.errors import ConfigError
+
+    config = load_config(table_config(tmp_path, make_table(40, 1), make_table(20, 2))).config
+    (tmp_path / "afile").write_text("x")
+    for run_dir in (tmp_path / "afile", tmp_path / "afile" / "run"):
+        with pytest.raises(ConfigError) as caught:  # was NotADirectoryError: exit 1
+            resolve_run_dir(config, run_dir)
+        assert str(caught.value) == (f"--run-dir {run_dir}: {tmp_path / 'afile'} is a file, "
+                                     "not a folder; give a folder path (it is created when "
+                                     "missing)")
+    assert resolve_run_dir(config, tmp_path / "new" / "run") == tmp_path / "new" / "run"

@@ -16,7 +16,7 @@ from typing import Any
 from entrena.config import Config, LoadedConfig, load_config
 from entrena.core.files import write_json_atomic
 from entrena.core.rundir import RunPaths
-from entrena.errors import CheckFailed
+from entrena.errors import CheckFailed, ConfigError
 from entrena.tasks.base import get_task
 from entrena.tasks.text_data import PreparedData
 
@@ -58,8 +58,20 @@ class PrepareResult:
 
 
 def resolve_run_dir(config: Config, run_dir: str | Path | None) -> Path:
-    """``run_dir`` if given, else ``runs/<name>`` under the working directory."""
-    return Path(run_dir) if run_dir is not None else Path("runs") / config.name
+    """``run_dir`` if given, else ``runs/<name>`` under the working directory.
+
+    Raises:
+        ConfigError: The path, or a folder above it, is an existing file.
+    """
+    path = Path(run_dir) if run_dir is not None else Path("runs") / config.name
+    for folder in (path, *path.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                given = "--run-dir" if run_dir is not None else "the run directory"
+                raise ConfigError(f"{given} {path}: {folder} is a file, not a folder; give a "
+                                  "folder path (it is created when missing)")
+            break
+    return path
 
 
 
