@@ -230,6 +230,29 @@ def test_export_parity_and_predict_reuse_the_saved_preprocessing(trained):
     assert accuracy == pytest.approx(metrics["test"]["accuracy"])  # same preprocessing
 
 
+def test_predict_refuses_bad_input_to_a_table_model(trained):
+    """(tests/test_bad_input_tabular.py covers the rest; these need a trained run.)"""
+    import entrena
+    from entrena.errors import ConfigError, DataError
+
+    run = trained / "runs" / "table"
+    with pytest.raises(ConfigError, match=r"^--text-column home: .* holds a tabular model, "
+                                          r"which reads the feature columns it was trained "
+                                          r"on; leave --text-column out$"):
+        entrena.predict(run, trained / "test.csv", output=trained / "x.csv", text_column="home")
+    rows = make_table(5, 4).astype({"income": object})
+    rows.loc[2, "income"] = "inf"
+    rows.to_csv(trained / "inf.csv", index=False)
+    result = entrena.predict(run, trained / "inf.csv", output=trained / "inf-out.csv")
+    assert result.summary["invalid_numbers"] == {"income": {"count": 1, "rows": [3]}}
+    assert pd.read_csv(trained / "inf-out.csv")["prob_good"].notna().all()
+    with pytest.raises(DataError, match=r"inf\.csv: input rows 3: numeric column 'income' "
+                                        r"holds 'inf', not a finite number"):
+        entrena.predict(run, trained / "inf.csv", output=trained / "refused.csv",
+                        on_bad_rows="error")
+    assert not (trained / "x.csv").exists() and not (trained / "refused.csv").exists()
+
+
 def test_the_credit_example_prepares_and_plans(credit_data, tmp_path):
     from entrena.api.planning import plan
 

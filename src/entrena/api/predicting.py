@@ -133,6 +133,9 @@ def predict(run: str | Path, data: str | Path, *, output: str | Path | None = No
             *image, data, output, image_column=text_column or _run_image_column(Path(run)),
             on_bad_rows=on_bad_rows, threads=threads, batch_size=batch_size))
     table = _table_model(Path(run), backend)
+    if table is not None and text_column is not None:
+        raise ConfigError(f"--text-column {text_column}: {run} holds a tabular model, which "
+                          "reads the feature columns it was trained on; leave --text-column out")
     if table is not None:
         return _predict_table(table, data, output, on_bad_rows=on_bad_rows, threads=threads,
                               batch_size=batch_size, chunk_rows=chunk_rows, progress=progress,
