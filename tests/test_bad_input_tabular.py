@@ -228,3 +228,14 @@ def test_a_run_dir_that_is_a_file_is_bad_input_not_an_internal_error(tmp_path):
                                      "not a folder; give a folder path (it is created when "
                                      "missing)")
     assert resolve_run_dir(config, tmp_path / "new" / "run") == tmp_path / "new" / "run"
+
+
+def test_predict_input_naming_a_column_twice_is_refused(tmp_path):
+    from entrena.data.streaming import iter_table
+
+    path = tmp_path / "new.csv"
+    path.write_text("age,home,home\n30,own,rent\n")  # pandas made the copy 'home.1'
+    with pytest.raises(DataError) as caught:
+        list(iter_table(path))
+    assert str(caught.value) == (f"input: {path}: the header names column 'home' 2 times "
+                                 "(columns 2, 3); rename or remove the copies")

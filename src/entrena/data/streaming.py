@@ -135,6 +135,7 @@ def _iter_csv(path: Path, sep: str, chunk_rows: int, na_columns: Sequence[str],
         raise DataError(str(exc).replace(", or set data.encoding to the file's encoding", "")
                         .replace(", or set data.encoding", "")) from None
     sep = detect_delimiter(path, encoding, default=sep)
+    _refuse_repeated_columns(path, sep, encoding, role)
     with path.open("rb") as handle:
         try:
             reader = pd.read_csv(handle, sep=sep, dtype=str, na_filter=False,
@@ -151,6 +152,27 @@ def _iter_csv(path: Path, sep: str, chunk_rows: int, na_columns: Sequence[str],
                            for column in na_columns if column in frame.columns}
                 yield Chunk(frame, first, min(1.0, handle.tell() / size), missing)
                 first += len(frame)
+
+
+def _refuse_repeated_columns(path: Path, sep: str, encoding: str, role: str) -> None:
+    """A header naming a column twice (pandas would rename the copy ``name.1`` and the first
+    one would be used without a word).
+
+    Raises:
+        DataError: Names the column and its positions (1-based).
+    """
+    try:
+        head = pd.read_csv(path, sep=sep, encoding=encoding, header=None, nrows=1, dtype=str,
+                           keep_default_na=False)
+    except (ValueError, UnicodeDecodeError):
+        return  # the reader says what is wrong with the file
+    names = [str(c).strip() for c in head.iloc[0]] if len(head) else []
+    for name in dict.fromkeys(names):
+        positions = [i + 1 for i, n in enumerate(names) if n == name]
+        if len(positions) > 1:
+            raise DataError(f"{role}: {path}: the header names column {name!r} "
+                            f"{len(positions)} times (columns "
+                            f"{', '.join(map(str, positions))}); rename or remove the copies")
 
 
 def _with_missing(chunks: Iterator[Chunk], na_columns: Sequence[str]) -> Iterator[Chunk]:
