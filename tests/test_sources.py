@@ -267,3 +267,24 @@ def test_a_folder_is_not_a_data_file(tmp_path):
     assert data_error(tmp_path / "images") == (
         f"data.train: {tmp_path / 'images'} is a folder; name a file or a glob pattern of files "
         f"such as {tmp_path / 'images' / '*.csv'}")
+
+
+# --- bad input (tests/test_bad_input_tabular.py has the tables') --------------------------
+
+def test_a_header_naming_the_text_column_twice_is_refused(tmp_path):
+    path = tmp_path / "train.csv"
+    path.write_text("text,text,label\n" + "".join(f"a {i},b {i},{'good' if i % 2 else 'bad'}\n"
+                                                   for i in range(40)))
+    assert data_error(path) == (f"data.train: {path}: the header names column 'text' 2 times "
+                                "(columns 1, 2); rename or remove the copies")  # was: read 'a'
+
+
+def test_a_numeric_label_with_a_value_per_row_is_a_regression_target(tmp_path):
+    path = write_csv(tmp_path / "train.csv",
+                     [(text, f"{i * 1.5}") for i, (text, _) in enumerate(review_rows(40))])
+    message = data_error(path)
+    assert message.startswith(f"{path}: data.label_column 'label' has 40 distinct values in 40 "
+                              "training rows (0, 1.5, ")
+    assert message.endswith("numbers to predict (a regression target), not classes; set "
+                            "data.label_column to the column of class labels, or bin the "
+                            "numbers into classes")

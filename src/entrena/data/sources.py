@@ -180,6 +180,7 @@ def _csv_chunks(file: SourceFile, wanted: dict[str, str] | None, key: str, role:
     options = dict(sep=file.delimiter, encoding=file.scan.encoding, dtype=str,
                    keep_default_na=True, engine="c")
     try:
+        _refuse_repeated_columns(file, key)
         try:
             reader = pd.read_csv(file.path, chunksize=chunk_rows, **options)
         except pd.errors.EmptyDataError:
@@ -210,6 +211,27 @@ def _csv_chunks(file: SourceFile, wanted: dict[str, str] | None, key: str, role:
         raise DataError(f"{key}: {file.name}: cannot decode as {file.scan.encoding} "
                         f"({exc.reason}); set data.encoding: auto, or the file's encoding"
                         ) from None
+
+
+def _refuse_repeated_columns(file: SourceFile, key: str) -> None:
+    """Refuse a CSV header naming a column twice (pandas would silently rename the copy
+    ``name.1``: a text column read from the first copy, a table feature no other file has).
+
+    Raises:
+        DataError: Names the file, the column and its positions (1-based).
+    """
+    try:
+        head = pd.read_csv(file.path, sep=file.delimiter, encoding=file.scan.encoding,
+                           header=None, nrows=1, dtype=str, keep_default_na=False)
+    except (ValueError, UnicodeDecodeError):
+        return  # reading the file says what is wrong with it
+    names = [str(c).strip() for c in head.iloc[0]] if len(head) else []
+    for name in dict.fromkeys(names):
+        positions = [i + 1 for i, n in enumerate(names) if n == name]
+        if len(positions) > 1:
+            raise DataError(f"{key}: {file.name}: the header names column {name!r} "
+                            f"{len(positions)} times (columns "
+                            f"{', '.join(map(str, positions))}); rename or remove the copies")
 
 
 def _first_line(exc: BaseException) -> str:

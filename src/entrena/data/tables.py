@@ -39,6 +39,10 @@ __all__ = ["Split", "LabelledSplits", "TextColumn", "load_splits", "check_and_sp
            "stratified_split", "stratified_group_split", "empty_values"]
 
 ROLES = ck.ROLES
+MAX_LABEL_SHARE = 0.5
+MAX_LABELS_MIN = 20
+"""A training label column with more than 20 distinct values, more than half as many as rows,
+is refused: a regression target or an id, not classes."""
 
 
 class TextColumn(Sequence[str]):
@@ -284,6 +288,15 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
     if len(names) < 2:
         raise DataError(f"{train}: {label_column!r} has {len(names)} distinct value(s) "
                         f"({', '.join(names) or 'none'}); a classifier needs at least 2 classes")
+    rows_read = len(raw["train"].texts)
+    if len(names) > MAX_LABELS_MIN and len(names) > MAX_LABEL_SHARE * rows_read:
+        numbers = all(_is_number(n) for n in names)
+        raise DataError(f"{train}: data.label_column {label_column!r} has {len(names)} distinct "
+                        f"values in {rows_read} training rows ({', '.join(names[:5])}, …): "
+                        + ("numbers to predict (a regression target), not classes; "
+                           if numbers else "nearly every row a class of its own; ")
+                        + "set data.label_column to the column of class labels"
+                        + (", or bin the numbers into classes" if numbers else ""))
     index_of = {name: i for i, name in enumerate(names)}
     present = list(raw)
     exact = dict(zip(present, hy.text_keys(*(raw[r].texts for r in present)), strict=True))
@@ -357,6 +370,14 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
     report = ck.build_report(rows, names, specs, validation_split, ratio, checks_out)
     return LabelledSplits(splits["train"], splits["validation"], splits.get("test"), names,
                           report)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _texts(r: ck.RowSet) -> TextColumn:

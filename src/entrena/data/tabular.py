@@ -41,7 +41,6 @@ def read_frame(role: str, files: Sequence[SourceFile]) -> tuple[pd.DataFrame, li
     """
     frames, info = [], []
     for file in files:
-        _refuse_repeated_columns(file, role)
         parts = list(read_chunks(file, None, key=f"data.{role}", role=role))
         frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
         if frames and list(frame.columns) != list(frames[0].columns):
@@ -55,29 +54,6 @@ def read_frame(role: str, files: Sequence[SourceFile]) -> tuple[pd.DataFrame, li
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     frame.columns = [str(c).strip() for c in frame.columns]
     return frame, info
-
-
-def _refuse_repeated_columns(file: SourceFile, role: str) -> None:
-    """Refuse a CSV header naming a column twice (pandas would silently rename the second
-    ``name.1``, a feature no other file has).
-
-    Raises:
-        DataError: Names the file, the column and its positions (1-based).
-    """
-    if file.format != "csv":
-        return
-    try:
-        head = pd.read_csv(file.path, sep=file.delimiter, encoding=file.scan.encoding,
-                           header=None, nrows=1, dtype=str, keep_default_na=False)
-    except (ValueError, UnicodeDecodeError):
-        return  # the reader itself says what is wrong with the file
-    names = [str(c).strip() for c in head.iloc[0]] if len(head) else []
-    for name in dict.fromkeys(names):
-        positions = [i + 1 for i, n in enumerate(names) if n == name]
-        if len(positions) > 1:
-            raise DataError(f"data.{role}: {file.name}: the header names column {name!r} "
-                            f"{len(positions)} times (columns "
-                            f"{', '.join(map(str, positions))}); rename or remove the copies")
 
 
 def feature_columns(columns: Sequence[str], *, label_column: str, drop_columns: Sequence[str],
@@ -128,10 +104,6 @@ def column_kinds(frame: pd.DataFrame, columns: Sequence[str]) -> tuple[list[str]
     return numeric, categorical
 
 
-MAX_LABEL_SHARE = 0.5
-MAX_LABEL_SHARE_MIN = 20
-"""A training label column with more than 20 distinct values, more than half as many as rows,
-is refused: a regression target or an id, not classes."""
 MOSTLY_NUMERIC = 0.9
 """A categorical column whose present training values are numbers this often or more is
 flagged: a few stray strings (``n/a?``, ``12,5``) turned a numeric column into categories."""
@@ -279,15 +251,6 @@ def raw_table_split(role: str, spec: str, frame: pd.DataFrame, files: list[dict[
         if index[name] == len(names):
             names.append(name)
     mapping = np.array([index[name] for name, _ in canonical], dtype=np.int64)
-    kept = int(keep.sum())
-    if role == "train" and len(names) > MAX_LABEL_SHARE_MIN and len(names) > MAX_LABEL_SHARE * kept:
-        numbers = kinds == {True}
-        raise DataError(f"{spec}: data.label_column {label_column!r} has {len(names)} distinct "
-                        f"values in {kept} training rows ({', '.join(names[:5])}, …): "
-                        + ("numbers to predict (a regression target), not classes; "
-                           if numbers else "nearly every row a class of its own; ")
-                        + "set data.label_column to the column of class labels"
-                        + (", or bin the numbers into classes" if numbers else ""))
     groups = None
     if group_column is not None:
         gcodes, _ = pd.factorize(frame[group_column][keep].astype(str), use_na_sentinel=False)
