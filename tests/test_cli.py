@@ -116,12 +116,10 @@ def test_run_files_are_consistent(tiny_run):
     assert "restored the best weights" in log
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the run's config.yaml keeps data paths relative to "
-                   "the original config's folder, so it cannot be loaded from the run directory "
-                   "(api/training.py writes model_dump() unresolved)")
 def test_run_config_yaml_points_at_the_data(tiny_run):
     _, run_dir = tiny_run
     loaded = load_config(run_dir / "config.yaml")
+    assert Path(loaded.config.data.train).is_absolute()
     assert Path(loaded.resolve_path(loaded.config.data.train)).is_file()
 
 

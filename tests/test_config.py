@@ -253,3 +253,16 @@ def test_a_bad_set_value_blames_set_not_the_files_line(tmp_path: Path):
     assert _error(path, ["train.max_epochs=0"]).startswith("--set train.max_epochs: ")
     path.write_text(path.read_text().replace("batch_size: 8", "batch_size: 0"))
     assert _error(path, ["train.max_epochs=3"]).startswith(f"{path}:10: train.batch_size = 0")
+
+
+def test_portable_dump_makes_relative_paths_absolute_and_keeps_aliases(tmp_path):
+    (tmp_path / "local-model").mkdir()
+    config = tmp_path / "config.yaml"
+    config.write_text("name: t\ndata:\n  train: data/train.csv\n  test: https://example.com/t.csv\n"
+                      "  text_column: review\n  label_column: score\n"
+                      "model:\n  name: local-model\n  tokenizer: minilm-l6\n", encoding="utf-8")
+    dumped = load_config(config).portable_dump()
+    assert dumped["data"]["train"] == str((tmp_path / "data" / "train.csv").resolve())
+    assert dumped["data"]["test"] == "https://example.com/t.csv"
+    assert dumped["model"]["name"] == str((tmp_path / "local-model").resolve())
+    assert dumped["model"]["tokenizer"] == "minilm-l6"

@@ -227,7 +227,7 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
     if _status(paths) == "finished":
         metrics = json.loads(paths.metrics.read_text()) if paths.metrics.is_file() else {}
         return TrainResult(paths.root, metrics, already_finished=True)
-    resolved = loaded.config.model_dump(mode="json")
+    resolved = loaded.portable_dump()  # absolute data paths: loads from the run dir too
     new_hash = config_hash(resolved)
     resume = None
     if paths.root.exists() and any(p.name != paths.data_report.name  # prepare's report only

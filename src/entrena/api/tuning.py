@@ -204,12 +204,8 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
     summary = {"metric": metric, **result.as_dict(), "study_dir": str(study_dir)}
     best_path = None
     if result.best is not None:
-        best = cfg.model_dump(mode="json")
+        best = loaded.portable_dump()
         best.pop("tune", None)
-        for section in ("train", "validation", "test"):
-            path = best["data"].get(section)
-            if path:
-                best["data"][section] = loaded.resolve_path(path)
         best = apply_overrides(best, result.best["params"])
         best_path = study_dir / "best_config.yaml"
         best_path.write_text(

@@ -42,6 +42,29 @@ class LoadedConfig:
             return path
         return str((self.base_dir / path).resolve())
 
+    def portable_dump(self) -> dict[str, Any]:
+        """The config as plain values with every relative path made absolute, so the dump
+        loads the same data and model from any folder (a run's ``config.yaml``,
+        ``best_config.yaml``).
+
+        Resolved: ``data.train``, ``data.validation``, ``data.test``, ``data.cache_dir`` and
+        ``model.weights_file`` always; ``model.name`` and ``model.tokenizer`` when they name an
+        existing folder next to the config (an alias or hub id stays as written).
+        """
+        dumped = self.config.model_dump(mode="json")
+        data, model = dumped.get("data", {}), dumped.get("model", {})
+        for key in ("train", "validation", "test", "cache_dir"):
+            if isinstance(data.get(key), str):
+                data[key] = self.resolve_path(data[key])
+        if isinstance(model.get("weights_file"), str):
+            model["weights_file"] = self.resolve_path(model["weights_file"])
+        for key in ("name", "tokenizer"):
+            value = model.get(key)
+            if isinstance(value, str) and not Path(value).is_absolute() \
+                    and (self.base_dir / value).is_dir():
+                model[key] = self.resolve_path(value)
+        return dumped
+
 
 def _line_map(node: yaml.Node, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
     """Map each key path of a YAML mapping to its 1-based line number."""
