@@ -239,3 +239,14 @@ def test_predict_input_naming_a_column_twice_is_refused(tmp_path):
         list(iter_table(path))
     assert str(caught.value) == (f"input: {path}: the header names column 'home' 2 times "
                                  "(columns 2, 3); rename or remove the copies")
+
+
+def test_test_values_that_are_not_numbers_are_counted_with_their_rows(tmp_path):
+    test = with_value(make_table(20, 2), "age", {2: "forty", 5: "n.a."})
+    prepared = prepare(table_config(tmp_path, make_table(80, 1), test))
+    assert prepared.report["splits"]["test"]["invalid_numbers"] == {"age": 2}
+    check = report_check(prepared, "invalid_numbers")
+    assert check["status"] == "warning"  # they used to become the median without a word
+    assert check["message"] == ("2 validation/test value(s) of numeric columns are not numbers "
+                                "and take the training median: test 'age' rows 3, 6 ('forty', "
+                                "'n.a.'); fix them or leave those cells empty")

@@ -36,9 +36,11 @@ from entrena.data.hygiene import CheckPolicy, check_record
 from entrena.data.preprocessing import (
     feature_names,
     fit_preprocessing,
+    invalid_numbers,
     transform,
     unseen_categories,
 )
+from entrena.data.reading import format_rows
 from entrena.data.tables import LabelledSplits, check_and_split, open_sources
 from entrena.data.tabular import (
     all_missing,
@@ -153,6 +155,7 @@ def prepare_table(loaded: LoadedConfig) -> PreparedTable:
                   [c for c in data.drop_columns or []])
     _add_column_checks(report, suspicious_columns(chosen["train"], categorical,
                                                   splits.train.row_ids))
+    _add_invalid_numbers(report, params, chosen, splits)
     report["timings_s"] = {"read_and_check": round(checked_s, 3),
                            "preprocess": round(time.perf_counter() - started - checked_s, 3)}
     report["from_cache"] = False
@@ -161,6 +164,29 @@ def prepare_table(loaded: LoadedConfig) -> PreparedTable:
              "columns, %d features", report["prepare_time_s"], len(numeric), len(categorical),
              params["width"])
     return PreparedTable(splits, features, chosen, params, numeric, categorical, report)
+
+
+def _add_invalid_numbers(report: dict[str, Any], params: dict[str, Any],
+                         frames: dict[str, pd.DataFrame], splits: LabelledSplits) -> None:
+    """Validation/test values of numeric columns that are not numbers (``abc``): they take
+    the training median like a missing value; counted per split and column
+    (``splits.<role>.invalid_numbers``) and warned about with their rows."""
+    total, parts = 0, []
+    for role, frame in frames.items():
+        if role == "train":
+            continue
+        found = invalid_numbers(frame, params)
+        rows = getattr(splits, role).row_ids
+        report["splits"][role]["invalid_numbers"] = {c: len(p) for c, p in found.items()}
+        for column, positions in found.items():
+            total += len(positions)
+            shown = ", ".join(repr(str(v).strip()) for v in frame[column].iloc[positions[:3]])
+            parts.append(f"{role} {column!r} rows {format_rows(rows[positions].tolist())} "
+                         f"({shown})")
+    report["checks"].append(check_record(
+        "invalid_numbers", total, "warn",
+        f"{total} validation/test value(s) of numeric columns are not numbers and take the "
+        f"training median: {'; '.join(parts)}; fix them or leave those cells empty"))
 
 
 def _add_column_checks(report: dict[str, Any], found: dict[str, list[str]]) -> None:
