@@ -250,3 +250,18 @@ def test_test_values_that_are_not_numbers_are_counted_with_their_rows(tmp_path):
     assert check["message"] == ("2 validation/test value(s) of numeric columns are not numbers "
                                 "and take the training median: test 'age' rows 3, 6 ('forty', "
                                 "'n.a.'); fix them or leave those cells empty")
+
+
+def test_export_without_the_runs_test_file_asks_for_parity_data(tmp_path):
+    from entrena.exporting.bundle import RunModel
+    from entrena.exporting.table_export import table_rows
+
+    gone = tmp_path / "test.csv"
+    run = RunModel(None, {"labels": ["bad", "good"], "numeric": ["age"], "categorical": []},
+                   {"data": {"label_column": "status"}},
+                   data_report={"splits": {"test": {"file": str(gone)}}})
+    with pytest.raises(DataError) as caught:  # was "data.parity: file not found: …; check
+        table_rows(run, None)                  # the path in the config"
+    assert str(caught.value) == (f"{gone}: the run's test file, which the parity check reads, "
+                                 "is no longer there; pass --parity-data FILE (a file with the "
+                                 "run's feature columns)")

@@ -88,6 +88,10 @@ def table_rows(run: RunModel, parity_data: str | Path | None,
             raise DataError(f"{run.paths.data_report}: names no data file to check parity on; "
                             "pass --parity-data FILE (a file with the run's feature columns)")
         path, dataset = str(splits[role]["file"]), role
+        if "://" not in path and not Path(path).exists():
+            raise DataError(f"{path}: the run's {role} file, which the parity check reads, is "
+                            "no longer there; pass --parity-data FILE (a file with the run's "
+                            "feature columns)")
     frame = read_table(path, role="parity")
     frame.columns = [str(c).strip() for c in frame.columns]
     missing = [c for c in _columns(run.meta) if c not in frame.columns]
