@@ -288,3 +288,13 @@ def test_a_numeric_label_with_a_value_per_row_is_a_regression_target(tmp_path):
     assert message.endswith("numbers to predict (a regression target), not classes; set "
                             "data.label_column to the column of class labels, or bin the "
                             "numbers into classes")
+
+
+def test_an_empty_data_train_is_bad_input_not_a_key_error():
+    from entrena.data.tables import open_sources
+
+    for empty in ("", "  ", None):  # --set data.train= gave an internal KeyError: 'train'
+        with pytest.raises(DataError, match=r"^data\.train is empty; set it to the training "
+                                            r"data \(a CSV, TSV, JSONL or Parquet file, a glob "
+                                            r"pattern or a URL\)$"):
+            open_sources(train=empty, validation=None, test=None)

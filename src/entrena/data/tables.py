@@ -128,7 +128,14 @@ def open_sources(*, train: str, validation: str | None, test: str | None,
                  encoding: str = "auto", delimiter: str = "auto",
                  cache_dir: Path | None = None) -> dict[str, list[SourceFile]]:
     """Resolve, download, hash and sniff the files of each split (see
-    :func:`~entrena.data.sources.open_source`)."""
+    :func:`~entrena.data.sources.open_source`).
+
+    Raises:
+        DataError: ``train`` is empty, or a file cannot be opened.
+    """
+    if not train or not str(train).strip():
+        raise DataError("data.train is empty; set it to the training data (a CSV, TSV, JSONL "
+                        "or Parquet file, a glob pattern or a URL)")
     specs = {"train": train, "validation": validation, "test": test}
     return {role: open_source(spec, key=f"data.{role}", cache_dir=cache_dir,
                               encoding=encoding, delimiter=delimiter)
