@@ -99,7 +99,8 @@ def main() -> None:
     target = {"full": "make bench", "quick": "make bench-quick"}.get(mode)
     command = (f"{target}" if target and not only else
                f".venv/bin/python benchmarks/bench.py{flag}{only}")
-    ctx = {"date": today(), "machine": machine(), "command": command, "mode": mode}
+    ctx = {"date": today(), "machine": machine(), "command": command, "mode": mode,
+           "all_items": set(args.only) == set(ITEMS)}
     started = time.perf_counter()
     done: dict[str, Any] = {}
     say(f"mode {mode}; items {', '.join(args.only)}; sections go to {_report.BENCHMARKS_MD}")
@@ -123,6 +124,8 @@ def main() -> None:
         done["step"] = step_throughput.run(mode, sizes["step_pairs"], threads=args.threads,
                                            progress=say)
         write_section("bench-step", sections.step_section(ctx, done["step"]))
+        raw = Path(tempfile.gettempdir()) / f"bench-step-{mode}.json"
+        raw.write_text(json.dumps(done["step"], default=str))
     if "plan" in args.only:
         say("planner accuracy: plan_accuracy.py " + " ".join(sizes["plan"]))
         done["plan"] = run_plan(sizes["plan"])

@@ -84,7 +84,9 @@ def prepare_split(mode: str, folder: Path) -> dict[str, Any]:
                for role, split in splits.roles()}
     path = folder / "split.json"
     path.write_text(json.dumps({"labels": splits.labels, **payload}))
-    return {"path": str(path), "labels": splits.labels,
+    test_labels = payload.get("test", {}).get("labels") or [0]
+    majority = max(test_labels.count(k) for k in set(test_labels)) / len(test_labels)
+    return {"path": str(path), "labels": splits.labels, "majority_share": majority,
             "rows": {role: len(split) for role, split in splits.roles()},
             "entrena_max_length": int(min(prepared.max_length, 512)),
             "model_dir": str(MODEL_ALIASES["minilm-l6"].path()),
@@ -149,6 +151,8 @@ def run(mode: str, pairs: int, best: bool, threads: int | None = None,
             result = one_run(role, spec, folder, f"{role}-{pair}")
             result.update(role=role, pair=pair)
             runs.append(result)
+            partial = Path(tempfile.gettempdir()) / f"bench-tta-{mode}.partial.json"
+            partial.write_text(json.dumps(runs, default=str))  # kept if a later run fails
             if role == "hf" and spec["stop_after_epochs"] is None:
                 best_runs["hf"] = result
             progress(f"pair {pair + 1} {role}: points "

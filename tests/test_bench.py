@@ -104,3 +104,13 @@ def test_a_target_never_reached_is_reported_as_missed():
     text = _sections.tta_section({"date": "d", "machine": "m", "command": "c", "mode": "quick"},
                                  _result(runs), analysis)
     assert "did not reach the target in 1 of 1 runs (best test accuracy 0.850)" in text
+
+
+def test_a_target_at_the_majority_class_rate_is_flagged():
+    runs = [_run("hf", 0, [{"time_s": 50.0, "accuracy": 0.658, "epoch": 1.0}]),
+            _run("entrena", 0, _points((20.0, 0.78), (40.0, 0.82)))]
+    result = _result(runs)
+    result["split"]["majority_share"] = 0.658
+    text = _sections.tta_section({"date": "d", "machine": "m", "command": "c", "mode": "quick"},
+                                 result, tta.analyse(result))
+    assert "no better than always answering the most frequent class (0.658" in text
