@@ -230,7 +230,7 @@ def test_export_parity_and_predict_reuse_the_saved_preprocessing(trained):
     assert accuracy == pytest.approx(metrics["test"]["accuracy"])  # same preprocessing
 
 
-def test_predict_refuses_bad_input_to_a_table_model(trained):
+def test_predict_refuses_bad_input_to_a_table_model(trained, caplog):
     """(tests/test_bad_input_tabular.py covers the rest; these need a trained run.)"""
     import entrena
     from entrena.errors import ConfigError, DataError
@@ -243,8 +243,11 @@ def test_predict_refuses_bad_input_to_a_table_model(trained):
     rows = make_table(5, 4).astype({"income": object})
     rows.loc[2, "income"] = "inf"
     rows.to_csv(trained / "inf.csv", index=False)
-    result = entrena.predict(run, trained / "inf.csv", output=trained / "inf-out.csv")
+    with caplog.at_level(logging.WARNING, logger="entrena"):
+        result = entrena.predict(run, trained / "inf.csv", output=trained / "inf-out.csv")
     assert result.summary["invalid_numbers"] == {"income": {"count": 1, "rows": [3]}}
+    assert "the input's column(s) 'status' are replaced in the output by the columns predict " \
+        "adds under the same name(s); rename them in the input to keep them" in caplog.text
     assert pd.read_csv(trained / "inf-out.csv")["prob_good"].notna().all()
     with pytest.raises(DataError, match=r"inf\.csv: input rows 3: numeric column 'income' "
                                         r"holds 'inf', not a finite number"):

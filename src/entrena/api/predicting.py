@@ -151,6 +151,7 @@ def predict(run: str | Path, data: str | Path, *, output: str | Path | None = No
         present = ", ".join(repr(c) for c in columns) or "none"
         raise DataError(f"{data}: no column {column!r} ({origin}); the input's columns are: "
                         f"{present}; rename the column or pass --text-column COLUMN")
+    _warn_replaced(data, columns, prep.labels)
     TableWriter(output).abort()  # an unwritable or unsupported output fails before loading
 
     predictor = Predictor(source, threads)
@@ -217,6 +218,18 @@ def _run_image_column(path: Path) -> str | None:
     return (config.get("data") or {}).get("image_column")
 
 
+def _warn_replaced(data: Path, columns: list[str], labels: list[str]) -> None:
+    """Warn when input columns share a name with the columns predict adds (``status``, a
+    common label or feature name): the output holds predict's values under that name."""
+    from entrena.exporting.prediction import output_columns
+
+    clash = [c for c in output_columns(labels) if c in columns]
+    if clash:
+        log.warning("%s: the input's column(s) %s are replaced in the output by the columns "
+                    "predict adds under the same name(s); rename them in the input to keep them",
+                    data, ", ".join(map(repr, clash)))
+
+
 def _task_model(path: Path, backend: str | None,
                 task: str) -> tuple[Path, str, dict[str, Any]] | None:
     """``(folder, kind, manifest)`` when ``path`` holds a model of ``task`` (its
@@ -269,6 +282,7 @@ def _predict_table(table: tuple[Path, str, dict[str, Any]], data: Path, output: 
     predictor = TablePredictor(folder, kind, manifest, threads)
     columns = table_columns(data, role="input")
     predictor.check_columns(columns, data)
+    _warn_replaced(data, columns, predictor.labels)
     policy = on_bad_rows or "skip"
     TableWriter(output).abort()
     log.info("predicting %s with %s (%s) into %s", data, folder, predictor.runner.name, output)
