@@ -265,3 +265,16 @@ def test_export_without_the_runs_test_file_asks_for_parity_data(tmp_path):
     assert str(caught.value) == (f"{gone}: the run's test file, which the parity check reads, "
                                  "is no longer there; pass --parity-data FILE (a file with the "
                                  "run's feature columns)")
+
+
+def test_a_split_made_impossible_by_dropped_duplicates_says_so(tmp_path):
+    train, test = make_table(80, 1)[["home", "status"]], make_table(20, 2)[["home", "status"]]
+    config = table_config(tmp_path, train, test, drop_columns=[])
+    with pytest.raises(DataError) as caught:  # 3 categories x 2 labels: nearly every row repeats
+        prepare(config)
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path / 'train.csv'}: no class has 2 training rows (or "
+                              "groups) once the checks removed rows (")
+    assert " exact_duplicates" in message
+    assert message.endswith("keep those rows (data.checks.<check>: warn), add rows or give a "
+                            "validation file (data.validation)")

@@ -187,22 +187,30 @@ def stratified_group_split(labels: np.ndarray, groups: np.ndarray, fraction: flo
     return index[~held], index[held]
 
 
-def _check_splittable(labels: np.ndarray, fraction: float, names: list[str], path: str) -> None:
+def _check_splittable(labels: np.ndarray, fraction: float, names: list[str], path: str,
+                      removed: str = "") -> None:
+    """Raise unless every class with 2 or more groups can put one on each side.
+
+    Args:
+        removed: What the checks removed before, for the message (``114 exact_duplicates``).
+    """
+    before = f" once the checks removed rows ({removed})" if removed else ""
+    keep = "keep those rows (data.checks.<check>: warn), " if removed else ""
     counts = np.bincount(labels, minlength=len(names))
     classes = int(np.sum(counts >= 2))
     n = int(np.sum(counts[counts >= 2]))
     held = math.ceil(fraction * n)
     if not classes:
-        raise DataError(f"{path}: no class has 2 training rows (or groups), so none can be held "
-                        "out for validation; add rows or give a validation file "
+        raise DataError(f"{path}: no class has 2 training rows (or groups){before}, so none can "
+                        f"be held out for validation; {keep}add rows or give a validation file "
                         "(data.validation)")
     if held < classes or n - held < classes:
         needed = min(0.5, classes / max(n, 1))
         raise DataError(
             f"{path}: data.validation_fraction {fraction:g} of the {n} splittable training rows "
-            f"(or groups) holds out {held} for validation, but each of the {classes} classes "
-            f"needs one on each side; raise data.validation_fraction to at least "
-            f"{math.ceil(needed * 100) / 100:g}, add rows, or give a validation file "
+            f"(or groups){before} holds out {held} for validation, but each of the {classes} "
+            f"classes needs one on each side; raise data.validation_fraction to at least "
+            f"{math.ceil(needed * 100) / 100:g}, {keep}add rows, or give a validation file "
             "(data.validation)")
 
 
@@ -330,7 +338,8 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
     if "validation" not in rows:
         labels_now = t.labels[t.index]
         groups = (t.raw.groups[t.index] if group_column is not None else t.normal[t.index])
-        _check_splittable(_group_labels(labels_now, groups), validation_fraction, names, train)
+        _check_splittable(_group_labels(labels_now, groups), validation_fraction, names, train,
+                          ck.removed_text(t.removed) if any(t.removed.values()) else "")
         kept, held = stratified_group_split(labels_now, groups, validation_fraction, seed)
         v = ck.RowSet("validation", t.raw, t.labels, t.exact, t.normal)
         v.index = t.index[held]
