@@ -5,6 +5,8 @@
     .venv/bin/python benchmarks/bench.py --smoke     # plumbing check, a few minutes; writes
                                                      # /tmp/bench-smoke.md, not the docs
     .venv/bin/python benchmarks/bench.py --quick --only step startup
+    .venv/bin/python benchmarks/bench.py --threads 1   # on a shared machine: 1 torch thread
+                                                     # for every competitor
 
 Items, each writing its section of docs/benchmarks.md (date, machine, command, mode):
 1. ``tta``: time to the Trainer's 1-epoch test accuracy on the reviews (``tta.py``), and in
@@ -151,6 +153,10 @@ def main() -> None:
     elapsed = time.perf_counter() - started
     write_section("bench-summary", sections.summary_section(ctx, done, elapsed))
     say(f"done in {elapsed / 60:.1f} min; sections written to {_report.BENCHMARKS_MD}")
+    if done.get("startup", {}).get("torch_imported"):
+        sys.exit("FAILED: `import entrena` imports torch (section 5)")
+    if "startup" in done:
+        say("checked: torch is not in sys.modules after `import entrena`")
 
 
 if __name__ == "__main__":
