@@ -278,3 +278,12 @@ def test_a_split_made_impossible_by_dropped_duplicates_says_so(tmp_path):
     assert " exact_duplicates" in message
     assert message.endswith("keep those rows (data.checks.<check>: warn), add rows or give a "
                             "validation file (data.validation)")
+
+
+def test_predict_on_absurdly_large_numbers_gives_finite_probabilities(predictor):
+    rows = with_value(make_table(4, 3), "income", {0: "1e300", 1: "-1e300"})
+    rows = with_value(rows, "age", {2: "1e39"})  # beyond float32 once standardised
+    out, skipped = predictor.annotate(rows, first_row=1, on_bad_rows="skip")
+    probs = out[[c for c in out.columns if c.startswith("prob_")]].to_numpy(dtype=float)
+    assert np.isfinite(probs).all()  # 1e300 gave NaN probabilities with status ok
+    assert out["predicted_label"].notna().all() and not predictor.invalid

@@ -31,6 +31,11 @@ MISSING = "(missing)"
 missing values in that column)."""
 FORMAT = 1
 """Version of the saved parameters (``preprocessing.json``)."""
+MAX_STANDARD_SCORE = 1e4
+"""Standardised numbers are clipped to +-this: a value like 1e300 would overflow float32 and
+give NaN probabilities. No training row is clipped below 10^8 rows (a z-score of N samples is
+at most sqrt(N - 1)); beyond 10,000 standard deviations a ReLU network's output is
+extrapolating along straight lines anyway."""
 MAX_CATEGORIES = 64
 """One-hot features per categorical column at most; rarer categories share one feature."""
 
@@ -150,8 +155,9 @@ def transform(frame: pd.DataFrame, params: dict[str, Any]) -> np.ndarray:
         params: From :func:`fit_preprocessing` (or its saved JSON).
 
     Returns:
-        Features, (N, F) float32: ``(x - mean) / scale`` with missing numbers (and infinite
-        ones: training refuses those) replaced by the training median, then one-hot
+        Features, (N, F) float32: ``(x - mean) / scale`` (clipped to
+        +-:data:`MAX_STANDARD_SCORE`) with missing numbers (and infinite ones: training
+        refuses those) replaced by the training median, then one-hot
         categories (a category training never saw: all zeros in that column's block).
     """
     n = len(frame)
@@ -159,7 +165,8 @@ def transform(frame: pd.DataFrame, params: dict[str, Any]) -> np.ndarray:
     for column in params["numeric"]:
         values = as_numbers(frame[column["name"]])
         values = np.where(np.isfinite(values), values, column["median"])  # inf: as missing
-        blocks.append(((values - column["mean"]) / column["scale"])[:, None])
+        scaled = (values - column["mean"]) / column["scale"]
+        blocks.append(np.clip(scaled, -MAX_STANDARD_SCORE, MAX_STANDARD_SCORE)[:, None])
     for column in params["categorical"]:
         values = category_values(frame[column["name"]])
         kept, rare = column["categories"], column["infrequent"]
