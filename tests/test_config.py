@@ -266,3 +266,16 @@ def test_portable_dump_makes_relative_paths_absolute_and_keeps_aliases(tmp_path)
     assert dumped["data"]["test"] == "https://example.com/t.csv"
     assert dumped["model"]["name"] == str((tmp_path / "local-model").resolve())
     assert dumped["model"]["tokenizer"] == "minilm-l6"
+
+
+def test_config_file_mistakes_are_named_not_internal_errors(tmp_path: Path):
+    path = tmp_path / "config.yaml"
+    path.write_bytes("name: café\n".encode("latin-1"))  # was UnicodeDecodeError: exit 1
+    assert _error(path) == f"{path}:1: byte 9 (0xe9) is not UTF-8; save the config as UTF-8"
+    assert _error(tmp_path) == f"{tmp_path}: is a folder; give the config file (a .yaml file)"
+    path.write_text("name: x\ndata:\n  train: a.csv\ntrain:\n  max_epochs: 2\ndata:\n"
+                    "  test: b.csv\n")  # the second data: silently replaced the first
+    assert _error(path) == (f"{path}:6: key 'data' is written twice (also line 2); YAML would "
+                            "keep only this one: merge them")
+    path.write_text("name: x\ntrain:\n  max_epochs: 2\n  max_epochs: 3\n")
+    assert _error(path).startswith(f"{path}:4: key 'train.max_epochs' is written twice")

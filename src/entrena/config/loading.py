@@ -77,12 +77,42 @@ def _line_map(node: yaml.Node, prefix: tuple[str, ...] = ()) -> dict[tuple[str, 
     return lines
 
 
+def _refuse_repeated_keys(node: yaml.Node | None, path: Path,
+                          prefix: tuple[str, ...] = ()) -> None:
+    """A key written twice in one mapping (YAML keeps the last: a second ``data:`` section
+    silently replaces the first).
+
+    Raises:
+        ConfigError: Names the key and both lines.
+    """
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen: dict[str, int] = {}
+    for key_node, value_node in node.value:
+        name, line = str(key_node.value), key_node.start_mark.line + 1
+        if name in seen:
+            key = ".".join((*prefix, name))
+            raise ConfigError(f"{path}:{line}: key '{key}' is written twice (also line "
+                              f"{seen[name]}); YAML would keep only this one: merge them")
+        seen[name] = line
+        _refuse_repeated_keys(value_node, path, (*prefix, name))
+
+
 def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder; give the config file (a .yaml file)")
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found; check the path (cwd is {Path.cwd()})")
-    text = path.read_text(encoding="utf-8-sig")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: byte {exc.start} (0x{raw[exc.start]:02x}) is not "
+                          "UTF-8; save the config as UTF-8") from None
     try:
         node = yaml.compose(text)
+        _refuse_repeated_keys(node, path)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
