@@ -287,3 +287,9 @@ def test_predict_on_absurdly_large_numbers_gives_finite_probabilities(predictor)
     probs = out[[c for c in out.columns if c.startswith("prob_")]].to_numpy(dtype=float)
     assert np.isfinite(probs).all()  # 1e300 gave NaN probabilities with status ok
     assert out["predicted_label"].notna().all() and not predictor.invalid
+
+
+def test_the_label_column_as_group_column_is_refused(tmp_path):
+    config = table_config(tmp_path, make_table(80, 1), make_table(20, 2), group_column="status")
+    with pytest.raises(DataError, match=r"^data\.group_column = 'status' is the label column; "):
+        prepare(config)  # was: "no class has 2 training rows (or groups)"

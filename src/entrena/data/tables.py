@@ -292,6 +292,10 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
         DataError: As :func:`load_splits`, after reading.
     """
     train = specs["train"] or ""
+    if group_column is not None and group_column == label_column:
+        raise DataError(f"data.group_column = {group_column!r} is the label column; a group "
+                        "keeps related rows (one user's, one product's) on one side of the "
+                        "validation split: name such a column, or leave data.group_column out")
     for role, split in raw.items():
         if len(split.texts) == 0:
             raise DataError(
