@@ -293,3 +293,14 @@ def test_the_label_column_as_group_column_is_refused(tmp_path):
     config = table_config(tmp_path, make_table(80, 1), make_table(20, 2), group_column="status")
     with pytest.raises(DataError, match=r"^data\.group_column = 'status' is the label column; "):
         prepare(config)  # was: "no class has 2 training rows (or groups)"
+
+
+def test_labels_differing_only_in_case_are_flagged(tmp_path):
+    train = make_table(80, 1)
+    train.loc[::7, "status"] = train.loc[::7, "status"].str.upper()
+    prepared = prepare(table_config(tmp_path, train, make_table(20, 2),
+                                    validation=str(tmp_path / "test.csv")))
+    check = report_check(prepared, "label_spelling")
+    assert check["status"] == "warning" and check["found"] == len(prepared.splits.labels) - 2
+    assert "differ only in case or spacing, so they are separate classes: " in check["message"]
+    assert "'BAD' / 'bad'" in check["message"] or "'GOOD' / 'good'" in check["message"]

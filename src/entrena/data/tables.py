@@ -360,6 +360,14 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
         checks_out[-1] = ck.leakage(rows, policy, against=("validation",), record=checks_out[-1])
     checks_out += ck.class_checks(rows, names, policy,
                                 validation_fraction if validation_split else None)
+    folded: dict[str, list[str]] = {}
+    for name in names:
+        folded.setdefault(" ".join(name.casefold().split()), []).append(name)
+    twins = [" / ".join(map(repr, group)) for group in folded.values() if len(group) > 1]
+    checks_out.append(hy.check_record(
+        "label_spelling", len(twins), "warn",
+        f"{len(twins)} label(s) differ only in case or spacing, so they are separate classes: "
+        f"{'; '.join(twins[:5])}; write each class one way if they are one class"))
 
     limits = {"train": max_train_samples, "validation": max_eval_samples,
               "test": max_eval_samples}
