@@ -304,3 +304,15 @@ def test_labels_differing_only_in_case_are_flagged(tmp_path):
     assert check["status"] == "warning" and check["found"] == len(prepared.splits.labels) - 2
     assert "differ only in case or spacing, so they are separate classes: " in check["message"]
     assert "'BAD' / 'bad'" in check["message"] or "'GOOD' / 'good'" in check["message"]
+
+
+def test_a_predict_jsonl_line_that_is_not_utf8_is_named(tmp_path):
+    from entrena.data.streaming import iter_table
+
+    path = tmp_path / "new.jsonl"
+    path.write_bytes(b'{"age": 30, "home": "own"}\n' + '{"age": 41, "home": "propriété"}\n'
+                     .encode("latin-1"))
+    with pytest.raises(DataError) as caught:  # was "not UTF-8 text at byte 26", no line
+        list(iter_table(path))
+    assert str(caught.value) == (f"input: {path}: line 2 is not UTF-8 (byte 0xe9 at column 28); "
+                                 "JSON lines are UTF-8: re-save the file as UTF-8")

@@ -190,7 +190,12 @@ def _iter_jsonl(path: Path, chunk_rows: int, role: str) -> Iterator[Chunk]:
         line_number = 0
         for line in handle:
             line_number += 1
-            text = line.decode("utf-8-sig" if line_number == 1 else "utf-8").strip()
+            try:
+                text = line.decode("utf-8-sig" if line_number == 1 else "utf-8").strip()
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{role}: {path}: line {line_number} is not UTF-8 (byte "
+                                f"0x{line[exc.start]:02x} at column {exc.start + 1}); JSON lines "
+                                "are UTF-8: re-save the file as UTF-8") from None
             if not text:
                 continue
             try:
