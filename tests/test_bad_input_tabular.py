@@ -316,3 +316,17 @@ def test_a_predict_jsonl_line_that_is_not_utf8_is_named(tmp_path):
         list(iter_table(path))
     assert str(caught.value) == (f"input: {path}: line 2 is not UTF-8 (byte 0xe9 at column 28); "
                                  "JSON lines are UTF-8: re-save the file as UTF-8")
+
+
+def test_parquet_output_of_a_column_mixing_types_is_bad_input(tmp_path):
+    from entrena.data.streaming import TableWriter
+
+    out = tmp_path / "out.parquet"
+    with pytest.raises(DataError) as caught:  # was ArrowInvalid: an internal error
+        with TableWriter(out) as writer:
+            writer.write(pd.DataFrame({"age": [30, "x"], "home": ["own", "rent"]}))
+    assert str(caught.value) == (f"output: {out}: a column mixes value types that Parquet "
+                                 "cannot hold in one column (Conversion failed for column age "
+                                 "with type object); write CSV or JSONL instead, which keep "
+                                 "each value as it is")
+    assert list(tmp_path.iterdir()) == []  # no output, no temporary file

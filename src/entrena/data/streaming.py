@@ -278,7 +278,13 @@ class TableWriter:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pa.Table.from_pandas(frame, preserve_index=False)
+        try:
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            detail = exc.args[-1] if exc.args else exc  # "Conversion failed for column age …"
+            raise DataError(f"{self.role}: {self.path}: a column mixes value types that Parquet "
+                            f"cannot hold in one column ({detail}); write CSV or JSONL "
+                            "instead, which keep each value as it is") from None
         if self._parquet is None:
             self._schema = table.schema
             self._parquet = pq.ParquetWriter(self._tmp, self._schema)
