@@ -279,3 +279,12 @@ def test_config_file_mistakes_are_named_not_internal_errors(tmp_path: Path):
                             "keep only this one: merge them")
     path.write_text("name: x\ntrain:\n  max_epochs: 2\n  max_epochs: 3\n")
     assert _error(path).startswith(f"{path}:4: key 'train.max_epochs' is written twice")
+
+
+def test_a_scalar_where_a_list_belongs_shows_the_list_to_write(tmp_path: Path):
+    path = tmp_path / "config.yaml"
+    path.write_text("name: t\ntask: tabular-classification\ndata:\n  train: a.csv\n"
+                    "  label_column: y\n  drop_columns: id\n")
+    assert _error(path) == (f"{path}:6: data.drop_columns = 'id' is invalid: Input should be a "
+                            "valid list; write a list, e.g. [id]")
+    assert _error(path, ["model.hidden_sizes=64"]).endswith("write a list, e.g. [64]")

@@ -266,6 +266,8 @@ def _format_error(err: dict[str, Any], source: str, lines: dict[tuple[str, ...],
         return "\n".join(out)
     given = err.get("input")
     msg = msg or err["msg"].removeprefix("Value error, ")
+    if kind == "list_type" and isinstance(given, str | int | float):
+        msg += f"; write a list, e.g. [{given}]"
     return f"{where}: {key} = {given!r} is invalid: {msg}"
 
 
