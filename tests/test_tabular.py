@@ -211,6 +211,7 @@ def test_export_parity_and_predict_reuse_the_saved_preprocessing(trained):
     manifest = json.loads((bundle / "export.json").read_text())
     assert manifest["parity"]["passed"] and manifest["parity"]["max_abs_diff"] <= 1e-4
     assert manifest["parity"]["examples"] == 60
+    assert {"entrena", "torch", "onnxruntime"} <= set(manifest["versions"])  # as a text export
     outputs = {}
     for name, source in (("torch", run), ("onnx", bundle)):
         out = trained / f"{name}.csv"
@@ -265,3 +266,16 @@ def test_the_credit_example_prepares_and_plans(credit_data, tmp_path):
     assert document["data"]["train_rows"] > 3000
     assert document["options"][0]["fits"]
 
+
+
+def test_predict_refuses_an_unknown_backend_and_a_folder_input(trained):
+    import entrena
+    from entrena.errors import ConfigError, DataError
+
+    run = trained / "runs" / "table"
+    with pytest.raises(ConfigError, match=r"^--backend 'bogus' is not a backend; use one of: "
+                                          r"torch, onnx$"):  # a table run ignored it
+        entrena.predict(run, trained / "test.csv", output=trained / "b.csv", backend="bogus")
+    with pytest.raises(DataError, match=r"^input: .* is a folder; give a data file \(\.csv, "):
+        entrena.predict(run, trained, output=trained / "b.csv")  # was: "file not found"
+    assert not (trained / "b.csv").exists()

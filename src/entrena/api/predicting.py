@@ -117,6 +117,11 @@ def predict(run: str | Path, data: str | Path, *, output: str | Path | None = No
                           f"{chunk_rows}")
     if on_bad_rows is not None and on_bad_rows not in ("skip", "error"):
         raise ConfigError(f"--on-bad-rows {on_bad_rows!r}: use skip or error")
+    from entrena.exporting.prediction import BACKENDS
+
+    if backend is not None and backend not in BACKENDS:  # before the image/table models too
+        raise ConfigError(f"--backend {backend!r} is not a backend; use one of: "
+                          f"{', '.join(BACKENDS)}")
     data = Path(data)
     output = Path(output) if output is not None else _default_output(data)
     if output.is_dir():

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from entrena.core.files import plain_mode
 from entrena.data.sources import SUPPORTED_SUFFIXES
 from entrena.errors import DataError
 
@@ -66,6 +67,9 @@ def _suffix(path: Path, role: str) -> str:
 
 
 def _check_readable(path: Path, role: str) -> str:
+    if path.is_dir():
+        raise DataError(f"{role}: {path} is a folder; give a data file "
+                        f"({', '.join(SUPPORTED_SUFFIXES)})")
     if not path.is_file():
         raise DataError(f"{role}: file not found: {path}")
     return _suffix(path, role)
@@ -252,6 +256,7 @@ class TableWriter:
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.",
                                    suffix=".tmp")
         os.close(fd)
+        plain_mode(tmp)
         self._tmp = Path(tmp)
         self._rows = 0
         self._started = False
