@@ -330,3 +330,21 @@ def test_parquet_output_of_a_column_mixing_types_is_bad_input(tmp_path):
                                  "with type object); write CSV or JSONL instead, which keep "
                                  "each value as it is")
     assert list(tmp_path.iterdir()) == []  # no output, no temporary file
+
+
+def test_predict_with_torch_on_a_table_bundle_names_the_run(tmp_path):
+    import json
+
+    import entrena
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "export.json").write_text(json.dumps({"format": "onnx", "run": "/runs/credit"}))
+    (bundle / "entrena_model.json").write_text(json.dumps({"task": "tabular-classification"}))
+    make_table(3, 1).to_csv(tmp_path / "new.csv", index=False)
+    with pytest.raises(DataError) as caught:  # it used ONNX Runtime without a word
+        entrena.predict(bundle, tmp_path / "new.csv", output=tmp_path / "out.csv",
+                        backend="torch")
+    assert str(caught.value) == (f"{bundle}: this bundle holds an onnx model, which runs with "
+                                 "--backend onnx; for --backend torch give the run directory "
+                                 "(/runs/credit)")

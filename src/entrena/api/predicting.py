@@ -262,7 +262,14 @@ def _task_model(path: Path, backend: str | None,
         return meta.get("task") == task
 
     if is_bundle(path):
-        return (path, "bundle", read_manifest(path)) if holds(path) else None
+        if not holds(path):
+            return None
+        manifest = read_manifest(path)
+        if backend == "torch":  # these bundles hold ONNX only
+            raise DataError(f"{path}: this bundle holds an onnx model, which runs with --backend "
+                            f"onnx; for --backend torch give the run directory "
+                            f"({manifest.get('run', 'runs/<name>')})")
+        return path, "bundle", manifest
     if not holds(path / "model"):
         return None
     run = locate_run(path, verb="predict with")
