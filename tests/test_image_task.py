@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +203,10 @@ def test_export_parity_and_predict(trained: dict[str, Any], tmp_path: Path) -> N
     assert parity["examples"] == 18 and parity["dataset"].startswith("test")
     meta = json.loads((tmp_path / "bundle" / "entrena_model.json").read_text())
     assert meta["transforms"]["size"] == 12 and (tmp_path / "bundle" / "model.onnx").is_file()
+    assert {"entrena", "torch", "onnxruntime"} <= set(result.report["versions"])
+    umask = os.umask(0o022)
+    os.umask(umask)  # the bundle folder is not mkdtemp's owner-only 0700
+    assert (tmp_path / "bundle").stat().st_mode & 0o777 == 0o777 & ~umask
 
     folder = tmp_path / "new"
     rng = np.random.default_rng(5)
@@ -234,6 +239,16 @@ def test_export_parity_and_predict(trained: dict[str, Any], tmp_path: Path) -> N
     rows = list(csv.DictReader((tmp_path / "out.csv").read_text().splitlines()))
     assert [(r["id"], r["predicted_label"]) for r in rows] == [("7", "right"), ("8", "")]
     assert rows[1]["status"] == "skipped: missing file"
+    # the CLI's closing line names no skip reason when there is none (it said 'empty text')
+    good = tmp_path / "good"
+    good.mkdir()
+    for name in ("0.png", "1.png"):
+        (good / name).write_bytes((folder / name).read_bytes())
+    cli = run_cli("predict", tmp_path / "bundle", "-i", good, "-o", tmp_path / "good.csv",
+                  cwd=tmp_path)
+    assert cli.returncode == 0, cli.stderr
+    assert "2 rows predicted, 0 skipped with onnxruntime" in cli.stderr
+    assert "empty text" not in cli.stderr
 
 
 def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:

@@ -301,9 +301,10 @@ def predict(source: Annotated[Path, typer.Argument(
         typer.echo(json.dumps(result.summary, indent=2))
     else:
         summary = result.summary
+        reasons = ", ".join(summary["skipped"])  # an image model's summary names none
         _stderr_console().print(
             f"{summary['rows']['predicted']} rows predicted, {summary['rows']['skipped']} "
-            f"skipped ({', '.join(summary['skipped']) or 'empty text'}) with "
+            f"skipped{f' ({reasons})' if reasons else ''} with "
             f"{summary['backend']}: {result.output}")
 
 

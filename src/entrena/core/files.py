@@ -12,10 +12,31 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-__all__ = ["write_atomic", "write_json_atomic", "fsync_dir", "TEMP_SUFFIX"]
+__all__ = ["write_atomic", "write_json_atomic", "fsync_dir", "plain_mode", "TEMP_SUFFIX"]
 
 TEMP_SUFFIX = ".tmp"
 """Temporary files are ``.<name>.<random>.tmp`` beside their target."""
+
+
+def _process_umask() -> int:
+    mask = os.umask(0o022)  # the only way to read it (Python 3.11); put back at once
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _process_umask()
+"""The umask at import (read once, single-threaded, rather than racing other threads later)."""
+
+
+def plain_mode(path: str | Path, *, folder: bool = False) -> None:
+    """Give a file or folder made by :mod:`tempfile` the mode ``open()`` or ``mkdir()`` gives.
+
+    ``mkstemp`` creates files 0600 and ``mkdtemp`` folders 0700 whatever the umask, so a
+    renamed temporary would leave a run's files, an export bundle or a predict output readable
+    by their owner only (a server running as another user could not load the model). This sets
+    0666 (0777 for a folder) less the umask.
+    """
+    os.chmod(path, (0o777 if folder else 0o666) & ~_UMASK)
 
 
 def fsync_dir(directory: Path) -> None:
@@ -51,6 +72,7 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], Any], *, durable: bool 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
+        plain_mode(tmp)
         with os.fdopen(fd, "wb") as handle:
             result = write(handle)
             handle.flush()

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from entrena.core.files import plain_mode
 from entrena.data.sources import read_table, require_columns
 from entrena.data.tables import empty_values
 from entrena.errors import ConfigError, DataError
@@ -198,6 +199,7 @@ def write_bundle(run: RunModel, fmt: ExportFormat, *, quantize: str | None, opse
     destination.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.tmp-"))
+    plain_mode(work, folder=True)
     try:
         tokenizer.save_pretrained(work)
         meta_out = {**meta, **prep.to_json(), "pad_token_id": encoder.pad_id}

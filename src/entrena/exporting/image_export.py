@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from entrena.core.files import plain_mode
 from entrena.data.image_batches import ImageTransforms, decode_resized
 from entrena.data.images import list_images
 from entrena.errors import ConfigError, DataError
@@ -29,6 +30,7 @@ from entrena.exporting import onnx_format
 from entrena.exporting.bundle import CARD_FILE, MANIFEST_FILE, META_FILE, RunModel
 from entrena.exporting.card import _data_lines, _metric_rows, _num, _pct
 from entrena.exporting.checks import Thresholds, parity_report, percentiles_ms, time_calls
+from entrena.exporting.exporter import _versions
 from entrena.exporting.inference import Runner, TorchRunner
 
 __all__ = ["ImageExamples", "image_examples", "write_image_bundle", "image_card",
@@ -161,6 +163,7 @@ def write_image_bundle(run: RunModel, fmt: Any, *, quantize: str | None, opset: 
     destination.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.tmp-"))
+    plain_mode(work, folder=True)
     try:
         target = work / "model.onnx"
         opset = opset if opset is not None else onnx_format.DEFAULT_OPSET
@@ -198,6 +201,7 @@ def write_image_bundle(run: RunModel, fmt: Any, *, quantize: str | None, opset: 
             "export_time_s": time.perf_counter() - started,
             "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "run": str(run.paths.root.resolve()), "task": "image-classification",
+            "versions": _versions(),
             "preprocessing": {"labels": meta["labels"], "transforms": t},
             "inputs": {"pixel_values": f"float32 (batch, {t['channels']}, {t['size']}, "
                                        f"{t['size']}): decoded, converted to "

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from entrena.core.files import plain_mode
 from entrena.data.preprocessing import invalid_numbers, transform, unseen_categories
 from entrena.data.reading import format_rows
 from entrena.data.sources import read_table
@@ -30,7 +31,7 @@ from entrena.exporting import onnx_format
 from entrena.exporting.bundle import CARD_FILE, MANIFEST_FILE, META_FILE, RunModel
 from entrena.exporting.card import _data_lines, _metric_rows, _num, _pct
 from entrena.exporting.checks import Thresholds, parity_report, percentiles_ms, time_calls
-from entrena.exporting.exporter import MAX_PARITY_EXAMPLES, _label_index
+from entrena.exporting.exporter import MAX_PARITY_EXAMPLES, _label_index, _versions
 from entrena.exporting.inference import Runner, TorchRunner, softmax
 
 __all__ = ["TableRows", "table_rows", "write_table_bundle", "TablePredictor", "is_table_model",
@@ -159,6 +160,7 @@ def write_table_bundle(run: RunModel, fmt: Any, *, quantize: str | None, opset: 
     destination.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.tmp-"))
+    plain_mode(work, folder=True)
     try:
         target = work / "model.onnx"
         opset = opset if opset is not None else onnx_format.DEFAULT_OPSET
@@ -194,6 +196,7 @@ def write_table_bundle(run: RunModel, fmt: Any, *, quantize: str | None, opset: 
             "export_time_s": time.perf_counter() - started,
             "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "run": str(run.paths.root.resolve()), "task": "tabular-classification",
+            "versions": _versions(),
             "preprocessing": {"labels": meta["labels"], "file": PREPROCESSING_FILE,
                               "numeric": meta.get("numeric", []),
                               "categorical": meta.get("categorical", [])},
