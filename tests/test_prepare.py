@@ -93,6 +93,9 @@ def test_duplicates_conflicts_and_leakage_are_counted_and_dropped_by_default(tmp
     assert t["rows_removed"]["normalised_duplicates"] == 0  # warn by default
     assert t["examples"]["exact_duplicates"][0] == 11
     assert check(report, "exact_duplicates")["status"] == "dropped"
+    # the check names the copy it counts, not row 15 (the conflicting label's text repeat)
+    assert check(report, "exact_duplicates")["message"].endswith("text and label (rows 11)")
+    assert check(report, "normalised_duplicates")["message"].endswith("ignored (rows 13)")
     assert check(report, "normalised_duplicates")["status"] == "warning"
     assert check(report, "conflicting_labels")["status"] == "warning"
     assert check(report, "leakage")["status"] == "dropped"

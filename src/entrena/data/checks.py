@@ -95,6 +95,11 @@ def train_copies(t: RowSet, k: int, policy: hy.CheckPolicy) -> list[dict[str, An
     conflict = hy.conflicting(normal, labels, k)
     exact_pair = hy.repeats(hy.pair_keys(exact, labels, k))
     near = hy.repeats(hy.pair_keys(normal, labels, k)) & ~hy.repeats(exact)
+    # the rows these two checks name are theirs (text and label), not describe_copies'
+    # (text alone): a row whose text repeats under another label is a conflict, not a copy
+    rows = t.rows()
+    exact_rows = hy.first_rows(rows, exact_pair, EXAMPLE_ROWS)
+    near_rows = hy.first_rows(rows, near, EXAMPLE_ROWS)
     c = t.counts
     records = [
         hy.check_record("conflicting_labels", int(conflict.sum()), policy.conflicting_labels,
@@ -106,13 +111,13 @@ def train_copies(t: RowSet, k: int, policy: hy.CheckPolicy) -> list[dict[str, An
                         f"{_n(int(exact_pair.sum()), 'training row')} "
                         f"{_verb(int(exact_pair.sum()), 'repeat')} an earlier "
                         "row's text and label (rows "
-                        f"{format_rows(t.examples['exact_duplicates'])})"),
+                        f"{format_rows(exact_rows)})"),
         hy.check_record("normalised_duplicates", int(near.sum()),
                         policy.normalised_duplicates,
                         f"{_n(int(near.sum()), 'more training row')} "
                         f"{_verb(int(near.sum()), 'repeat')} an earlier "
                         "row once case, punctuation and spacing are ignored (rows "
-                        f"{format_rows(t.examples['normalised_duplicates'])})"),
+                        f"{format_rows(near_rows)})"),
     ]
     current = np.ones(len(t.index), dtype=bool)
     for record, mask in zip(records, (conflict, exact_pair, near), strict=True):
