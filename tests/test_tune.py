@@ -172,3 +172,13 @@ def test_a_money_budget_needs_a_price_for_this_machine(tiny_config):
     with pytest.raises(ConfigError) as info:
         entrena.tune(tiny_config, budget="5usd")
     assert "the planner has no price for this machine" in str(info.value)
+
+
+def test_tune_help_gives_the_study_directory_it_uses():
+    from typer.testing import CliRunner
+
+    from entrena.cli import app
+
+    result = CliRunner().invoke(app, ["tune", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "(default: runs/<name>-tune)" in result.output  # it said runs/<name>

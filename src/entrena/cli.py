@@ -387,7 +387,9 @@ def plan(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
 
 
 @app.command()
-def tune(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
+def tune(config: ConfigArg, run_dir: Annotated[Path | None, typer.Option(
+             "--run-dir", help="Study directory (default: runs/<name>-tune).")] = None,
+         set_: SetOpt = None,
          trials: Annotated[int | None, typer.Option(
              "--trials", min=1, help="Trials this invocation runs at most (default 20 unless "
              "--budget is a duration).", show_default=False)] = None,
