@@ -190,7 +190,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     if tracker is not None:
         tracker.start(cfg.model_dump(mode="json"),
                       tags={"entrena.run_dir": str(paths.root), **(tracking_tags or {})})
-    resolved = cfg.model_dump(mode="json")
+    resolved = loaded.portable_dump()  # as training.py hashes and compares it
 
     def save_checkpoint(current: TrainState, reason: str) -> dict[str, Any]:
         if not leader:

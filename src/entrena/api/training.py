@@ -179,7 +179,7 @@ def _train_worker(loaded: Any, sources: dict[str, str], paths: RunPaths,
     from entrena.api.fitting import run_fit
 
     metrics = run_fit(loaded, paths, sources, prepared, resume=resume,
-                      config_hash=config_hash(loaded.config.model_dump(mode="json")),
+                      config_hash=config_hash(loaded.portable_dump()),
                       callbacks=callbacks)
     return TrainResult(paths.root, metrics, resumed_from_step=resume.step if resume else None,
                        worker=True)
