@@ -47,7 +47,7 @@ MODES: dict[str, dict[str, Any]] = {
     "full": {"data": {}, "entrena": {}, "hf_max_length": 256, "hf_epochs": 3,
              "describe": "the whole reviews data; the Trainer at its default 3 epochs "
                          "(stopped after the first when only its 1-epoch figure is needed); "
-                         "entrena at the example's defaults (at most 2 epochs, early stopping)"},
+                         "entrena at the example's defaults (2 epochs, final weights)"},
     "quick": {"data": {"data.max_train_samples": 1000, "data.max_eval_samples": 500},
               "entrena": {"model.max_length": 128, "train.max_epochs": 1},
               "hf_max_length": 128, "hf_epochs": 1,
