@@ -16,6 +16,8 @@ By default it is written to ``<run>/export/<format>[-int8]/``.
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ from entrena.errors import DataError
 __all__ = ["MANIFEST_FILE", "CARD_FILE", "META_FILE", "MODEL_FILES", "MODEL_FILES_BY_TASK",
            "Preprocessing", "RunModel",
            "locate_run", "is_bundle", "read_manifest", "default_bundle_dir", "bundle_name",
-           "find_run_bundle"]
+           "find_run_bundle", "finish_bundle"]
 
 MANIFEST_FILE = "export.json"
 CARD_FILE = "MODEL_CARD.md"
@@ -180,3 +182,23 @@ def find_run_bundle(run_dir: Path, fmt: str) -> Path | None:
         if is_bundle(candidate) and read_manifest(candidate).get("format") == fmt:
             return candidate
     return None
+
+
+def finish_bundle(work: Path, destination: Path, manifest: dict[str, Any],
+                  card: Callable[[dict[str, Any]], str]) -> None:
+    """Write ``export.json`` and the model card into the bundle folder ``work`` (its
+    ``manifest["size_bytes"]["bundle"]`` counting both files), then move it to ``destination``,
+    replacing an older bundle there.
+
+    Args:
+        card: Renders ``MODEL_CARD.md`` from the manifest.
+    """
+    for _ in range(2):  # the bundle size includes export.json and the card themselves
+        manifest["size_bytes"]["bundle"] = sum(p.stat().st_size for p in work.rglob("*")
+                                               if p.is_file())
+        (work / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n",
+                                          encoding="utf-8")
+        (work / CARD_FILE).write_text(card(manifest), encoding="utf-8")
+    if destination.exists():
+        shutil.rmtree(destination)
+    work.rename(destination)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Thresholds", "parity_report", "percentiles_ms", "time_calls"]
+__all__ = ["Thresholds", "parity_report", "percentiles_ms", "time_calls", "row_latency"]
 
 
 @dataclass(frozen=True)
@@ -113,3 +113,26 @@ def percentiles_ms(times_s: Sequence[float]) -> dict[str, float]:
     values = np.asarray(times_s, dtype=np.float64) * 1000.0
     return {"p50_ms": float(np.percentile(values, 50)), "p95_ms": float(np.percentile(values, 95)),
             "mean_ms": float(values.mean()), "calls": int(len(values))}
+
+
+def row_latency(runners: Sequence[Any], rows: np.ndarray, calls: int,
+                batch_sizes: Sequence[int] = (1, 32)) -> dict[str, Any]:
+    """p50/p95 latency per runner at each batch size, on the same fixed-size inputs.
+
+    Args:
+        runners: Callables with a ``name`` attribute (``exporting.inference.Runner``).
+        rows: Model inputs stacked on axis 0 (images (N, C, H, W), table rows (N, F)); batches
+            cycle through them.
+        calls: Timed calls per runner and batch size.
+
+    Returns:
+        ``{runner name: {"batch_<size>": percentiles_ms(...)}}``.
+    """
+    n = len(rows)
+    report: dict[str, Any] = {}
+    for size in batch_sizes:
+        inputs = [rows[[(c * size + k) % n for k in range(size)]] for c in range(calls)]
+        times = time_calls({r.name: (lambda x, r=r: r(x)) for r in runners}, inputs)
+        for name, seconds in times.items():
+            report.setdefault(name, {})[f"batch_{size}"] = percentiles_ms(seconds)
+    return report

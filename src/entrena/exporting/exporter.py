@@ -24,7 +24,7 @@ from entrena.data.sources import read_table, require_columns
 from entrena.data.tables import empty_values
 from entrena.errors import ConfigError, DataError
 from entrena.exporting import onnx_format
-from entrena.exporting.bundle import CARD_FILE, MANIFEST_FILE, META_FILE, Preprocessing, RunModel
+from entrena.exporting.bundle import META_FILE, Preprocessing, RunModel, finish_bundle
 from entrena.exporting.card import model_card
 from entrena.exporting.checks import Thresholds, parity_report, percentiles_ms, time_calls
 from entrena.exporting.formats import ExportFormat, load_runner
@@ -120,10 +120,6 @@ def parity_examples(run: RunModel, parity_data: str | Path | None,
         codes = codes[:limit] if codes is not None else None
         dataset = f"{dataset} (first {limit} rows)"
     return ParityExamples([str(t) for t in frame[text_column]], codes, dataset)
-
-
-def _dir_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def _latency(runners: list[Runner], encoded: Any, prep: Preprocessing, pad_id: int,
@@ -237,14 +233,7 @@ def write_bundle(run: RunModel, fmt: ExportFormat, *, quantize: str | None, opse
                             for n in ("model.safetensors", "head.safetensors"))
         manifest["size_bytes"] = {"model_file": (work / info["file"]).stat().st_size,
                                   "bundle": 0, "pytorch_weights": pytorch_bytes}
-        for _ in range(2):  # the bundle size includes export.json and the card themselves
-            manifest["size_bytes"]["bundle"] = _dir_size(work)
-            (work / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n",
-                                              encoding="utf-8")
-            (work / CARD_FILE).write_text(model_card(run, manifest), encoding="utf-8")
-        if destination.exists():
-            shutil.rmtree(destination)
-        work.rename(destination)
+        finish_bundle(work, destination, manifest, lambda m: model_card(run, m))
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise

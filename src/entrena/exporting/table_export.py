@@ -28,9 +28,9 @@ from entrena.data.reading import format_rows
 from entrena.data.sources import read_table
 from entrena.errors import ConfigError, DataError
 from entrena.exporting import onnx_format
-from entrena.exporting.bundle import CARD_FILE, MANIFEST_FILE, META_FILE, RunModel
+from entrena.exporting.bundle import META_FILE, RunModel, finish_bundle
 from entrena.exporting.card import _data_lines, _metric_rows, _num, _pct
-from entrena.exporting.checks import Thresholds, parity_report, percentiles_ms, time_calls
+from entrena.exporting.checks import Thresholds, parity_report, row_latency
 from entrena.exporting.exporter import MAX_PARITY_EXAMPLES, _label_index, _versions
 from entrena.exporting.inference import Runner, TorchRunner, softmax
 
@@ -181,7 +181,7 @@ def write_table_bundle(run: RunModel, fmt: Any, *, quantize: str | None, opset: 
         parity["batch_sizes"] = sorted({min(BATCH, len(features)), 1})
         log.info("parity: max |Δlogit| %.2e, label agreement %.4f: %s", parity["max_abs_diff"],
                  parity["label_agreement"], "passed" if parity["passed"] else "FAILED")
-        latency = _latency([runner, torch_runner], features, latency_calls)
+        latency = row_latency([runner, torch_runner], features, latency_calls)
         latency["threads"] = threads
         latency["inputs"] = (f"the first parity rows in file order, preprocessed; "
                              f"{latency_calls} timed calls per engine after 3 warm-up calls, "
@@ -208,30 +208,13 @@ def write_table_bundle(run: RunModel, fmt: Any, *, quantize: str | None, opset: 
                            "pytorch_weights": (run.paths.model / "model.safetensors")
                            .stat().st_size},
         }
-        for _ in range(2):  # the bundle size includes export.json and the card themselves
-            manifest["size_bytes"]["bundle"] = sum(p.stat().st_size for p in work.rglob("*")
-                                                   if p.is_file())
-            (work / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
-            (work / CARD_FILE).write_text(table_card(run, manifest), encoding="utf-8")
-        if destination.exists():
-            shutil.rmtree(destination)
-        work.rename(destination)
+        finish_bundle(work, destination, manifest, lambda m: table_card(run, m))
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
     return manifest
 
 
-def _latency(runners: list[Runner], features: np.ndarray, calls: int) -> dict[str, Any]:
-    """p50/p95 per runner at batch 1 and 32 on the same preprocessed rows."""
-    n = len(features)
-    report: dict[str, Any] = {}
-    for size in (1, BATCH):
-        inputs = [features[[(c * size + k) % n for k in range(size)]] for c in range(calls)]
-        times = time_calls({r.name: (lambda x, r=r: r(x)) for r in runners}, inputs)
-        for name, seconds in times.items():
-            report.setdefault(name, {})[f"batch_{size}"] = percentiles_ms(seconds)
-    return report
 
 
 def table_card(run: RunModel, manifest: dict[str, Any]) -> str:
