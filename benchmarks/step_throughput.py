@@ -194,15 +194,17 @@ def run(mode: str, pairs: int, threads: int | None = None,
     ``threads`` torch threads (default: entrena's, the physical cores)."""
     import os
 
-    from entrena.engine.backend import configure_threads, create_backend
+    from entrena.engine.backend import auto_cpu_bf16, configure_threads, create_backend
 
     threads = configure_threads(threads)
-    backend = create_backend(accelerator="auto", devices=1, precision="auto", seed=0,
-                             deterministic=False)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-step-") as tmp:
         folder = Path(tmp)
         built = build(mode, folder)
+        # precision: auto, as `entrena train` resolves it for this model on this machine
+        backend = create_backend(accelerator="auto", devices=1, precision="auto", seed=0,
+                                 deterministic=False,
+                                 cpu_bf16=auto_cpu_bf16(built["model"], "auto"))
         arms = {"entrena": lambda: entrena_arm(backend, built, folder, threads),
                 "hand": lambda: hand_arm(backend.device, backend.precision, built)}
         warmup = {name: arm() for name, arm in arms.items()}

@@ -20,8 +20,9 @@ log = logging.getLogger("entrena")
 
 def device_peak_flops(accelerator: str, precision: str, threads: int,
                       cache_dir: Path | None) -> tuple[float | None, str]:
-    """The MFU denominator: on CPU a measured (cached) fp32 matmul peak; on a GPU the
-    catalog's dense peak for the precision's matrix dtype.
+    """The MFU denominator: on CPU a measured (cached) matmul peak in the precision's matrix
+    dtype (bf16 under ``bf16-mixed``/``bf16-true``, else fp32); on a GPU the catalog's dense
+    peak for that dtype.
 
     Returns:
         ``(flop_per_s or None, source)``.
@@ -29,7 +30,8 @@ def device_peak_flops(accelerator: str, precision: str, threads: int,
     if accelerator == "cpu":
         from entrena.hardware.peak import cpu_peak_flops_measured
 
-        return cpu_peak_flops_measured(cache_dir, threads)
+        dtype = "bf16" if precision.startswith("bf16") else "fp32"
+        return cpu_peak_flops_measured(cache_dir, threads, dtype)
     if accelerator == "cuda":
         import torch
 

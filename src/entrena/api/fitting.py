@@ -26,7 +26,12 @@ from entrena.core.files import write_json_atomic
 from entrena.core.rundir import RunPaths
 from entrena.core.state import TrainState
 from entrena.data.tables import LabelledSplits
-from entrena.engine.backend import configure_threads, create_backend
+from entrena.engine.backend import (
+    auto_cpu_bf16,
+    configure_threads,
+    create_backend,
+    seed_everything,
+)
 from entrena.engine.checkpointing import (
     CheckpointInfo,
     CheckpointStore,
@@ -105,16 +110,19 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     cfg = loaded.config
     tcfg = cfg.train
     threads = configure_threads(tcfg.num_threads)
+    task = get_task(cfg.task)
+    splits = prepared.splits
+    # Built before the backend (on the CPU, as before): `precision: auto` on a CPU depends on
+    # the model's size. Its initial weights depend on the seed alone.
+    seed_everything(tcfg.seed)
+    model = task.build_model(loaded, sources, prepared)
     backend = create_backend(accelerator=tcfg.accelerator, devices=tcfg.devices,
                              precision=tcfg.precision, seed=tcfg.seed,
                              deterministic=tcfg.deterministic, num_nodes=tcfg.num_nodes,
-                             strategy=tcfg.strategy)
+                             strategy=tcfg.strategy,
+                             cpu_bf16=auto_cpu_bf16(model, tcfg.precision))
     world, leader = backend.world_size, backend.is_global_zero  # only rank 0 writes and tracks
     log.info("device %s, precision %s, %d CPU threads", backend.device, backend.precision, threads)
-
-    task = get_task(cfg.task)
-    splits = prepared.splits
-    model = task.build_model(loaded, sources, prepared)
     max_length = getattr(prepared, "max_length", None)  # text only: tokens
     plan_length = max_length or 1  # fixed-size inputs (tables, images): one "token" a sample
 

@@ -326,13 +326,16 @@ def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Any
     measure the base memory, probe a fresh model (weights loaded as ``train`` would) on the
     device and precision the fit would use."""
     from entrena.engine.backend import configure_threads, create_backend
+    from entrena.hardware.detection import cpu_bf16_pays
     from entrena.tasks.text_classification import build_classifier
 
     cfg = loaded.config
     configure_threads(cfg.train.num_threads)  # as the fit does: the probe's speed depends on it
+    cpu_bf16 = (cfg.train.precision == "auto"
+                and cpu_bf16_pays(machine.cpu.bf16_fast, profile.linear_parameters))
     backend = create_backend(accelerator=cfg.train.accelerator, devices=1,
                              precision=cfg.train.precision, seed=cfg.train.seed,
-                             deterministic=False)
+                             deterministic=False, cpu_bf16=cpu_bf16)
     if cfg.tracking.enabled:
         import mlflow  # noqa: F401 - the fit imports it: its memory belongs to the base
     device = backend.accelerator if backend.accelerator in ("cpu", "cuda") else "cpu"

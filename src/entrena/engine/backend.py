@@ -10,17 +10,19 @@ import torch
 
 from entrena.errors import ResourceError
 
-__all__ = ["Backend", "choose_precision", "create_backend", "configure_threads"]
+__all__ = ["Backend", "choose_precision", "auto_cpu_bf16", "create_backend", "configure_threads",
+           "seed_everything"]
 
 log = logging.getLogger("entrena")
 
 
-def choose_precision(precision: str, accelerator: str) -> str:
+def choose_precision(precision: str, accelerator: str, *, cpu_bf16: bool = False) -> str:
     """Resolve ``precision: auto`` for the device in use.
 
     bf16-mixed on CUDA devices that support bfloat16 (compute capability 8.0 and newer),
-    16-mixed on older CUDA devices and on MPS, bf16-mixed on TPU, 32-true on CPU (bf16 autocast
-    on CPUs without AMX is slower than fp32).
+    16-mixed on older CUDA devices and on MPS, bf16-mixed on TPU; on a CPU bf16-mixed when
+    ``cpu_bf16`` (native bf16 and a model large enough for it to pay,
+    :func:`entrena.hardware.detection.cpu_bf16_pays`), else 32-true.
     """
     if precision != "auto":
         return precision
@@ -30,7 +32,27 @@ def choose_precision(precision: str, accelerator: str) -> str:
         return "16-mixed"
     if accelerator == "tpu":
         return "bf16-mixed"
-    return "32-true"
+    return "bf16-mixed" if cpu_bf16 else "32-true"
+
+
+def auto_cpu_bf16(model: torch.nn.Module, precision: str) -> bool:
+    """Whether ``precision: auto`` should be bf16-mixed if ``model`` trains on this CPU: native
+    bf16 and enough ``nn.Linear`` weights (:func:`entrena.hardware.detection.cpu_bf16_pays`).
+    Always ``False`` for an explicit precision. Pass it to :func:`create_backend`."""
+    if precision != "auto":
+        return False
+    from entrena.hardware.detection import cpu_bf16_pays, detect_cpu
+
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    return cpu_bf16_pays(detect_cpu().bf16_fast, linear)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's generators in this process (as
+    :meth:`Backend.seed`, before a backend exists: the model is built first)."""
+    from lightning.fabric.utilities.seed import seed_everything as fabric_seed_everything
+
+    fabric_seed_everything(seed, workers=True, verbose=False)
 
 
 def _resolve_accelerator(accelerator: str) -> str:
@@ -135,7 +157,8 @@ def _check_devices(accelerator: str, devices: int | str) -> None:
 
 
 def create_backend(*, accelerator: str, devices: int | str, precision: str, seed: int,
-                   deterministic: bool, num_nodes: int = 1, strategy: str = "auto") -> Backend:
+                   deterministic: bool, num_nodes: int = 1, strategy: str = "auto",
+                   cpu_bf16: bool = False) -> Backend:
     """Create and launch the Fabric backend.
 
     With more than one device (or node), ``launch()`` starts the other local processes by
@@ -152,7 +175,7 @@ def create_backend(*, accelerator: str, devices: int | str, precision: str, seed
                  "lightning.fabric.utilities.rank_zero", "lightning_fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
     resolved = _resolve_accelerator(accelerator)
-    chosen = choose_precision(precision, resolved)
+    chosen = choose_precision(precision, resolved, cpu_bf16=cpu_bf16)
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
     _check_devices(resolved, devices)

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["Machine", "CpuInfo", "GpuInfo", "detect_machine", "detect_cpu", "detect_gpus",
-           "cuda_library_bytes", "LIBRARIES"]
+           "cuda_library_bytes", "LIBRARIES", "CPU_BF16_MIN_LINEAR_PARAMETERS",
+           "cpu_bf16_pays"]
 
 LIBRARIES = ("torch", "lightning", "transformers", "tokenizers", "safetensors", "numpy",
              "pandas", "pyarrow", "scikit-learn", "mlflow", "pydantic", "onnx", "onnxruntime",
@@ -29,6 +30,32 @@ LIBRARIES = ("torch", "lightning", "transformers", "tokenizers", "safetensors", 
 
 _CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16",
               "amx_int8")
+
+
+CPU_BF16_MIN_LINEAR_PARAMETERS = 1_000_000
+"""Weights in ``nn.Linear`` layers from which bf16 autocast pays on a CPU with native bf16.
+
+Measured on an AVX-512 BF16 Xeon, 2 threads (``benchmarks/cpu_bf16.py``, docs/benchmarks.md
+"bf16 autocast against fp32 on this CPU"): a training step under bf16 autocast took
+fp32/bf16 = 1.55× at MiniLM-L6's shape (10.8 M linear weights), 1.54× at 3.2 M, 1.92× for an
+MLP of 1.3 M, but only 1.23× at 0.4 M and 0.89× (slower) for the credit example's MLP (13 k):
+the casts cost more than small matrices gain. Below this size ``precision: auto`` keeps fp32.
+"""
+
+
+def cpu_bf16_pays(bf16_fast: bool, linear_parameters: int) -> bool:
+    """Whether ``precision: auto`` should train under bf16 autocast on this CPU.
+
+    Args:
+        bf16_fast: :attr:`CpuInfo.bf16_fast` (native bf16 matrix maths: AVX-512 BF16 or AMX).
+        linear_parameters: Weights of the model's ``nn.Linear`` layers (the matrices autocast
+            multiplies in bf16).
+
+    Returns:
+        ``True`` when the CPU has native bf16 and the model has at least
+        :data:`CPU_BF16_MIN_LINEAR_PARAMETERS` linear weights.
+    """
+    return bool(bf16_fast) and linear_parameters >= CPU_BF16_MIN_LINEAR_PARAMETERS
 
 
 @dataclass
@@ -45,7 +72,8 @@ class CpuInfo:
         torch_capability: What torch's CPU kernels dispatch to (``AVX2``, ``AVX512``,
             ``DEFAULT``…), from ``torch.backends.cpu.get_cpu_capability()``.
         bf16_fast: Whether bf16 matrix maths is native (AVX-512 BF16 or AMX), so bf16
-            autocast on this CPU is not slower than fp32.
+            autocast on this CPU is faster than fp32 for large enough models
+            (:func:`cpu_bf16_pays`).
         cpu_quota: CPUs granted by a cgroup quota (containers), or ``None`` when unlimited.
     """
 

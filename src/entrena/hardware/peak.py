@@ -2,8 +2,9 @@
 
 A nominal CPU peak (cores × clock × FLOP/cycle) is rarely reached by any library, and depends
 on turbo, SMT and what else runs; MFU against it says little. The denominator used instead is
-what a large fp32 matrix multiply achieves here, with the fit's thread count: measured once
-(a fraction of a second) and cached per CPU model, thread count and torch version.
+what a large matrix multiply achieves here, in the fit's matrix dtype (fp32, or bf16 when the fit
+runs under bf16 autocast) with its thread count: measured once (a fraction of a second) and
+cached per CPU model, dtype, thread count and torch version.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ log = logging.getLogger("entrena")
 CACHE_FILE = "cpu_peak.json"
 
 
-def measure_matmul_flops(threads: int, *, size: int = 1024, min_time_s: float = 0.3) -> float:
-    """Best FLOP/s of ``size × size`` fp32 matrix multiplies over about ``min_time_s`` seconds
-    (2·n³ FLOPs each; one warm-up call not timed)."""
+def measure_matmul_flops(threads: int, *, size: int = 1024, min_time_s: float = 0.3,
+                         dtype: str = "fp32") -> float:
+    """Best FLOP/s of ``size × size`` matrix multiplies of ``dtype`` (``fp32`` or ``bf16``)
+    over about ``min_time_s`` seconds (2·n³ FLOPs each; one warm-up call not timed)."""
     import torch
 
     previous = torch.get_num_threads()
@@ -33,8 +35,9 @@ def measure_matmul_flops(threads: int, *, size: int = 1024, min_time_s: float = 
         # A private generator: the global RNG must not move, or a run that measures the
         # peak would train differently from one that reads it from the cache.
         generator = torch.Generator().manual_seed(0)
-        a = torch.randn(size, size, generator=generator)
-        b = torch.randn(size, size, generator=generator)
+        kind = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+        a = torch.randn(size, size, generator=generator).to(kind)
+        b = torch.randn(size, size, generator=generator).to(kind)
         torch.mm(a, b)  # warm-up
         best = 0.0
         spent = 0.0
@@ -59,9 +62,10 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def cpu_peak_flops_measured(cache_dir: Path | None, threads: int) -> tuple[float, str]:
-    """This CPU's fp32 matrix-multiply FLOP/s with ``threads`` threads, cached in
-    ``cache_dir/cpu_peak.json``.
+def cpu_peak_flops_measured(cache_dir: Path | None, threads: int,
+                            dtype: str = "fp32") -> tuple[float, str]:
+    """This CPU's matrix-multiply FLOP/s in ``dtype`` (``fp32`` or ``bf16``) with ``threads``
+    threads, cached in ``cache_dir/cpu_peak.json``.
 
     Returns:
         ``(flop_per_s, source)``; the source says it was measured, when, and with how many threads.
@@ -69,6 +73,8 @@ def cpu_peak_flops_measured(cache_dir: Path | None, threads: int) -> tuple[float
     import torch
 
     key = f"{_cpu_name()}|threads={threads}|torch={torch.__version__}"
+    if dtype != "fp32":  # fp32 keys stay as caches written before bf16 existed
+        key += f"|dtype={dtype}"
     path = cache_dir / CACHE_FILE if cache_dir is not None else None
     cached: dict[str, Any] = {}
     if path is not None and path.is_file():
@@ -79,8 +85,8 @@ def cpu_peak_flops_measured(cache_dir: Path | None, threads: int) -> tuple[float
     entry = cached.get(key)
     if isinstance(entry, dict) and entry.get("flop_per_s"):
         return float(entry["flop_per_s"]), str(entry["source"])
-    flops = measure_matmul_flops(threads)
-    source = (f"measured: fp32 1024x1024 matmul, {threads} thread(s), "
+    flops = measure_matmul_flops(threads, dtype=dtype)
+    source = (f"measured: {dtype} 1024x1024 matmul, {threads} thread(s), "
               f"{time.strftime('%Y-%m-%d')}")
     if path is not None:
         try:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from entrena.hardware.catalog import PRECISION_DTYPE, Accelerator, Catalog, Offer
-from entrena.hardware.detection import Machine
+from entrena.hardware.detection import Machine, cpu_bf16_pays
 from entrena.planning.memory import (
     GPU_MEMORY_RESERVE,
     MemoryEstimate,
@@ -94,12 +94,14 @@ class Option:
 
 
 def resolve_precision(configured: str, device: str, bf16: bool) -> str:
-    """``train.precision`` on a device: ``auto`` is 32-true on CPU, bf16-mixed on bf16-capable
-    GPUs and TPUs, 16-mixed on older GPUs (as :func:`entrena.engine.backend.choose_precision`)."""
+    """``train.precision`` on a device, as :func:`entrena.engine.backend.choose_precision`:
+    ``auto`` is bf16-mixed on bf16-capable GPUs and TPUs, 16-mixed on older GPUs; on a CPU
+    bf16-mixed when ``bf16`` (there: :func:`entrena.hardware.detection.cpu_bf16_pays`, native
+    bf16 and a large enough model), else 32-true."""
     if configured != "auto":
         return configured
     if device == "cpu":
-        return "32-true"
+        return "bf16-mixed" if bf16 else "32-true"
     if device == "tpu":
         return "bf16-mixed"
     return "bf16-mixed" if bf16 else "16-mixed"
@@ -197,11 +199,16 @@ def local_option(machine: Machine, catalog: Catalog, profile: ModelProfile, shap
             notes.append(f"{gpu.name} is not in the catalog: its peak is unknown (use "
                          "--calibrate, or add it to a catalog file)")
     else:
-        precision = resolve_precision(shape.precision, "cpu", False)
+        precision = resolve_precision(
+            shape.precision, "cpu", cpu_bf16_pays(machine.cpu.bf16_fast, profile.linear_parameters))
         device = "cpu"
         description = (f"this machine: {machine.cpu.model}, {machine.cpu.cores} cores, "
                        "CPU only")
         peak, _ = cpu_peak_flops(machine, catalog, shape.threads)
+        if precision == "bf16-mixed" and calibration is None:
+            notes.append("bf16-mixed on this CPU (native bf16): time from the fp32 peak, an "
+                         "overestimate (bf16 steps of such models measured 1.5-1.9x faster, "
+                         "docs/benchmarks.md); --calibrate measures")
         efficiency = catalog.efficiency.get("cpu_fp32")
         capacity = machine.memory.get("available_bytes")
         estimate = training_memory(profile, batch_size=shape.batch_size,
