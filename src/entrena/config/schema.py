@@ -316,7 +316,7 @@ class TrainConfig(StrictModel):
     precision: Literal["auto", "bf16-mixed", "16-mixed", "32-true", "bf16-true"] = "auto"
     """Numeric precision: `auto` picks bf16-mixed on GPUs that support it and on TPUs,
     16-mixed on older GPUs and Apple MPS; on a CPU bf16-mixed when it has native bf16 (AVX-512
-    BF16 or AMX) and the model at least 1 M weights in linear layers (measured 1.5-1.9x faster
+    BF16 or AMX) and the model at least 1 M weights in linear layers (measured 1.5-1.7x faster
     there), else 32-true."""
     accelerator: Literal["auto", "cpu", "cuda", "mps", "tpu"] = "auto"
     """Device type; `auto` takes the best one present."""

@@ -207,7 +207,7 @@ def local_option(machine: Machine, catalog: Catalog, profile: ModelProfile, shap
         peak, _ = cpu_peak_flops(machine, catalog, shape.threads)
         if precision == "bf16-mixed" and calibration is None:
             notes.append("bf16-mixed on this CPU (native bf16): time from the fp32 peak, an "
-                         "overestimate (bf16 steps of such models measured 1.5-1.9x faster, "
+                         "overestimate (bf16 steps of such models measured 1.5-1.7x faster, "
                          "docs/benchmarks.md); --calibrate measures")
         efficiency = catalog.efficiency.get("cpu_fp32")
         capacity = machine.memory.get("available_bytes")
