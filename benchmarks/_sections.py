@@ -176,8 +176,8 @@ def best_section(ctx: dict[str, Any], best: dict[str, Any]) -> str:
          _points(ours)),
         ("best test accuracy at any evaluation point (chosen by looking at test: an upper "
          "bound, not a deliverable)", peak(hf), peak(ours)),
-        ("test accuracy of the weights each ends with (Trainer: the last; entrena: best "
-         "validation loss, restored)", f"{hf['final_accuracy']:.3f}",
+        ("test accuracy of the weights each ends with (Trainer: the last; entrena: "
+         f"{_selection()})", f"{hf['final_accuracy']:.3f}",
          f"{ours['final_accuracy']:.3f}"),
         ("optimizer steps / entrena's stop reason", str(hf["steps"]),
          f"{ours['steps']} / {ours.get('stop_reason', '?')}"),
@@ -338,7 +338,7 @@ def summary_section(ctx: dict[str, Any], done: dict[str, Any], elapsed_s: float)
 
 {header(ctx)}
 - Whole run: {elapsed_s / 60:.1f} min{budget}{partial}. `make bench` measures at the real
-  sizes (an estimated 1.5 hours on 2 quiet cores); `make bench-quick` a subsample in under 15
+  sizes (98 min on 2 quiet cores on 2026-11-30); `make bench-quick` a subsample in under 15
   minutes. Each section below says which mode produced it; figures are the median (min–max)
   of the runs.
 

@@ -42,8 +42,10 @@ class DoctorReport:
         freq = f", {m.cpu.frequency_mhz / 1000:.2f} GHz" if m.cpu.frequency_mhz else ""
         table.add_row("CPU", f"{m.cpu.model}: {m.cpu.cores} cores ({m.cpu.logical_cores} "
                       f"logical){freq}")
+        bf16 = ("yes (precision auto: bf16-mixed for models of 1 M+ linear weights)"
+                if m.cpu.bf16_fast else "no")
         table.add_row("CPU features", f"{features}; torch kernels: {m.cpu.torch_capability}; "
-                      f"fast bf16: {'yes' if m.cpu.bf16_fast else 'no'}")
+                      f"fast bf16: {bf16}")
         table.add_row("RAM", f"{format_bytes(m.memory['total_bytes'] or 0)} total, "
                       f"{format_bytes(m.memory['available_bytes'] or 0)} available")
         for gpu in m.gpus:
