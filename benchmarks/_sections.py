@@ -51,6 +51,14 @@ def _points(run: dict[str, Any]) -> str:
                      for p in run["points"])
 
 
+def _precision(runs: list[dict[str, Any]]) -> str:
+    chosen = sorted({r["precision"] for r in runs if r.get("precision")})
+    if chosen:
+        return "chose " + ", ".join(chosen)
+    return ("was not recorded by these runs (section 2, the same model on the same machine: "
+            "bf16-mixed)")
+
+
 def tta_section(ctx: dict[str, Any], result: dict[str, Any], analysis: dict[str, Any]) -> str:
     """Item 1: time to the Trainer's 1-epoch test accuracy."""
     split, mode = result["split"], result["mode"]
@@ -129,6 +137,11 @@ def tta_section(ctx: dict[str, Any], result: dict[str, Any], analysis: dict[str,
   batches, max_length {split['entrena_max_length']}, 2 validations per epoch, {_selection()},
   calibrated planning before the fit, MLflow tracking on); a fresh run directory and data cache
   per run{changed}.
+- Precision: the Trainer's default is fp32 (`bf16` and `fp16` off); entrena's
+  `precision: auto` {_precision(our_runs)}. On a CPU with native bf16 `auto` trains MiniLM under
+  bf16 autocast (1.57× faster steps at its shape here, section "bf16 autocast against fp32 on
+  this CPU"), so part of a speed-up on such a CPU is that default: a Trainer given `bf16=True`
+  would take that part back.
 - Clock: from just before a run's process starts to the evaluation point, less the test
   evaluations this benchmark adds (interpreter, imports, model loading, tokenizing, entrena's
   checks and planning probe, validation: everything a user waits for counts).

@@ -342,7 +342,8 @@ def entrena_worker(spec: dict[str, Any], clock: _Clock) -> dict[str, Any]:
     return {**extra, "steps": fit["steps"], "train_rows": result.metrics["data"]["train_rows"],
             "final_accuracy": result.metrics["test"]["accuracy"], "epochs": fit["epochs"],
             "stop_reason": fit["stop_reason"], "max_length": fit["max_length"],
-            "threads": fit["threads"]}
+            "threads": fit["threads"],
+            "precision": (result.metrics.get("efficiency") or {}).get("precision")}
 
 
 def worker(role: str, spec_path: str, out_path: str, started: str) -> None:
