@@ -104,6 +104,16 @@ def predicted_time(run_dir: Path, batches, steps: int) -> tuple[float, float | N
     return calibrated, uncalibrated
 
 
+def _efficiency_use(rows: list[dict]) -> str:
+    """What the achieved/peak figure means for the catalog, given the precision the fits used."""
+    precisions = sorted({str(r.get("precision")) for r in rows if r.get("precision")})
+    if precisions and precisions != ["32-true"]:
+        return (f"these fits ran in {', '.join(precisions)} (`precision: auto` on this CPU), so "
+                "it is not the catalog's `efficiency.cpu_fp32` (fp32) and the uncalibrated column "
+                "overestimates their time")
+    return "the value behind the catalog's `efficiency.cpu_fp32`"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -144,6 +154,7 @@ def main() -> None:
                        "probe_s": plan["calibration"]["probe_s"],
                        "efficiency": plan["calibration"]["efficiency"],
                        "memory_terms": plan["options"][0]["memory"], "wall_s": wall,
+                       "precision": plan["options"][0].get("precision"),
                        "load": (load_before, os.getloadavg()[0])}
                 rows.append(row)
                 print(f"batch {batch_size} max_length {max_length}: {steps} steps; memory "
@@ -205,8 +216,8 @@ def write_report(rows: list[dict], args: argparse.Namespace) -> None:
   {len(rows)} within. "Uncalibrated" uses the nominal peak × the catalog's `cpu_fp32`
   efficiency instead of the probe; that factor came from an earlier run of this benchmark on
   this machine, so the column shows it holds from run to run here, not on other machines.
-- Achieved FLOP/s over the nominal peak in the probes (median): {efficiency:.3f} — the value
-  behind the catalog's `efficiency.cpu_fp32`. Memory residual (measured − predicted), median:
+- Achieved FLOP/s over the nominal peak in the probes (median): {efficiency:.3f} —
+  {_efficiency_use(rows)}. Memory residual (measured − predicted), median:
   {statistics.median(implied) / 2**20:+.0f} MiB.
 
 | batch | max_length | steps | predicted peak (MiB) | measured peak (MiB) | error | predicted time (s) | measured time (s) | error | uncalibrated error | probe (s) | achieved / peak |
