@@ -331,11 +331,10 @@ def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Any
 
     cfg = loaded.config
     configure_threads(cfg.train.num_threads)  # as the fit does: the probe's speed depends on it
-    cpu_bf16 = (cfg.train.precision == "auto"
-                and cpu_bf16_pays(machine.cpu.bf16_fast, profile.linear_parameters))
-    backend = create_backend(accelerator=cfg.train.accelerator, devices=1,
-                             precision=cfg.train.precision, seed=cfg.train.seed,
-                             deterministic=False, cpu_bf16=cpu_bf16)
+    backend = create_backend(  # cpu_bf16 only counts for `precision: auto` (as the fit's)
+        accelerator=cfg.train.accelerator, devices=1, precision=cfg.train.precision,
+        seed=cfg.train.seed, deterministic=False,
+        cpu_bf16=cpu_bf16_pays(machine.cpu.bf16_fast, profile.linear_parameters))
     if cfg.tracking.enabled:
         import mlflow  # noqa: F401 - the fit imports it: its memory belongs to the base
     device = backend.accelerator if backend.accelerator in ("cpu", "cuda") else "cpu"
