@@ -35,8 +35,8 @@ def record_seed(seed: int, evals_per_epoch: int, out: Path) -> None:
     import entrena.api.fitting as fitting
     from entrena.core.callback import Callback
     from entrena.engine.loop import predict
-    from entrena.tasks.base import get_task
-    from entrena.tasks.metrics import classification_metrics
+    from entrena.tasks.metrics import classification_metrics, cross_entropy_loss
+    from entrena.tasks.registry import get_task
 
     captured: dict[str, Any] = {}
     original = fitting.run_fit
@@ -55,7 +55,7 @@ def record_seed(seed: int, evals_per_epoch: int, out: Path) -> None:
             loaded, prepared = captured["loaded"], captured["prepared"]
             task = get_task(loaded.config.task)
             source = task.batches(loaded, prepared, "test", batch_size=64, shuffle=False)
-            logits, labels, loss = predict(OnCpu(), state.model, source)
+            logits, labels, loss = predict(OnCpu(), state.model, source, cross_entropy_loss)
             test = classification_metrics(labels, logits.argmax(-1), prepared.splits.labels)
             row = {"seed": seed, "step": state.step, "epoch": state.epoch,
                    "validation": state.eval_metrics, "test": {"loss": loss, **test}}

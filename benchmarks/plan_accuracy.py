@@ -53,8 +53,8 @@ def overrides(batch_size: int, max_length: int, threads: int | None) -> list[str
 def epoch_plan(batch_size: int, max_length: int, threads: int | None):
     """The first epoch's batches of the reviews training split, as the loader cuts them."""
     from entrena.api.preparing import prepare_data, resolve_model_sources
-    from entrena.config import load_config
     from entrena.planning.timing import epoch_batches
+    from entrena.tasks.registry import load_config
 
     loaded = load_config(CONFIG, overrides(batch_size, max_length, threads))
     prepared = prepare_data(loaded, resolve_model_sources(loaded))

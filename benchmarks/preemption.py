@@ -24,10 +24,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import chaos  # noqa: E402
 from _report import ROOT, machine, today, write_section  # noqa: E402
 from chaos import SAVED, Process  # noqa: E402
-
-import chaos  # noqa: E402
 
 SETTINGS = ["tracking.enabled=false", "train.log_every_steps=1"]
 

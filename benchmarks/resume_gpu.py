@@ -24,9 +24,8 @@ from rich.console import Console
 from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # conftest's helpers
-from conftest import build_config, review_rows, write_csv  # noqa: E402
-
 import entrena  # noqa: E402
+from conftest import build_config, review_rows, write_csv  # noqa: E402
 from entrena.core.callback import Callback  # noqa: E402
 from entrena.engine.checkpointing import CheckpointStore  # noqa: E402
 from entrena.errors import Interrupted  # noqa: E402

@@ -64,9 +64,9 @@ def build(mode: str, folder: Path) -> dict[str, Any]:
     import numpy as np
 
     from entrena.api.preparing import prepare_data, resolve_model_sources
-    from entrena.config import load_config
     from entrena.data.loaders import TextBatches
-    from entrena.tasks.text_classification import build_classifier
+    from entrena.tasks.registry import load_config
+    from entrena.tasks.text_classification.model import build_classifier
 
     settings = MODES[mode]
     loaded = load_config(CONFIG, {"model.max_length": settings["max_length"],
@@ -105,6 +105,7 @@ def entrena_arm(backend: Any, built: dict[str, Any], folder: Path, threads: int)
     from entrena.api.training_plan import peak_memory_bytes
     from entrena.callbacks.lr_schedule import LRSchedule
     from entrena.engine.loop import FitSettings, fit
+    from entrena.tasks.metrics import cross_entropy_loss
     from entrena.tracking.events import EventLog
 
     model = copy.deepcopy(built["model"])
@@ -118,7 +119,7 @@ def entrena_arm(backend: Any, built: dict[str, Any], folder: Path, threads: int)
     first, last = _Clock(backend.device), _Clock(backend.device)
     callbacks = [last, LRSchedule("linear", WARMUP_FRACTION), monitor, events, first]
     settings = FitSettings(max_epochs=1, gradient_clip_norm=CLIP_NORM)
-    fit(backend=backend, model=model, optimizer=optimizer,
+    fit(backend=backend, model=model, loss=cross_entropy_loss, optimizer=optimizer,
         train=PrebuiltBatches(built["batches"]), evaluate=lambda _: {}, settings=settings,
         callbacks=callbacks)
     return last.end - first.start

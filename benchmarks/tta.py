@@ -72,8 +72,8 @@ def prepare_split(mode: str, folder: Path) -> dict[str, Any]:
         ``labels``, row counts, entrena's ``max_length`` and the split file's path.
     """
     from entrena.api.preparing import prepare_data, resolve_model_sources
-    from entrena.config import load_config
     from entrena.config.models import MODEL_ALIASES
+    from entrena.tasks.registry import load_config
 
     overrides = {**MODES[mode]["data"], **MODES[mode]["entrena"],
                  "data.cache_dir": str(folder / "cache-split"), "tracking.enabled": False}

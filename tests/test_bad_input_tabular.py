@@ -66,8 +66,8 @@ def test_cli_exit_2_one_line_for_an_infinite_number(tmp_path):
 @pytest.fixture
 def predictor(tmp_path: Path):
     """A TablePredictor over an untrained MLP with preprocessing fitted on a tiny table."""
-    from entrena.exporting.table_export import TablePredictor
-    from entrena.tasks.tabular_model import TabularMLP, save_mlp
+    from entrena.tasks.tabular_classification.predict import TablePredictor
+    from entrena.tasks.tabular_classification.model import TabularMLP, save_mlp
 
     prepared = prepare(table_config(tmp_path / "data", make_table(80, 1), make_table(20, 2)))
     model = TabularMLP(int(prepared.preprocessing["width"]), [4],
@@ -93,8 +93,9 @@ def test_predict_gives_infinite_and_non_numbers_the_median_and_counts_them(predi
 
 def test_predict_refuses_non_numbers_under_on_bad_rows_error(predictor):
     rows = with_value(make_table(6, 3), "income", {4: "12,5"})
+    predictor.source = "new.csv"  # the input file the messages name
     with pytest.raises(DataError) as caught:
-        predictor.annotate(rows, first_row=101, on_bad_rows="error", source="new.csv")
+        predictor.annotate(rows, first_row=101, on_bad_rows="error")
     assert str(caught.value) == ("new.csv: input rows 105: numeric column 'income' holds "
                                  "'12,5', not a finite number; fix them, or pass --on-bad-rows "
                                  "skip to give them the training median")
@@ -145,7 +146,7 @@ def test_decimal_commas_and_identifier_columns_are_flagged(tmp_path):
 
 def test_export_parity_data_without_a_feature_column_names_it(tmp_path):
     from entrena.exporting.bundle import RunModel
-    from entrena.exporting.table_export import table_rows
+    from entrena.tasks.tabular_classification.export import table_rows
 
     path = tmp_path / "parity.csv"
     make_table(5, 1).drop(columns=["home"]).to_csv(path, index=False)
@@ -216,8 +217,8 @@ def test_max_train_samples_leaving_one_class_is_refused(tmp_path):
 
 def test_a_run_dir_that_is_a_file_is_bad_input_not_an_internal_error(tmp_path):
     from entrena.api.preparing import resolve_run_dir
-    from entrena.config import load_config
     from entrena.errors import ConfigError
+    from entrena.tasks.registry import load_config
 
     config = load_config(table_config(tmp_path, make_table(40, 1), make_table(20, 2))).config
     (tmp_path / "afile").write_text("x")
@@ -254,7 +255,7 @@ def test_test_values_that_are_not_numbers_are_counted_with_their_rows(tmp_path):
 
 def test_export_without_the_runs_test_file_asks_for_parity_data(tmp_path):
     from entrena.exporting.bundle import RunModel
-    from entrena.exporting.table_export import table_rows
+    from entrena.tasks.tabular_classification.export import table_rows
 
     gone = tmp_path / "test.csv"
     run = RunModel(None, {"labels": ["bad", "good"], "numeric": ["age"], "categorical": []},

@@ -14,6 +14,7 @@ from entrena.callbacks.lr_schedule import LRSchedule, warmup_decay_factor
 from entrena.callbacks.monitor import Monitor
 from entrena.core.state import TrainState
 from entrena.engine.loop import FitSettings, fit
+from entrena.tasks.metrics import cross_entropy_loss
 from entrena.tracking.events import EventLog
 from fakes import FakeBackend, FakeSource, Recorder, ScriptedEvaluate, TinyModel, same_weights
 
@@ -25,7 +26,8 @@ def run(callbacks, losses, *, max_epochs=10, lr=0.1, batches=3, **settings):
     model = TinyModel()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     recorder = Recorder()
-    state = fit(backend=FakeBackend(), model=model, optimizer=optimizer,
+    state = fit(backend=FakeBackend(), model=model, loss=cross_entropy_loss,
+                optimizer=optimizer,
                 train=FakeSource(n=batches * 4, batch_size=4), evaluate=ScriptedEvaluate(losses),
                 settings=FitSettings(max_epochs=max_epochs, **settings),
                 callbacks=[*callbacks, recorder])

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from entrena.config import load_config
 from entrena.config.fingerprint import config_changes, config_hash, format_changes
 from entrena.engine import checkpointing
 from entrena.engine.checkpointing import POINTER, CheckpointStore, capture_rng, restore_rng
 from entrena.errors import ResourceError
+from entrena.tasks.registry import load_config
 
 
 def payload(step: int, size: int = 1000) -> dict:

@@ -14,8 +14,8 @@ import yaml
 
 import entrena
 from conftest import EXAMPLES, build_config, clean_env, run_cli, write_csv
-from entrena.config import load_config
 from entrena.errors import EntrenaError
+from entrena.tasks.registry import load_config
 
 TINY = EXAMPLES / "tiny" / "config.yaml"
 
@@ -127,7 +127,7 @@ def test_model_folder_loads_and_holds_the_best_weights(tiny_run):
     import torch
     from transformers import AutoModel
 
-    from entrena.tasks.text_classification import load_classifier
+    from entrena.tasks.text_classification.model import load_classifier
 
     _, run_dir = tiny_run
     model, tokenizer, meta = load_classifier(run_dir / "model")

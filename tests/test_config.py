@@ -10,9 +10,10 @@ import pytest
 import entrena
 from conftest import EXAMPLES, build_config, write_config
 from entrena.api.training import _check_model_source
-from entrena.config import Config, load_config, parse_overrides
+from entrena.config import Config, parse_overrides
 from entrena.config.models import MODEL_ALIASES, resolve_model_name
 from entrena.errors import ConfigError, EntrenaError
+from entrena.tasks.registry import load_config
 
 TYPO_YAML = textwrap.dedent("""\
     name: typo

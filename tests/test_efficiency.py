@@ -12,6 +12,7 @@ import torch
 from entrena.callbacks.diagnosis import diagnose, window_findings
 from entrena.callbacks.efficiency import EfficiencyMonitor, useful_flops
 from entrena.engine.loop import FitSettings, fit
+from entrena.tasks.metrics import cross_entropy_loss
 from fakes import FakeBackend, FakeSource, ScriptedEvaluate, TinyModel
 
 
@@ -47,7 +48,7 @@ def monitored_fit(source, records=None):
         emit=(lambda kind, state, **f: records.append((kind, f))) if records is not None
         else None)
     model = TinyModel()
-    state = fit(backend=FakeBackend(), model=model,
+    state = fit(backend=FakeBackend(), model=model, loss=cross_entropy_loss,
                 optimizer=torch.optim.SGD(model.parameters(), lr=0.1), train=source,
                 evaluate=ScriptedEvaluate([1.0]), settings=FitSettings(max_epochs=1),
                 callbacks=[monitor])

@@ -124,7 +124,7 @@ def test_onnx_has_dynamic_batch_and_sequence_axes(onnx_bundle, tiny_run):
     import torch
 
     from entrena.exporting.onnx_format import OnnxRunner
-    from entrena.tasks.text_classification import load_classifier
+    from entrena.tasks.text_classification.model import load_classifier
 
     graph = onnx.load(str(onnx_bundle.bundle_dir / "model.onnx")).graph
     for value in graph.input:
@@ -202,7 +202,7 @@ def test_failed_parity_still_writes_the_bundle_and_exits_3(tiny_run, tmp_path, m
     from typer.testing import CliRunner
 
     from entrena.cli import app
-    from entrena.exporting import exporter
+    from entrena.tasks.text_classification import export as exporter
 
     real = exporter.parity_report
 
@@ -410,7 +410,7 @@ def test_predict_backend_errors(tiny_run, onnx_bundle, tmp_path):
     shutil.copytree(tiny_run, fresh, ignore=shutil.ignore_patterns("export"))
     with pytest.raises(DataError, match=r"no ONNX export under .*entrena export"):
         entrena.predict(fresh, REVIEWS / "data" / "test.csv", backend="onnx", progress=False)
-    with pytest.raises(DataError, match="holds a onnx model, which runs with --backend onnx"):
+    with pytest.raises(DataError, match="holds an onnx model, which runs with --backend onnx"):
         entrena.predict(onnx_bundle.bundle_dir, REVIEWS / "data" / "test.csv", backend="torch",
                         progress=False)
     with pytest.raises(ConfigError, match="--backend 'tf' is not a backend"):

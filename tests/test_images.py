@@ -19,7 +19,7 @@ from entrena.data.image_batches import (
 )
 from entrena.data.images import choose_channels, decode_image, list_images, scan_images
 from entrena.errors import ConfigError, DataError
-from entrena.tasks.image_model import (
+from entrena.tasks.image_classification.model import (
     build_image_classifier,
     load_image_classifier,
     resolve_image_model,

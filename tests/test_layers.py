@@ -22,9 +22,10 @@ PACKAGE = ROOT / "src" / "entrena"
 LAYERS = [
     {"cli"},
     {"api"},
-    {"tuning", "exporting", "reporting", "launching"},
+    {"tuning", "reporting", "launching"},
     {"engine", "planning"},
     {"tasks"},
+    {"exporting"},
     {"data", "callbacks", "tracking"},
     {"core", "config", "hardware"},
     {"errors", "units"},
@@ -96,6 +97,26 @@ def test_imports_flow_downward_and_siblings_do_not_import_each_other():
             elif LEVEL[target] == LEVEL[source]:
                 problems.append(f"{where} (sibling on the same line)")
     assert problems == []
+
+
+def test_the_engine_never_imports_a_task():
+    """The loop gets a task's loss and batches as arguments; it never names a task."""
+    offenders = [f"{p.relative_to(ROOT)}:{line}: {m}"
+                 for p in sorted((PACKAGE / "engine").rglob("*.py"))
+                 for line, m in imported_modules(p) if entrena_target(m) == "tasks"]
+    assert offenders == []
+
+
+def test_no_module_outside_the_tasks_names_a_task():
+    """Task names live in ``entrena/tasks/`` (the registry and the task packages); the verbs,
+    the loop, the planner and the exporters reach a task through the registry."""
+    from entrena.tasks.registry import BUILTIN_TASKS
+
+    offenders = [f"{p.relative_to(ROOT)}:{number}: {name}"
+                 for p in modules() if component(p) != "tasks"
+                 for number, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+                 for name in BUILTIN_TASKS if name in line]
+    assert offenders == []
 
 
 def test_package_root_imports_nothing_heavy():

@@ -7,6 +7,7 @@ import torch
 
 from entrena.core.events import Event
 from entrena.engine.loop import FitSettings, evaluation_points, fit, predict
+from entrena.tasks.metrics import cross_entropy_loss
 from fakes import FakeBackend, FakeSource, Recorder, ScriptedEvaluate, TinyModel, weights
 
 
@@ -15,7 +16,8 @@ def run(settings: FitSettings, *, source: FakeSource | None = None, callbacks=()
     model = model or TinyModel()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     evaluate = ScriptedEvaluate(losses)
-    state = fit(backend=FakeBackend(), model=model, optimizer=optimizer,
+    state = fit(backend=FakeBackend(), model=model, loss=cross_entropy_loss,
+                optimizer=optimizer,
                 train=source or FakeSource(), evaluate=evaluate, settings=settings,
                 callbacks=list(callbacks))
     return state, model, optimizer, evaluate
@@ -69,7 +71,8 @@ def test_gradient_accumulation_counts_optimizer_steps(batches, accumulation, ste
     model = TinyModel()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     calls = count_steps(optimizer)
-    state = fit(backend=FakeBackend(), model=model, optimizer=optimizer,
+    state = fit(backend=FakeBackend(), model=model, loss=cross_entropy_loss,
+                optimizer=optimizer,
                 train=FakeSource(n=batches * 4, batch_size=4), evaluate=ScriptedEvaluate([1.0]),
                 settings=FitSettings(max_epochs=2, gradient_accumulation_steps=accumulation),
                 callbacks=[])
@@ -140,7 +143,7 @@ def test_predict_returns_logits_in_example_order():
             return [[9, 2, 5], [0, 1, 3, 4], [6, 7, 8]]
 
     shuffled = Shuffled(n=10, batch_size=4)
-    logits, labels, loss = predict(FakeBackend(), model, shuffled)
+    logits, labels, loss = predict(FakeBackend(), model, shuffled, cross_entropy_loss)
     with torch.no_grad():
         expected = model(source.ids, torch.ones_like(source.ids))
     torch.testing.assert_close(torch.from_numpy(logits), expected)

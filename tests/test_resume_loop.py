@@ -26,6 +26,7 @@ from entrena.engine.checkpointing import (
     training_payload,
 )
 from entrena.engine.loop import FitSettings, fit, predict
+from entrena.tasks.metrics import cross_entropy_loss
 from fakes import FakeBackend, FakeSource, same_weights, weights
 
 LOSS = Monitor("validation.loss")
@@ -97,7 +98,7 @@ class Harness:
         self.validation = FakeSource(n=12, batch_size=6, seed=1)
 
     def evaluate(self, model) -> dict[str, float]:
-        return {"loss": predict(self.backend, model, self.validation)[2]}
+        return {"loss": predict(self.backend, model, self.validation, cross_entropy_loss)[2]}
 
     def save(self, state: TrainState, reason: str) -> dict:
         payload = training_payload(state, model=self.model, optimizer=self.optimizer,
@@ -123,7 +124,8 @@ class Harness:
         with self.preemption.installed():
             if rng is not None:
                 restore_rng(rng)
-            return fit(backend=self.backend, model=self.model, optimizer=self.optimizer,
+            return fit(backend=self.backend, model=self.model, loss=cross_entropy_loss,
+                       optimizer=self.optimizer,
                        train=FakeSource(n=40, batch_size=4), evaluate=self.evaluate,
                        settings=settings, callbacks=self.callbacks, state=state,
                        save_checkpoint=self.save)

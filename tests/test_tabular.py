@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from conftest import run_cli
-from entrena.config import load_config
 from entrena.data import preprocessing as pp
+from entrena.tasks.registry import load_config
 
 HIDDEN = [16, 8]
 
@@ -53,7 +53,7 @@ def table_config(folder: Path, train: pd.DataFrame, test: pd.DataFrame,
 
 
 def prepare(path: Path) -> Any:
-    from entrena.tasks.tabular_data import prepare_table
+    from entrena.tasks.tabular_classification.data import prepare_table
 
     return prepare_table(load_config(path))
 
@@ -161,7 +161,7 @@ def test_the_plan_counts_the_mlp(tmp_path):
 
 
 def test_trees_winning_or_tying_gives_the_cpu_advice():
-    from entrena.tasks.tabular import TabularClassificationTask
+    from entrena.tasks.tabular_classification.task import TabularClassificationTask
 
     task = TabularClassificationTask()
     baselines = {"boosted_trees": {"test": {"accuracy": 0.80}, "time_s": 0.2}}

@@ -1,12 +1,13 @@
-"""The task registry (``entrena.tasks.base``) and the task-specific config keys."""
+"""The task registry (``entrena.tasks.registry``) and the task-specific config keys."""
 
 from __future__ import annotations
 
 import pytest
 
-from entrena.config import load_config
 from entrena.errors import ConfigError
-from entrena.tasks.base import Task, get_task, register_task, task_names
+from entrena.tasks.base import Task
+from entrena.tasks.registry import get_task, register_task, task_names
+from entrena.tasks.registry import load_config
 
 
 def test_text_task_is_registered_and_satisfies_the_protocol():
@@ -25,7 +26,12 @@ def test_unknown_task_lists_the_choices_and_the_closest():
     assert "tabular-classification" in message
 
 
-def test_a_registered_task_is_found_by_name():
+def test_a_registered_task_is_found_by_name(monkeypatch):
+    from entrena.tasks import registry
+
+    monkeypatch.setattr(registry, "_REGISTERED", {})
+    monkeypatch.setattr(registry, "_INSTANCES", {})
+
     class Fake:
         name = "fake-task"
         input_names = ("x",)
@@ -37,13 +43,31 @@ def test_a_registered_task_is_found_by_name():
 
 def test_task_keys_get_their_defaults_only_for_their_task():
     text = load_config({"name": "x", "data": {"train": "t.csv"}}).config
-    assert (text.data.text_column, text.data.drop_columns, text.model.hidden_sizes) == \
-        ("text", None, None)
+    assert (text.task, text.data.text_column) == ("text-classification", "text")
+    assert not hasattr(text.data, "drop_columns") and not hasattr(text.model, "hidden_sizes")
     table = load_config({"name": "x", "task": "tabular-classification",
                          "data": {"train": "t.csv"}}).config
-    assert (table.data.text_column, table.data.drop_columns, table.model.hidden_sizes) == \
-        (None, [], [256, 128])
+    assert (table.data.drop_columns, table.model.hidden_sizes) == ([], [256, 128])
+    assert not hasattr(table.data, "text_column")
     assert load_config(table).config == table  # a resolved config loads again
+
+
+def test_an_unknown_task_in_a_config_names_its_line_and_the_choices(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: x\ntask: tabular-clasification\ndata:\n  train: t.csv\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value).startswith(f"{path}:2: task: unknown task 'tabular-clasification'; "
+                                      "choose one of ")
+    assert "did you mean 'tabular-classification'?" in str(info.value)
+
+
+def test_a_key_of_another_task_given_with_set_names_the_task():
+    with pytest.raises(ConfigError) as info:
+        load_config({"name": "x", "data": {"train": "t.csv"}}, ["model.hidden_sizes=[8]"])
+    assert str(info.value) == (
+        "--set model.hidden_sizes: only used by task tabular-classification, and this config's "
+        "task is text-classification; remove model.hidden_sizes (or change task)")
 
 
 def test_a_key_of_another_task_is_refused_with_its_line(tmp_path):

@@ -12,8 +12,8 @@ import yaml
 
 import entrena
 from conftest import run_cli
-from entrena.config import load_config
 from entrena.errors import ConfigError
+from entrena.tasks.registry import load_config
 from entrena.tuning import run_study
 from entrena.tuning.space import DEFAULT_SPACE
 

@@ -31,7 +31,7 @@ _LAZY = {
     "TuneResult": ("entrena.api", "TuneResult"),
     "launch": ("entrena.api", "launch"),
     "LaunchResult": ("entrena.api", "LaunchResult"),
-    "load_config": ("entrena.config", "load_config"),
+    "load_config": ("entrena.tasks.registry", "load_config"),
 }
 
 

@@ -105,11 +105,17 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
             ``parity.passed: false`` (``exc.result`` holds them). A :class:`CheckFailed`
             (exit code 3).
     """
-    from entrena.exporting.bundle import default_bundle_dir, is_bundle, locate_run
+    from entrena.exporting.bundle import ExportRequest, default_bundle_dir, is_bundle, locate_run
     from entrena.exporting.checks import Thresholds
+    from entrena.tasks.registry import get_task, model_files
 
     fmt = _check_options(format, quantize, opset)
-    model_run = locate_run(run)
+    model_run = locate_run(run, model_files=model_files)
+    task = get_task(model_run.config.get("task"))
+    if fmt.name not in task.export_formats:
+        raise ConfigError(f"--format {fmt.name}: a {task.name} model exports to "
+                          f"{' or '.join(task.export_formats)} only; use --format "
+                          f"{task.export_formats[0]}")
     destination = Path(output) if output is not None else \
         default_bundle_dir(model_run.paths.root, fmt.name, quantize)
     if destination.exists() and not is_bundle(destination) and (
@@ -122,30 +128,10 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
                             max_accuracy_drop=max_accuracy_drop)
     log.info("exporting %s to %s (%s%s)", model_run.paths.root, destination, fmt.name,
              f", {quantize}" if quantize else "")
-    if model_run.config.get("task") == "tabular-classification":
-        from entrena.exporting.table_export import table_rows, write_table_bundle
-
-        report = write_table_bundle(model_run, fmt, quantize=quantize, opset=opset,
-                                    destination=destination,
-                                    rows=table_rows(model_run, parity_data),
-                                    thresholds=thresholds, latency_calls=latency_calls,
-                                    threads=threads)
-    elif model_run.config.get("task") == "image-classification":
-        from entrena.exporting.image_export import image_examples, write_image_bundle
-
-        report = write_image_bundle(model_run, fmt, quantize=quantize, opset=opset,
-                                    destination=destination,
-                                    examples=image_examples(model_run, parity_data),
-                                    thresholds=thresholds, latency_calls=latency_calls,
-                                    threads=threads)
-    else:
-        from entrena.exporting.exporter import parity_examples, write_bundle
-
-        examples = parity_examples(model_run, parity_data)
-        report = write_bundle(model_run, fmt, quantize=quantize, opset=opset,
-                              destination=destination, examples=examples,
-                              thresholds=thresholds, latency_calls=latency_calls,
-                              threads=threads)
+    report = task.write_bundle(model_run, ExportRequest(
+        format=fmt, quantize=quantize, opset=opset, destination=destination,
+        parity_data=parity_data, thresholds=thresholds, latency_calls=latency_calls,
+        threads=threads))
     result = ExportResult(destination, report)
     if not result.passed:
         parity = report["parity"]

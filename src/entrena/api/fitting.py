@@ -42,9 +42,8 @@ from entrena.engine.checkpointing import (
 from entrena.engine.distributed import ShardedBatches
 from entrena.engine.loop import FitSettings, fit, predict
 from entrena.errors import ConfigError, Interrupted, NonFiniteError
-from entrena.tasks.base import get_task
 from entrena.tasks.baselines import compare_with_baseline
-from entrena.tasks.metrics import classification_metrics
+from entrena.tasks.registry import get_task
 from entrena.tracking.events import EventLog
 from entrena.tracking.mlflow_tracker import MLflowTracker, default_tracking_uri
 from entrena.units import parse_duration_s
@@ -148,12 +147,11 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     model, optimizer = backend.setup(model, optimizer)
 
     def evaluate(current_model: Any) -> dict[str, float]:
-        logits, labels, loss = predict(backend, current_model, validation_data)
-        scores = classification_metrics(labels, logits.argmax(-1), splits.labels)
-        return {"loss": loss, **scores}
+        outputs, targets, loss = predict(backend, current_model, validation_data, task.loss)
+        return {"loss": loss, **task.evaluate(outputs, targets, prepared)}
 
     es = tcfg.early_stopping
-    monitor = Monitor(es.monitor, es.mode, es.min_delta)
+    monitor = Monitor(es.monitor, _monitor_mode(task, es.monitor, es.mode), es.min_delta)
     early_stopping = EarlyStopping(monitor, es.patience) if es.enabled else None
     schedule = LRSchedule(tcfg.scheduler, tcfg.warmup_fraction, monitor,
                           factor=tcfg.plateau_factor, patience=tcfg.plateau_patience)
@@ -235,8 +233,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
             # cache draws nothing, one taken fresh may (a cache hit must not change results).
             backend.seed(tcfg.seed + 1)
         state = fit(backend=backend, model=model, optimizer=optimizer, train=fit_data,
-                    evaluate=evaluate, settings=settings, callbacks=all_callbacks, state=state,
-                    save_checkpoint=save_checkpoint)
+                    loss=task.loss, evaluate=evaluate, settings=settings,
+                    callbacks=all_callbacks, state=state, save_checkpoint=save_checkpoint)
     fit_peak_bytes = peak_memory_bytes(backend.accelerator)
     if state.interrupted == "nonfinite":
         raise _nonfinite_error(state, paths, splits, loaded)
@@ -246,9 +244,10 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     metrics: dict[str, Any] = {}
     metrics["validation"] = evaluate(model)  # with the restored best weights
     if splits.test is not None:
-        logits, labels, loss = predict(backend, model, batches("test", shuffle=False))
-        metrics["test"] = {"loss": loss, **classification_metrics(
-            labels, logits.argmax(-1), splits.labels, detailed=True)}
+        outputs, targets, loss = predict(backend, model, batches("test", shuffle=False),
+                                         task.loss)
+        metrics["test"] = {"loss": loss, **task.evaluate(outputs, targets, prepared,
+                                                         detailed=True)}
     metrics["fit"] = {
         "epochs": state.epoch + (1 if state.batch_in_epoch else 0),
         "steps": state.step,
@@ -299,6 +298,15 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         tracker.finish({k: v for k, v in metrics.items() if k != "history"},
                        [paths.metrics, paths.config, paths.data_report])
     return metrics
+
+
+def _monitor_mode(task: Any, key: str, mode: str) -> str:
+    """``min``/``max`` for the monitored ``validation.<metric>``: as configured, or for
+    ``auto`` as the task declares it (the metric-key table for metrics it does not name)."""
+    if mode != "auto":
+        return mode
+    declared = getattr(task, "higher_is_better", {}).get(key.split(".", 1)[-1])
+    return "auto" if declared is None else ("max" if declared else "min")
 
 
 def _write_report(paths: RunPaths) -> None:

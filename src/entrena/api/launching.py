@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from entrena.api.preparing import resolve_run_dir
-from entrena.config import Config, load_config
+from entrena.config import Config
 from entrena.errors import ConfigError
+from entrena.tasks.registry import load_config
 
 __all__ = ["LaunchResult", "launch"]
 

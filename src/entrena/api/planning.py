@@ -13,18 +13,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from entrena.api.preparing import PreparedData, prepare_data, resolve_model_sources
-from entrena.config import Config, LoadedConfig, load_config
+from entrena.api.preparing import prepare_data, resolve_model_sources
+from entrena.config import Config, LoadedConfig
 from entrena.errors import ConfigError
 from entrena.hardware.catalog import Accelerator, Catalog, Offer, closest_names, load_catalog
 from entrena.hardware.detection import Machine, detect_machine
 from entrena.hardware.memory import current_rss_bytes
-from entrena.planning.model import meta_classifier, profile_model
 from entrena.planning.options import Option
 from entrena.planning.planner import LOCAL, make_plan, plan_document, run_shape
 from entrena.planning.recommend import Recommendation
 from entrena.planning.report import render_plan
 from entrena.planning.timing import Calibration
+from entrena.tasks.base import PlanningSpec
+from entrena.tasks.registry import get_task, load_config
 from entrena.units import Budget, parse_budget
 
 __all__ = ["PlanResult", "plan", "resolve_hardware"]
@@ -91,72 +92,45 @@ def _limit(text: str | float | None, *, option: str, bare: str) -> Budget | None
         raise ConfigError(str(exc)) from None
 
 
-def _lengths(prepared: Any, role: str, max_length: int) -> Any:
-    """Token lengths per example of split ``role`` (text), or ones: a table row or an image
-    is one "token" of a fixed-size profile (:mod:`entrena.planning.fixed`)."""
-    import numpy as np
-
-    if not isinstance(prepared, PreparedData):
-        split = getattr(prepared.splits, role, None)
-        return np.ones(len(split.labels), dtype=np.int64) if split is not None else []
-    encoded = prepared.encoded.get(role)
-    return encoded.lengths(max_length) if encoded is not None else []
-
-
-def _fixed_profile(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
-                   model: Any = None) -> Any:
-    """The profile of a task whose inputs have one size (tables, images), measured on a copy
-    of ``model`` (default: one the task builds) at one training example."""
+def _model_profile(loaded: LoadedConfig, task: Any, spec: PlanningSpec,
+                   sources: dict[str, str], prepared: Any, model: Any = None) -> Any:
+    """The task's model profile: a sequence model measured on the meta device at three
+    lengths (cached); a fixed-size one on a copy of ``model`` (default: one the task builds)
+    at one training example."""
+    if spec.meta_model is not None:
+        return _profile(loaded, spec, task)
     from entrena.planning.fixed import profile_fixed
-    from entrena.tasks.base import get_task
 
-    task = get_task(loaded.config.task)
     if model is None:
         model = task.build_model(loaded, sources, prepared)
-    batch = task.batches(loaded, prepared, "train", batch_size=1, shuffle=False).collate([0])
-    return profile_fixed(model, {k: v for k, v in batch.items() if k != "labels"})
+    batch = spec.example_batch() if spec.example_batch is not None else {}
+    return profile_fixed(model, {k: v for k, v in batch.items() if k != "labels"},
+                         loss=task.loss)
 
 
-def _model_name(cfg: Config) -> str:
-    if cfg.task == "tabular-classification":
-        return f"mlp {cfg.model.hidden_sizes}"
-    if cfg.task != "text-classification":
-        return str(cfg.model.name)
-    return str(cfg.model.name) if cfg.model.architecture is None else "architecture"
-
-
-def _profile_cache_key(cfg: Config, sources: dict[str, str], num_labels: int, tokenizer: Any,
-                       max_length: int) -> str | None:
-    """A key for the model profile, or ``None`` when the model's config is not a local file."""
+def _profile_cache_key(spec: PlanningSpec) -> str | None:
+    """A key for the model profile, or ``None`` when the task gives no shape to key it on."""
     import hashlib
     import importlib.metadata
     import json
 
-    shape: Any
-    if cfg.model.architecture is not None:
-        shape = cfg.model.architecture.model_dump()
-    else:
-        config_file = Path(sources.get("weights") or "") / "config.json"
-        if not config_file.is_file():
-            return None
-        shape = config_file.read_text(encoding="utf-8")
+    if spec.profile_key is None:
+        return None
     versions = [importlib.metadata.version(d) for d in ("torch", "transformers")]
-    blob = json.dumps([shape, len(tokenizer), tokenizer.pad_token_id, num_labels,
-                       cfg.model.pooling, max_length, versions, 3], sort_keys=True)
+    blob = json.dumps([spec.profile_key, versions, 4], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
-def _profile(loaded: LoadedConfig, sources: dict[str, str], num_labels: int, tokenizer: Any,
-             max_length: int) -> Any:
+def _profile(loaded: LoadedConfig, spec: PlanningSpec, task: Any) -> Any:
     """The model profile, measured on the meta device once and then read from the cache
     (``<cache>/profiles/``): building the model imports most of transformers."""
     import json
 
     from entrena.data.cache import default_cache_dir
-    from entrena.planning.model import ModelProfile
+    from entrena.planning.model import ModelProfile, profile_model
 
     cfg = loaded.config
-    key = _profile_cache_key(cfg, sources, num_labels, tokenizer, max_length)
+    key = _profile_cache_key(spec)
     configured = getattr(cfg.data, "cache_dir", None)
     path = (default_cache_dir(loaded.resolve_path(configured) if configured else None)
             / "profiles" / f"{key}.json") if key else None
@@ -165,7 +139,8 @@ def _profile(loaded: LoadedConfig, sources: dict[str, str], num_labels: int, tok
             return ModelProfile(**json.loads(path.read_text()))
         except (OSError, ValueError, TypeError):
             pass  # a damaged or outdated entry is measured again
-    profile = _measure_profile(cfg, sources, num_labels, tokenizer, max_length)
+    assert spec.meta_model is not None
+    profile = profile_model(spec.meta_model(), spec.max_length, loss=task.loss)
     if path is not None:
         from entrena.core.files import write_json_atomic
 
@@ -177,22 +152,11 @@ def _profile(loaded: LoadedConfig, sources: dict[str, str], num_labels: int, tok
     return profile
 
 
-def _measure_profile(cfg: Config, sources: dict[str, str], num_labels: int, tokenizer: Any,
-                     max_length: int) -> Any:
-    model = meta_classifier(
-        num_labels=num_labels, pretrained=sources.get("weights"),
-        architecture=cfg.model.architecture.model_dump() if cfg.model.architecture else None,
-        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id or 0,
-        pooling=cfg.model.pooling, dropout=cfg.model.dropout)
-    return profile_model(model, max_length)
-
-
-def _shape(cfg: Config, prepared: PreparedData, profile: Any, max_length: int) -> Any:
+def _shape(cfg: Config, spec: PlanningSpec, profile: Any) -> Any:
     t = cfg.train
     return run_shape(
-        train_lengths=_lengths(prepared, "train", max_length),
-        eval_lengths=_lengths(prepared, "validation", max_length),
-        test_lengths=_lengths(prepared, "test", max_length), profile=profile,
+        train_lengths=spec.lengths("train"), eval_lengths=spec.lengths("validation"),
+        test_lengths=spec.lengths("test"), profile=profile,
         batch_size=t.batch_size, eval_batch_size=t.eval_batch_size or 2 * t.batch_size,
         precision=t.precision, max_epochs=t.max_epochs, max_steps=t.max_steps,
         gradient_accumulation_steps=t.gradient_accumulation_steps,
@@ -200,39 +164,14 @@ def _shape(cfg: Config, prepared: PreparedData, profile: Any, max_length: int) -
         group_by_length=t.group_by_length, accelerator=t.accelerator, threads=t.num_threads)
 
 
-def _probe_batches(loaded: LoadedConfig, prepared: Any, max_length: int) -> list[Any]:
-    """The median-length and the longest batch of the first epoch, as tensors (fixed-size
-    inputs: half a batch and a whole one)."""
-    from entrena.data.loaders import TextBatches
-
-    cfg = loaded.config
-    t = cfg.train
-    if not isinstance(prepared, PreparedData):
-        from entrena.tasks.base import get_task
-
-        source = get_task(cfg.task).batches(loaded, prepared, "train",
-                                            batch_size=t.batch_size, shuffle=True)
-        first = source.plan(0)[0]
-        return [source.collate(first[:max(1, len(first) // 2)]), source.collate(first)]
-    batches = TextBatches(prepared.encoded["train"], prepared.splits.train.labels,
-                          max_length=max_length, batch_size=t.batch_size,
-                          pad_id=prepared.tokenizer.pad_token_id or 0, shuffle=True,
-                          group_by_length=t.group_by_length, seed=t.seed)
-    plan = batches.plan(0)
-    full = [b for b in plan if len(b) == t.batch_size] or plan
-    by_length = sorted(full, key=lambda b: int(batches.lengths[b].max()))
-    chosen = [by_length[len(by_length) // 2], by_length[-1]]
-    return [batches.collate(b) for b in chosen]
-
-
-def _calibrate(model: Any, loaded: LoadedConfig, prepared: Any, profile: Any, max_length: int,
+def _calibrate(model: Any, loaded: LoadedConfig, task: Any, spec: PlanningSpec, profile: Any,
                machine: Machine, catalog: Catalog, device: str, precision: str,
                base_rss: float | None) -> Calibration:
     from entrena.planning.options import cpu_peak_flops, peak_for_precision
     from entrena.planning.timing import probe
 
     cfg = loaded.config
-    batches = _probe_batches(loaded, prepared, max_length)
+    batches = spec.probe_batches(cfg.train.batch_size)
     flops = [int(b["labels"].shape[0]) * profile.flops_per_sample(
         int(b["input_ids"].shape[1]) if "input_ids" in b else 1) for b in batches]
     if device == "cpu":
@@ -243,7 +182,8 @@ def _calibrate(model: Any, loaded: LoadedConfig, prepared: Any, profile: Any, ma
     # The median and the longest batch: two lengths separate the per-step cost from the FLOP
     # rate. A GPU step is short, so it is timed three times (the fastest counts).
     return probe(model, batches, flops, device=device, precision=precision,
-                 repeats=3 if device == "cuda" else 1, peak_flops=peak, base_rss_bytes=base_rss)
+                 repeats=3 if device == "cuda" else 1, peak_flops=peak, base_rss_bytes=base_rss,
+                 loss=task.loss)
 
 
 def plan(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | None = None,
@@ -285,20 +225,17 @@ def plan(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | 
     selection = resolve_hardware(hardware, merged) if hardware else None
     prepared = prepare_data(loaded, sources)
     cfg = loaded.config
-    if isinstance(prepared, PreparedData):
-        max_length = int(prepared.max_length)
-        profile = _profile(loaded, sources, len(prepared.splits.labels), prepared.tokenizer,
-                           max_length)
-    else:
-        max_length = 1
-        profile = _fixed_profile(loaded, sources, prepared)
-    shape = _shape(cfg, prepared, profile, max_length)
+    task = get_task(cfg.task)
+    spec = task.planning(loaded, sources, prepared)
+    max_length = spec.max_length
+    profile = _model_profile(loaded, task, spec, sources, prepared)
+    shape = _shape(cfg, spec, profile)
     machine = detect_machine(Path(run_dir).parent if run_dir else "runs")
     calibration = None
     base_rss = current_rss_bytes()
     weights_in_base = False
     if calibrate:
-        calibration, base_rss = _calibrate_here(loaded, sources, prepared, profile, max_length,
+        calibration, base_rss = _calibrate_here(loaded, sources, prepared, task, spec, profile,
                                                 machine, merged)
     elif "lightning" not in sys.modules:
         from entrena.planning.memory import FIT_IMPORTS_RSS_BYTES
@@ -312,22 +249,21 @@ def plan(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | 
     document = plan_document(
         machine=machine, profile=profile, shape=shape, options=options,
         recommendation=recommendation, max_length=max_length,
-        train_lengths=_lengths(prepared, "train", max_length),
-        model_name=_model_name(cfg), calibration=calibration, catalog=merged,
+        train_lengths=spec.lengths("train"),
+        model_name=spec.model_name, calibration=calibration, catalog=merged,
         deadline_s=deadline_limit.seconds if deadline_limit else None, budget=budget_limit,
         extra={"planning_time_s": time.perf_counter() - started})
     return PlanResult(document, options, recommendation)
 
 
-def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
-                    profile: Any, max_length: int, machine: Machine,
+def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Any, task: Any,
+                    spec: PlanningSpec, profile: Any, machine: Machine,
                     catalog: Catalog) -> tuple[Calibration, float]:
     """``plan --calibrate``: set up the fit's backend (its imports belong to the base memory),
     measure the base memory, probe a fresh model (weights loaded as ``train`` would) on the
     device and precision the fit would use."""
     from entrena.engine.backend import configure_threads, create_backend
     from entrena.hardware.detection import cpu_bf16_pays
-    from entrena.tasks.text_classification import build_classifier
 
     cfg = loaded.config
     configure_threads(cfg.train.num_threads)  # as the fit does: the probe's speed depends on it
@@ -340,18 +276,7 @@ def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Any
     device = backend.accelerator if backend.accelerator in ("cpu", "cuda") else "cpu"
     precision = backend.precision if device == backend.accelerator else "32-true"
     base_rss = current_rss_bytes()
-    if isinstance(prepared, PreparedData):
-        tokenizer = prepared.tokenizer
-        model = build_classifier(
-            num_labels=len(prepared.splits.labels), pretrained=sources.get("weights"),
-            architecture=(cfg.model.architecture.model_dump() if cfg.model.architecture
-                          else None),
-            vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id or 0,
-            pooling=cfg.model.pooling, dropout=cfg.model.dropout).to(device)
-    else:
-        from entrena.tasks.base import get_task
-
-        model = get_task(cfg.task).build_model(loaded, sources, prepared).to(device)
-    calibration = _calibrate(model, loaded, prepared, profile, max_length, machine, catalog,
-                             device, precision, base_rss)
+    model = task.build_model(loaded, sources, prepared).to(device)
+    calibration = _calibrate(model, loaded, task, spec, profile, machine, catalog, device,
+                             precision, base_rss)
     return calibration, base_rss

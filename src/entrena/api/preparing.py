@@ -1,9 +1,9 @@
 """``entrena.prepare``: read, check, split and encode the data once; write the data report.
 
 ``entrena train`` goes through the same :func:`prepare_data`, which hands the work to the
-config's task (:func:`entrena.tasks.base.get_task`): text data is prepared by
-:mod:`entrena.tasks.text_data` (cached under a fingerprint of the files, the ``data``
-section, the seed and the tokenizer), tables by :mod:`entrena.tasks.tabular`.
+config's task (:func:`entrena.tasks.base.get_task`): each task package reads, checks, splits
+and encodes its own data (text through a cache keyed on a fingerprint of the files, the
+``data`` section, the seed and the tokenizer).
 """
 
 from __future__ import annotations
@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from entrena.config import Config, LoadedConfig, load_config
+from entrena.config import Config, LoadedConfig
 from entrena.core.files import write_json_atomic
 from entrena.core.rundir import RunPaths
 from entrena.errors import CheckFailed, ConfigError
-from entrena.tasks.base import get_task
-from entrena.tasks.text_data import PreparedData
+from entrena.tasks.registry import get_task, load_config
 
-__all__ = ["DataCheckFailed", "PrepareResult", "PreparedData", "prepare", "prepare_data",
+__all__ = ["DataCheckFailed", "PrepareResult", "prepare", "prepare_data",
            "resolve_run_dir", "resolve_model_sources", "report_table", "check_failure",
            "write_report"]
 
@@ -159,7 +158,7 @@ def report_table(report: dict[str, Any]) -> Any:
                                                           else ""))
     row("rows kept", lambda s: f"{s['rows_kept']:,}")
     row("bad files skipped", lambda s: f"{s['bad_files']:,}")
-    table_rows = report.get("task") == "tabular-classification"
+    table_rows = report.get("features") is not None  # rows of feature columns, not texts
     row("empty row / label" if table_rows else "empty text / label",
         lambda s: f"{s['empty_text']:,} / {s['empty_label']:,}")
     row("exact duplicates", lambda s: f"{s['exact_duplicates']:,}")

@@ -20,13 +20,14 @@ from entrena.api.preparing import (
     resolve_run_dir,
     write_report,
 )
-from entrena.config import Config, load_config
+from entrena.config import Config
 from entrena.config.fingerprint import config_changes, config_hash, format_changes
 from entrena.core.files import write_json_atomic
 from entrena.core.rundir import RunPaths
 from entrena.engine.checkpointing import CheckpointInfo, CheckpointStore
 from entrena.engine.distributed import launched_rank
 from entrena.errors import ConfigError, EntrenaError, Interrupted
+from entrena.tasks.registry import load_config
 from entrena.units import format_duration
 
 __all__ = ["TrainResult", "train", "resolve_run_dir"]

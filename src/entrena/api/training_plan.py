@@ -10,20 +10,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from entrena.api.planning import (
-    _calibrate,
-    _fixed_profile,
-    _lengths,
-    _model_name,
-    _profile,
-    _shape,
-)
-from entrena.api.preparing import PreparedData
+from entrena.api.planning import _calibrate, _model_profile, _shape
 from entrena.config import LoadedConfig
 from entrena.hardware.catalog import load_catalog
 from entrena.hardware.detection import detect_machine
 from entrena.hardware.memory import current_rss_bytes
 from entrena.planning.planner import make_plan, plan_document
+from entrena.tasks.registry import get_task
 
 __all__ = ["plan_for_fit", "plan_run", "plan_vs_actual", "reset_peak_memory",
            "peak_memory_bytes"]
@@ -54,17 +47,15 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
     cfg = loaded.config
     machine = detect_machine(Path("runs"))
     catalog = load_catalog()
-    if isinstance(prepared, PreparedData):
-        profile = _profile(loaded, sources, len(prepared.splits.labels), prepared.tokenizer,
-                           max_length)
-    else:
-        profile = _fixed_profile(loaded, sources, prepared, model)
-    shape = _shape(cfg, prepared, profile, max_length)
+    task = get_task(cfg.task)
+    spec = task.planning(loaded, sources, prepared)
+    profile = _model_profile(loaded, task, spec, sources, prepared, model)
+    shape = _shape(cfg, spec, profile)
     shape = replace(shape, precision=precision, accelerator=device)
     base_rss = current_rss_bytes()
     twin = copy.deepcopy(model).to(device)
-    calibration = _calibrate(twin, loaded, prepared, profile, max_length, machine, catalog,
-                             device, precision, base_rss)
+    calibration = _calibrate(twin, loaded, task, spec, profile, machine, catalog, device,
+                             precision, base_rss)
     del twin
     options, recommendation = make_plan(
         profile=profile, shape=shape, machine=machine, catalog=catalog, local_only=True,
@@ -72,8 +63,8 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
     return plan_document(
         machine=machine, profile=profile, shape=shape, options=options,
         recommendation=recommendation, max_length=max_length,
-        train_lengths=_lengths(prepared, "train", max_length),
-        model_name=_model_name(cfg),
+        train_lengths=spec.lengths("train"),
+        model_name=spec.model_name,
         calibration=calibration, catalog=catalog, deadline_s=None, budget=None,
         extra={"planning_time_s": time.perf_counter() - started})
 

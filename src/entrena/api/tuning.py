@@ -11,10 +11,11 @@ from typing import Any
 import yaml
 
 from entrena.api.preparing import resolve_run_dir
-from entrena.config import Config, load_config, parse_overrides
+from entrena.config import Config, parse_overrides
 from entrena.config.loading import apply_overrides
 from entrena.core.files import write_json_atomic
 from entrena.errors import ConfigError
+from entrena.tasks.registry import load_config
 from entrena.units import Budget, format_usd, parse_budget, parse_duration_s
 
 __all__ = ["TuneResult", "tune"]

@@ -10,7 +10,7 @@ import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -18,7 +18,25 @@ from pydantic import BaseModel, ValidationError
 from entrena.config.schema import Config
 from entrena.errors import ConfigError
 
-__all__ = ["LoadedConfig", "load_config", "parse_overrides", "apply_overrides", "validate_config"]
+__all__ = ["LoadedConfig", "TaskSchemas", "load_config", "parse_overrides", "apply_overrides",
+           "validate_config"]
+
+
+class TaskSchemas(Protocol):
+    """The config classes of the tasks (``entrena.tasks.registry.SCHEMAS``): the loader
+    validates a config against the class its ``task:`` names."""
+
+    def names(self) -> list[str]:
+        """Every task name, sorted."""
+        ...
+
+    def schema_for(self, name: str | None) -> type[Config]:
+        """The config class of task ``name`` (the default task for ``None``).
+
+        Raises:
+            ConfigError: Unknown task (the message lists the known ones).
+        """
+        ...
 
 
 @dataclass(frozen=True)
@@ -152,9 +170,11 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
 _NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
-def _fields_at(path: tuple[str, ...]) -> dict[str, Any] | None:
-    """The pydantic fields of the section at ``path`` (``None`` if it is not a section)."""
-    model: type[BaseModel] = Config
+def _fields_at(path: tuple[str, ...], schema: type[BaseModel] = Config
+               ) -> dict[str, Any] | None:
+    """The pydantic fields of the section at ``path`` of config class ``schema`` (``None`` if
+    it is not a section)."""
+    model: type[BaseModel] = schema
     for part in path:
         info = model.model_fields.get(part)
         if info is None:
@@ -169,19 +189,29 @@ def _fields_at(path: tuple[str, ...]) -> dict[str, Any] | None:
     return dict(model.model_fields)
 
 
-def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any],
+                    schema: type[BaseModel] = Config,
+                    schemas: TaskSchemas | None = None) -> dict[str, Any]:
     """Return a copy of ``data`` with each dotted key set.
 
+    Args:
+        schema: The config class the keys must belong to (the config's task's).
+        schemas: The other tasks' classes, to say which task a foreign key belongs to.
+
     Raises:
-        ConfigError: A key names no config field (the message lists the closest valid keys).
+        ConfigError: A key names no config field (the message lists the closest valid keys,
+            or the task that uses it).
     """
     result = _deep_copy(data)
     problems = []
     for dotted, value in overrides.items():
         parts = tuple(dotted.split("."))
-        fields = _fields_at(parts[:-1])
+        fields = _fields_at(parts[:-1], schema)
         if fields is None or parts[-1] not in fields:
-            problems.append(f"--set {dotted}: no such config key; {_suggest(parts)}")
+            owners = _owners(parts, schema, schemas)
+            problems.append(f"--set {dotted}: " + (_foreign(dotted, owners, schema) if owners
+                                                   else f"no such config key; "
+                                                        f"{_suggest(parts, schema)}"))
             continue
         node = result
         for part in parts[:-1]:
@@ -204,17 +234,44 @@ def _deep_copy(data: Any) -> Any:
     return data
 
 
-def _suggest(parts: tuple[str, ...]) -> str:
+def _task_of(schema: type[BaseModel]) -> str:
+    info = schema.model_fields.get("task")
+    return str(info.default) if info is not None and info.default else "the default task"
+
+
+def _owners(parts: tuple[str, ...], schema: type[BaseModel],
+            schemas: TaskSchemas | None) -> list[str]:
+    """The other tasks whose config has the key ``parts``."""
+    if schemas is None:
+        return []
+    owners = []
+    for name in schemas.names():
+        try:
+            other = schemas.schema_for(name)
+        except ConfigError:  # a task that cannot be loaded owns nothing here
+            continue
+        fields = _fields_at(parts[:-1], other)
+        if other is not schema and fields is not None and parts[-1] in fields:
+            owners.append(name)
+    return owners
+
+
+def _foreign(dotted: str, owners: list[str], schema: type[BaseModel]) -> str:
+    return (f"only used by task {' or '.join(owners)}, and this config's task is "
+            f"{_task_of(schema)}; remove {dotted} (or change task)")
+
+
+def _suggest(parts: tuple[str, ...], schema: type[BaseModel] = Config) -> str:
     """'did you mean …?' for an unknown key, else the list of valid keys at that level.
 
     The first part of the path that names nothing is the one corrected (``trian.max_epochs``
     → ``train.max_epochs``).
     """
     depth = 0
-    while depth < len(parts) - 1 and _fields_at(parts[:depth + 1]) is not None:
+    while depth < len(parts) - 1 and _fields_at(parts[:depth + 1], schema) is not None:
         depth += 1
     parent, wrong, rest = parts[:depth], parts[depth], parts[depth + 1:]
-    fields = _fields_at(parent)
+    fields = _fields_at(parent, schema)
     if fields is None:
         return "see the config reference in README.md for the valid keys"
     prefix = ".".join(parent) + "." if parent else ""
@@ -225,23 +282,24 @@ def _suggest(parts: tuple[str, ...]) -> str:
     return f"valid keys here: {', '.join(prefix + f for f in fields)}"
 
 
-def _schema_loc(loc: tuple[str, ...]) -> tuple[str, ...]:
+def _schema_loc(loc: tuple[str, ...], schema: type[BaseModel] = Config) -> tuple[str, ...]:
     """The part of a pydantic error location that names config keys (drops union branch tags
     such as ``literal['auto']`` or ``constrained-int``)."""
     if loc[:2] == ("tune", "space") and len(loc) > 2:
         return loc[:3]  # tune.space.<config path>: the dotted key is one name
     for depth in range(len(loc)):
-        fields = _fields_at(loc[:depth])
+        fields = _fields_at(loc[:depth], schema)
         if fields is None or loc[depth] not in fields:
             return loc[:depth] or loc[:1]
     return loc
 
 
 def _format_error(err: dict[str, Any], source: str, lines: dict[tuple[str, ...], int | str],
-                  msg: str | None = None) -> str:
+                  msg: str | None = None, schema: type[BaseModel] = Config,
+                  schemas: TaskSchemas | None = None) -> str:
     loc = tuple(str(p) for p in err["loc"])
     if err["type"] != "extra_forbidden":
-        loc = _schema_loc(loc)
+        loc = _schema_loc(loc, schema)
     key = ".".join(loc)
     line = None
     for depth in range(len(loc), 0, -1):
@@ -251,7 +309,10 @@ def _format_error(err: dict[str, Any], source: str, lines: dict[tuple[str, ...],
     where = line if isinstance(line, str) else f"{source}:{line}" if line else source
     kind = err["type"]
     if kind == "extra_forbidden":
-        return f"{where}: unknown key '{key}'; {_suggest(loc)}"
+        owners = _owners(loc, schema, schemas)
+        if owners:
+            return f"{where}: {key}: {_foreign(key, owners, schema)}"
+        return f"{where}: unknown key '{key}'; {_suggest(loc, schema)}"
     if kind == "missing":
         return f"{where}: missing required key '{key}'; add it to the config"
     if not err["loc"]:  # a whole-config rule: the message starts with the dotted key
@@ -276,28 +337,31 @@ def validate_config(
     *,
     source: str = "<config>",
     lines: dict[tuple[str, ...], int | str] | None = None,
+    schema: type[Config] = Config,
+    schemas: TaskSchemas | None = None,
 ) -> Config:
-    """Validate a config mapping, collecting every problem into one :class:`ConfigError`."""
+    """Validate a config mapping against ``schema`` (the config's task's class), collecting
+    every problem into one :class:`ConfigError`."""
     try:
-        return Config.model_validate(data)
+        return schema.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors()
         # A value failing every branch of a union (`auto` or an integer) is one message.
         merged: dict[tuple[Any, ...], list[str]] = {}
         for err in errors:
             loc = tuple(str(p) for p in err["loc"])
-            key = loc if err["type"] == "extra_forbidden" else _schema_loc(loc)
+            key = loc if err["type"] == "extra_forbidden" else _schema_loc(loc, schema)
             merged.setdefault(key, []).append(err["msg"].removeprefix("Value error, "))
         messages = []
         seen: set[tuple[Any, ...]] = set()
         for err in errors:
             loc = tuple(str(p) for p in err["loc"])
-            key = loc if err["type"] == "extra_forbidden" else _schema_loc(loc)
+            key = loc if err["type"] == "extra_forbidden" else _schema_loc(loc, schema)
             if key in seen:
                 continue
             seen.add(key)
             text = " or ".join(dict.fromkeys(merged[key]))
-            messages.append(_format_error(err, source, lines or {}, text))
+            messages.append(_format_error(err, source, lines or {}, text, schema, schemas))
         messages.sort(key=_line_of)
         raise ConfigError("\n".join(dict.fromkeys(messages))) from None
 
@@ -312,18 +376,26 @@ def _line_of(message: str) -> int:
 def load_config(
     source: str | Path | dict[str, Any] | Config,
     overrides: list[str] | dict[str, Any] | None = None,
+    *,
+    schemas: TaskSchemas | None = None,
 ) -> LoadedConfig:
     """Load and validate a config from a YAML file, a dict or a :class:`Config`.
+
+    Most callers want :func:`entrena.load_config` (``entrena.tasks.registry.load_config``),
+    which passes the registered tasks as ``schemas``.
 
     Args:
         source: Path to a YAML file, a mapping with the same structure, or a config object.
         overrides: ``--set`` strings (``"train.max_epochs=2"``) or a ``{dotted_key: value}`` dict.
+        schemas: The tasks' config classes; the config is validated against the one its
+            ``task:`` names. ``None``: the common :class:`Config` only (no task's own keys).
 
     Returns:
         The validated config with the folder relative paths resolve against.
 
     Raises:
-        ConfigError: The file is missing or not YAML, a key is unknown, a value is invalid.
+        ConfigError: The file is missing or not YAML, the task is unknown, a key is unknown
+            (or another task's), a value is invalid.
     """
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)
@@ -336,11 +408,33 @@ def load_config(
         data, lines = _read_yaml(origin)
         base = origin.resolve().parent
     where: dict[tuple[str, ...], int | str] = dict(lines)
+    schema = _schema(data, overrides or {}, schemas, str(origin or "<config>"), lines)
     if overrides:
-        data = apply_overrides(data, overrides)
+        data = apply_overrides(data, overrides, schema, schemas)
         # a bad value given with --set is blamed on --set, not on the file's line
         paths = [tuple(key.split(".")) for key in overrides]
         where = {k: v for k, v in where.items() if not any(k[:len(p)] == p for p in paths)}
         where.update({p: f"--set {'.'.join(p)}" for p in paths})
-    config = validate_config(data, source=str(origin or "<config>"), lines=where)
+    config = validate_config(data, source=str(origin or "<config>"), lines=where, schema=schema,
+                             schemas=schemas)
     return LoadedConfig(config=config, base_dir=base, source=origin, lines=lines)
+
+
+def _schema(data: dict[str, Any], overrides: dict[str, Any], schemas: TaskSchemas | None,
+            source: str, lines: dict[tuple[str, ...], int]) -> type[Config]:
+    """The config class ``task:`` (or ``--set task=``) names.
+
+    Raises:
+        ConfigError: An unknown task, named with where it was given.
+    """
+    if schemas is None:
+        return Config
+    name = overrides.get("task", data.get("task"))
+    if name is not None and not isinstance(name, str):
+        name = str(name)
+    try:
+        return schemas.schema_for(name)
+    except ConfigError as exc:
+        where = "--set task" if "task" in overrides else \
+            f"{source}:{lines[('task',)]}" if ("task",) in lines else source
+        raise ConfigError(f"{where}: {exc}") from None

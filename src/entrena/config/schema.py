@@ -20,7 +20,6 @@ __all__ = [
     "TuneConfig",
     "config_paths",
     "DataChecksConfig",
-    "AugmentationConfig",
     "DataConfig",
     "ArchitectureConfig",
     "ModelConfig",
@@ -30,24 +29,6 @@ __all__ = [
     "TrackingConfig",
     "Config",
 ]
-
-TASKS = ("text-classification", "image-classification", "tabular-classification")
-
-TASK_KEYS: dict[str, tuple[tuple[str, ...], Any]] = {
-    "data.text_column": (("text-classification",), "text"),
-    "data.drop_columns": (("tabular-classification",), []),
-    "model.hidden_sizes": (("tabular-classification",), [256, 128]),
-    "data.image_column": (("image-classification",), "image"),
-    "data.num_workers": (("image-classification",), "auto"),
-    "data.decoded_cache": (("image-classification",), "auto"),
-    "data.augmentation": (("image-classification",), None),  # AugmentationConfig(), set below
-    "model.image_size": (("image-classification",), "auto"),
-    "model.pretrained": (("image-classification",), False),
-    "model.weights_file": (("image-classification",), None),
-}
-"""Keys that only some tasks use: dotted key -> (the tasks using it, the default filled in for
-them when the key is absent). Another task setting the key is an error naming it."""
-
 
 class StrictModel(BaseModel):
     """Base of every config section: unknown keys are errors, docstrings are descriptions."""
@@ -90,21 +71,6 @@ class DataChecksConfig(StrictModel):
     """Largest share of training texts cut at `model.max_length` that passes `truncation`."""
 
 
-class AugmentationConfig(StrictModel):
-    """Random changes to training images (`image-classification` only); validation, test and
-    prediction images are only resized and normalised. Each image's changes are seeded by
-    `train.seed`, the epoch and its position, so runs and resumes repeat them."""
-
-    random_resized_crop: bool = True
-    """Crop a random part (`crop_scale_min` to all of the area, aspect ratio 3/4 to 4/3) and
-    resize it back to the input size."""
-    crop_scale_min: Annotated[float, Field(gt=0.0, le=1.0)] = 0.35
-    """Smallest share of the image area a random crop keeps."""
-    horizontal_flip: bool = True
-    """Mirror left-right with probability 0.5; turn it off where a mirror image means
-    something else (digits, letters, text)."""
-
-
 class DataConfig(StrictModel):
     """Where the examples come from, which columns hold what, and how the data is checked."""
 
@@ -118,13 +84,8 @@ class DataConfig(StrictModel):
     or rows of one `group_column` value, stay on one side)."""
     test: str | None = None
     """Test data (same forms as `train`), scored once with the best weights after training."""
-    text_column: str | None = None
-    """Column holding the input text (`text-classification` only; default there: `text`)."""
     label_column: str = "label"
     """Column holding the class label (strings or integers, not a mix)."""
-    drop_columns: list[str] | None = None
-    """Columns that are not features (`tabular-classification` only; ids, free text, leaking
-    columns): the features are every column but the label and these (default: none)."""
     group_column: str | None = None
     """Column whose rows must stay together when validation is split off (a user, a product,
     a document id); default: rows with the same normalised text stay together."""
@@ -151,20 +112,6 @@ class DataConfig(StrictModel):
     default: `$ENTRENA_CACHE_DIR`, else `~/.cache/entrena`."""
     checks: DataChecksConfig = DataChecksConfig()
     """Data hygiene checks."""
-    image_column: str | None = None
-    """Column of a CSV of images holding the image paths, relative to the CSV's folder
-    (`image-classification` only; default there: `image`). An image folder (one subfolder per
-    class) needs no columns."""
-    num_workers: Annotated[int, Field(ge=0)] | Literal["auto"] | None = None
-    """Worker processes decoding images ahead of training (`image-classification` only;
-    default there: `auto`: 0 when the decoded cache holds the pixels, else up to 4, one core
-    left to training)."""
-    decoded_cache: bool | Literal["auto"] | None = None
-    """Decode and resize every image once and keep the pixels (uint8) in the prepared-data
-    cache (`image-classification` only; default there: `auto`: when the input side is at most
-    64 pixels and all splits fit in 1 GiB)."""
-    augmentation: AugmentationConfig | None = None
-    """Training-image augmentation (`image-classification` only)."""
 
     @field_validator("delimiter", mode="before")
     @classmethod
@@ -215,8 +162,8 @@ class ModelConfig(StrictModel):
     name: str | None = "minilm-l6"
     """A model alias (`minilm-l6`), a local Hugging Face model directory, or a hub id
     (`org/name`, needs internet). With `architecture` set, only its tokenizer is used (unless
-    `tokenizer` is set). For `image-classification`: `small-cnn` (tiny images) or a timm model
-    name (`resnet18`, `mobilenetv3_small_100`, `efficientnet_b0` …)."""
+    `tokenizer` is set). Each task says which models it takes (images: `small-cnn` or a timm
+    model name such as `resnet18`)."""
     architecture: ArchitectureConfig | None = None
     """Build a randomly initialised BERT encoder of this shape instead of loading weights."""
     tokenizer: str | None = None
@@ -231,21 +178,6 @@ class ModelConfig(StrictModel):
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.1
     """Dropout before the classification head (and after each hidden layer of the
     tabular MLP)."""
-    hidden_sizes: list[Annotated[int, Field(ge=1)]] | None = None
-    """Widths of the hidden layers of the MLP (`tabular-classification` only; default there:
-    `[256, 128]`)."""
-
-    image_size: Literal["auto"] | Annotated[int, Field(ge=4)] | None = None
-    """Side S in pixels images are resized to (S x S, aspect ratio not kept;
-    `image-classification` only; default there: `auto`: the timm model's input size, 224 for
-    most; for `small-cnn` the median side of the training images)."""
-    pretrained: bool | None = None
-    """Start from pretrained weights (`image-classification` only; default there: false): from
-    `weights_file` when set, else from the Hugging Face hub (needs internet)."""
-    weights_file: str | None = None
-    """A local weights file (`.safetensors` or `.pth`) of the timm model for `pretrained: true`
-    (`image-classification` only); relative paths resolve against the config file's folder."""
-
     @model_validator(mode="after")
     def _name_or_architecture(self) -> ModelConfig:
         if self.architecture is None and not self.name:
@@ -457,27 +389,11 @@ class TuneConfig(StrictModel):
             raise ValueError(f"must be a positive duration, got {value!r}")
         return value
 
-    @field_validator("space")
-    @classmethod
-    def _known_keys(cls, space: dict[str, ParamSpec] | None) -> dict[str, ParamSpec] | None:
-        if not space:
-            return space
-        paths = config_paths()
-        problems = []
-        for key in space:
-            if key not in paths:
-                close = difflib.get_close_matches(key, sorted(paths), n=1, cutoff=0.5)
-                hint = f"did you mean '{close[0]}'?" if close else \
-                    "keys are config paths such as train.learning_rate"
-                problems.append(f"'{key}' is not a config key to search; {hint}")
-        if problems:
-            raise ValueError("; ".join(problems))
-        return space
 
-
-def config_paths() -> set[str]:
-    """Dotted paths of every searchable value of :class:`Config` (`train.learning_rate` …);
-    not `name`, `tune.*`, nor sections themselves."""
+def config_paths(schema: type[BaseModel] | None = None) -> set[str]:
+    """Dotted paths of every searchable value of a config class (default :class:`Config`;
+    a task's config adds its own keys): `train.learning_rate` …; not `name`, `task`,
+    `tune.*`, nor sections themselves."""
     paths: set[str] = set()
 
     def walk(model: type[BaseModel], prefix: str) -> None:
@@ -490,8 +406,8 @@ def config_paths() -> set[str]:
             else:
                 paths.add(f"{prefix}{name}")
 
-    walk(Config, "")
-    return {p for p in paths if p != "name" and not p.startswith("tune.")}
+    walk(schema or Config, "")
+    return {p for p in paths if p not in ("name", "task") and not p.startswith("tune.")}
 
 
 class Config(StrictModel):
@@ -499,11 +415,9 @@ class Config(StrictModel):
 
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
     """Run name: the run directory is `runs/<name>` (letters, digits, `.`, `_`, `-`)."""
-    task: Literal["text-classification", "image-classification", "tabular-classification"] = (
-        "text-classification")
-    """What is learned: `text-classification` (a text column), `image-classification` (image
-    folders or a CSV of image paths) or `tabular-classification` (numeric and categorical
-    columns of a CSV or Parquet file)."""
+    task: str | None = None
+    """What is learned: a registered task (`entrena.tasks.registry`; each task's page in the
+    config reference lists its own keys). Absent: the default task."""
     data: DataConfig
     """Data section."""
     model: ModelConfig = ModelConfig()
@@ -516,21 +430,20 @@ class Config(StrictModel):
     """Search section (`entrena tune`)."""
 
     @model_validator(mode="after")
-    def _task_keys(self) -> Config:
-        """Refuse keys another task uses; fill in this task's defaults for absent ones."""
+    def _searchable_space(self) -> Config:
+        """`tune.space` keys must be config paths of this config's class (its task's keys
+        included)."""
+        space = self.tune.space
+        if not space:
+            return self
+        paths = config_paths(type(self))
         problems = []
-        for dotted, (tasks, default) in TASK_KEYS.items():
-            section_name, key = dotted.split(".")
-            section = getattr(self, section_name)
-            value = getattr(section, key)
-            if self.task in tasks and value is None:
-                if dotted == "data.augmentation":
-                    default = AugmentationConfig()
-                section.__dict__[key] = default.copy() if isinstance(default, list) else default
-            elif self.task not in tasks and value is not None:
-                problems.append(f"{dotted}: only used by task {' or '.join(tasks)}, and this "
-                                f"config's task is {self.task}; remove {dotted} (or change "
-                                "task)")
+        for key in space:
+            if key not in paths:
+                close = difflib.get_close_matches(key, sorted(paths), n=1, cutoff=0.5)
+                hint = f"did you mean '{close[0]}'?" if close else \
+                    "keys are config paths such as train.learning_rate"
+                problems.append(f"tune.space: '{key}' is not a config key to search; {hint}")
         if problems:
             raise ValueError("\n".join(problems))
         return self

@@ -1,7 +1,7 @@
 """The image entries of the prepared-data cache: checked splits and decoded pixels.
 
 An entry is a folder ``<cache root>/images/<key>/`` (the key: see
-:mod:`entrena.tasks.image_data`) holding ``meta.json`` and, with the decoded cache,
+:mod:`entrena.tasks.image_classification.data`) holding ``meta.json`` and, with the decoded cache,
 ``train.npy``, ``validation.npy``, ``test.npy``: uint8 (N, C, S, S) pixels after decoding and
 resizing, memory-mapped when read. A reader finds a whole entry or none; a damaged entry is
 deleted and built again.

@@ -1,4 +1,4 @@
-"""Tables for ``task: tabular-classification``: whole splits as DataFrames, the feature
+"""Tables for the tabular task: whole splits as DataFrames, the feature
 columns and their kinds, and each row as a key string for the hygiene checks.
 
 The hygiene checks of :mod:`entrena.data.checks` compare texts; a table row becomes one text,

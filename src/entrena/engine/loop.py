@@ -17,13 +17,12 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from entrena.core.callback import Callback
 from entrena.core.events import Event
 from entrena.core.state import TrainState
 
-__all__ = ["BatchSource", "FitSettings", "SaveCheckpoint", "fit", "predict",
+__all__ = ["BatchSource", "FitSettings", "LossFn", "SaveCheckpoint", "fit", "predict",
            "evaluation_points", "model_inputs", "token_counts"]
 
 log = logging.getLogger("entrena")
@@ -77,6 +76,11 @@ class FitSettings:
     check_gradients: bool = True
 
 
+LossFn = Callable[[Any, dict[str, torch.Tensor]], tuple[torch.Tensor, int]]
+"""A task's loss: ``(model outputs, batch) -> (loss summed over the batch, the count it is
+normalised by)`` (examples for a classifier; target tokens for a language model). The loop
+trains on the ratio and averages evaluations over the counts."""
+
 SaveCheckpoint = Callable[[TrainState, str], dict[str, Any]]
 """Writes a resumable checkpoint of the state (reason: ``"epoch"``, ``"steps"``, ``"SIGTERM"``
 …) and returns what it wrote (``path``, ``bytes`` …), which becomes ``state.last_checkpoint``."""
@@ -98,30 +102,40 @@ def evaluation_points(batches_per_epoch: int, evals_per_epoch: int) -> set[int]:
 
 
 @torch.no_grad()
-def predict(backend: Any, model: Any, source: BatchSource) -> tuple[np.ndarray, np.ndarray, float]:
+def predict(backend: Any, model: Any, source: BatchSource,
+            loss: LossFn) -> tuple[np.ndarray, np.ndarray, float]:
     """Run the model over every batch of ``source`` once.
 
+    Args:
+        loss: The task's loss (:data:`LossFn`).
+
     Returns:
-        ``(logits (N, C) float32 in example order, labels (N,), mean cross-entropy)``.
+        ``(outputs (N, ...) float32 in example order, the batches' ``labels`` (N, ...) in
+        example order, the loss averaged over its counts)``.
     """
     was_training = model.training
     model.eval()
     batches = source.plan(0)
     n = sum(len(b) for b in batches)
-    logits_out: np.ndarray | None = None
-    labels_out = np.zeros(n, dtype=np.int64)
-    total_loss = 0.0
+    outputs_out: np.ndarray | None = None
+    labels_out: np.ndarray | None = None
+    total_loss, count = 0.0, 0
     for indices in batches:
         batch = backend.to_device(source.collate(indices))
-        logits = model(**model_inputs(batch)).float()
-        total_loss += F.cross_entropy(logits, batch["labels"], reduction="sum").item()
-        if logits_out is None:
-            logits_out = np.zeros((n, logits.shape[-1]), dtype=np.float32)
-        logits_out[indices] = logits.cpu().numpy()
-        labels_out[indices] = batch["labels"].cpu().numpy()
+        outputs = model(**model_inputs(batch)).float()
+        batch_sum, batch_count = loss(outputs, batch)
+        total_loss += batch_sum.item()
+        count += batch_count
+        labels = batch["labels"].cpu().numpy()
+        if outputs_out is None or labels_out is None:
+            outputs_out = np.zeros((n, *outputs.shape[1:]), dtype=np.float32)
+            labels_out = np.zeros((n, *labels.shape[1:]), dtype=labels.dtype)
+        outputs_out[indices] = outputs.cpu().numpy()
+        labels_out[indices] = labels
     model.train(was_training)
-    assert logits_out is not None, "evaluation data is empty"
-    return logits_out, labels_out, total_loss / max(1, n)
+    if outputs_out is None or labels_out is None:
+        raise ValueError("evaluation data is empty")
+    return outputs_out, labels_out, total_loss / max(1, count)
 
 
 class _Saver:
@@ -154,7 +168,7 @@ def _gradient_norm(backend: Any, model: Any, optimizer: Any, settings: FitSettin
     return float(norm) if norm is not None else None
 
 
-def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource,
+def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource, loss: LossFn,
         evaluate: Callable[[Any], dict[str, float]], settings: FitSettings,
         callbacks: Sequence[Callback], state: TrainState | None = None,
         save_checkpoint: SaveCheckpoint | None = None) -> TrainState:
@@ -162,10 +176,11 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource,
 
     Args:
         backend: The :class:`~entrena.engine.backend.Backend` (model and optimizer already set up).
-        model: Module mapping ``model(**inputs)`` (the batch without ``labels``) to logits
-            (B, C).
+        model: Module mapping ``model(**inputs)`` (the batch without ``labels``) to the
+            outputs the task's loss reads (logits (B, C) for a classifier).
         optimizer: The optimizer.
         train: Training batches.
+        loss: The task's loss (:data:`LossFn`); each micro-batch trains on its mean.
         evaluate: Called with the model at each evaluation point; returns validation metrics
             (``{"loss": …, "accuracy": …}``) stored in ``state.eval_metrics``.
         settings: Loop settings.
@@ -216,10 +231,10 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource,
             micro = position % accumulation
             last_micro = micro == accumulation - 1 or position == len(plan) - 1
             with backend.no_backward_sync(model, enabled=not last_micro):
-                logits = model(**model_inputs(batch))
-                loss = F.cross_entropy(logits.float(), batch["labels"])
-                backend.backward(loss / accumulation)
-            loss_value = loss.item()
+                batch_sum, batch_count = loss(model(**model_inputs(batch)), batch)
+                batch_loss = batch_sum / max(1, batch_count)
+                backend.backward(batch_loss / accumulation)
+            loss_value = batch_loss.item()
             group_indices.extend(int(i) for i in indices)
             group_losses.append(loss_value)
             hooks.fire(Event.AFTER_BACKWARD, state)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,21 +27,13 @@ import yaml
 from entrena.core.rundir import RunPaths
 from entrena.errors import DataError
 
-__all__ = ["MANIFEST_FILE", "CARD_FILE", "META_FILE", "MODEL_FILES", "MODEL_FILES_BY_TASK",
-           "Preprocessing", "RunModel",
+__all__ = ["MANIFEST_FILE", "CARD_FILE", "META_FILE", "ExportRequest", "Preprocessing", "RunModel",
            "locate_run", "is_bundle", "read_manifest", "default_bundle_dir", "bundle_name",
-           "find_run_bundle", "finish_bundle"]
+           "find_run_bundle", "finish_bundle", "versions"]
 
 MANIFEST_FILE = "export.json"
 CARD_FILE = "MODEL_CARD.md"
 META_FILE = "entrena_model.json"  # the same name as in a run's model/ folder
-MODEL_FILES = ("config.json", "model.safetensors", "head.safetensors", META_FILE)
-MODEL_FILES_BY_TASK = {
-    "tabular-classification": ("model.safetensors", "preprocessing.json", META_FILE),
-    "image-classification": ("model.safetensors", META_FILE),
-}
-"""The files of ``model/`` per task (the run's ``config.yaml`` ``task``); text:
-:data:`MODEL_FILES`."""
 
 
 @dataclass
@@ -69,6 +61,32 @@ class Preprocessing:
         return {"labels": self.labels, "max_length": self.max_length,
                 "length_limit": self.length_limit, "text_column": self.text_column,
                 "label_column": self.label_column, "on_bad_rows": self.on_bad_rows}
+
+
+@dataclass
+class ExportRequest:
+    """What ``entrena export`` asks a task's ``write_bundle`` for (options already checked).
+
+    Attributes:
+        format: The :class:`~entrena.exporting.formats.ExportFormat`.
+        quantize: ``"int8"`` or ``None``.
+        opset: ONNX opset, or ``None`` for the default.
+        destination: The bundle folder (replaced if it exists).
+        parity_data: A file (or image folder) to check parity on instead of the run's test
+            split, or ``None``.
+        thresholds: The :class:`~entrena.exporting.checks.Thresholds` parity must meet.
+        latency_calls: Timed calls per engine and batch size.
+        threads: CPU threads for PyTorch and ONNX Runtime (``None``: PyTorch's current).
+    """
+
+    format: Any
+    quantize: str | None
+    opset: int | None
+    destination: Path
+    parity_data: str | Path | None
+    thresholds: Any
+    latency_calls: int = 50
+    threads: int | None = None
 
 
 @dataclass
@@ -109,8 +127,16 @@ def _status(paths: RunPaths) -> str | None:
     return _read_json(paths.status).get("status")
 
 
-def locate_run(run: str | Path, *, verb: str = "export") -> RunModel:
+def locate_run(run: str | Path, *, verb: str = "export",
+               model_files: Callable[[str | None], Sequence[str]] | None = None) -> RunModel:
     """The finished run at ``run``.
+
+    Args:
+        run: The run directory.
+        verb: What the caller does with it, for messages (``export``, ``predict with``).
+        model_files: Maps the run's ``config.yaml`` ``task`` (``None`` when it has none) to
+            the files its ``model/`` folder must hold (the task's ``model_files``); default
+            ``entrena_model.json`` alone.
 
     Raises:
         DataError: ``run`` is not a directory, or holds no finished model; the message says
@@ -128,7 +154,7 @@ def locate_run(run: str | Path, *, verb: str = "export") -> RunModel:
             config = yaml.safe_load(paths.config.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError:
             config = {}
-    required = MODEL_FILES_BY_TASK.get(config.get("task", "text-classification"), MODEL_FILES)
+    required = model_files(config.get("task")) if model_files is not None else (META_FILE,)
     missing = [f"model/{name}" for name in required if not (paths.model / name).is_file()]
     if status != "finished" or missing:
         what = []
@@ -202,3 +228,16 @@ def finish_bundle(work: Path, destination: Path, manifest: dict[str, Any],
     if destination.exists():
         shutil.rmtree(destination)
     work.rename(destination)
+
+
+def versions() -> dict[str, str]:
+    """Installed versions of entrena and the libraries a bundle depends on (``export.json``)."""
+    import importlib.metadata as md
+
+    out = {}
+    for name in ("entrena", "torch", "transformers", "onnx", "onnxruntime", "onnxscript"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    return out

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Thresholds", "parity_report", "percentiles_ms", "time_calls", "row_latency"]
+__all__ = ["Thresholds", "parity_report", "percentiles_ms", "time_calls", "row_latency",
+           "MAX_PARITY_EXAMPLES", "label_index"]
 
 
 @dataclass(frozen=True)
@@ -136,3 +137,19 @@ def row_latency(runners: Sequence[Any], rows: np.ndarray, calls: int,
         for name, seconds in times.items():
             report.setdefault(name, {})[f"batch_{size}"] = percentiles_ms(seconds)
     return report
+
+
+MAX_PARITY_EXAMPLES = 10_000
+"""Parity runs on at most this many rows of the test file (in file order)."""
+
+
+def label_index(values: Any, labels: list[str]) -> np.ndarray:
+    """Label index per row (−1 for a label the model does not know); integral floats
+    (``1.0`` from a column with gaps) read as ``1``, as in training."""
+    index_of = {name: i for i, name in enumerate(labels)}
+    out = np.full(len(values), -1, dtype=np.int64)
+    for row, value in enumerate(values):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        out[row] = index_of.get(str(value).strip(), -1)
+    return out

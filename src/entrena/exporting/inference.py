@@ -119,3 +119,10 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
     exp = np.exp(shifted)
     return exp / exp.sum(axis=1, keepdims=True)
+
+
+def batched_logits(runner: Runner, inputs: np.ndarray, batch_size: int = 32) -> np.ndarray:
+    """Logits (N, C) of fixed-size inputs (N, ...) (table features (N, F), images
+    (N, C, S, S)), ``batch_size`` examples a call."""
+    parts = [runner(inputs[i:i + batch_size]) for i in range(0, len(inputs), batch_size)]
+    return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)

@@ -1,102 +1,152 @@
-"""Batch prediction: which model runs (a run's PyTorch model or a bundle), and one chunk of
-rows annotated with ``predicted_label``, ``prob_<label>`` and ``status``."""
+"""Batch prediction, the parts every task shares: which model runs, the columns prediction
+adds, and the chunked read → annotate → write loop with its summary.
+
+A task's predictor (``entrena/tasks/<name>/predict.py``) turns a chunk of input rows into
+class probabilities; :func:`stream_predictions` reads the input ``chunk_rows`` rows at a
+time, has the predictor annotate each chunk and appends it to the output, so memory stays
+bounded whatever the file size.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
-from entrena.data.tables import empty_values
-from entrena.errors import ConfigError, DataError
+from entrena.errors import DataError
 from entrena.exporting.bundle import (
     META_FILE,
-    Preprocessing,
     find_run_bundle,
     is_bundle,
     locate_run,
     read_manifest,
 )
 from entrena.exporting.formats import FORMATS
-from entrena.exporting.inference import Runner, TextEncoder, predict_logits, softmax
 
-__all__ = ["BACKENDS", "SKIPPED_EMPTY", "ModelSource", "resolve_source", "Predictor",
-           "output_columns"]
+__all__ = ["BACKENDS", "SKIPPED_ROWS_LISTED", "ModelLocation", "locate_model", "model_task_name",
+           "PredictOptions",
+           "output_columns", "labelled_frame", "ChunkPredictor", "Progress",
+           "stream_predictions", "warn_replaced"]
 
 log = logging.getLogger("entrena")
 
 BACKENDS = ("torch", "onnx")
-SKIPPED_EMPTY = "skipped: empty text"
+"""``--backend`` values: a run's PyTorch model (or a TorchScript bundle), or ONNX Runtime."""
+SKIPPED_ROWS_LISTED = 100
+"""Row numbers of skipped rows kept in the summary (the count is always exact)."""
 
 
 @dataclass
-class ModelSource:
+class ModelLocation:
     """What ``entrena predict`` will run, found without loading the model.
 
     Attributes:
-        path: The run directory or bundle folder.
+        path: The run directory or bundle folder the user gave (a run's ONNX bundle when
+            ``backend == "onnx"`` was asked of a run).
+        folder: The folder holding the model: a run's ``model/`` or the bundle.
         kind: ``run`` (the PyTorch model in ``model/``) or ``bundle``.
         backend: ``torch`` or ``onnx``.
-        preprocessing: Labels, lengths, text column and bad-row policy.
         manifest: The bundle's ``export.json`` (empty for a run).
+        meta: The model's ``entrena_model.json`` (labels, task, preprocessing).
+        config: The run's resolved ``config.yaml`` (empty for a bundle given as such).
     """
 
     path: Path
+    folder: Path
     kind: str
     backend: str
-    preprocessing: Preprocessing
-    manifest: dict[str, Any]
+    manifest: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
 
 
-def _bundle_preprocessing(bundle: Path) -> Preprocessing:
-    meta = json.loads((bundle / META_FILE).read_text(encoding="utf-8"))
-    return Preprocessing(labels=list(meta["labels"]), max_length=int(meta["max_length"]),
-                         length_limit=int(meta["length_limit"]),
-                         text_column=meta.get("text_column", "text"),
-                         label_column=meta.get("label_column", "label"),
-                         on_bad_rows=meta.get("on_bad_rows", "skip"))
+@dataclass
+class PredictOptions:
+    """``entrena predict``'s options, as a task's ``predict`` receives them.
+
+    Attributes:
+        input_column: ``--text-column``: the input's text (or image path) column; ``None``:
+            the training data's.
+        on_bad_rows: ``skip`` or ``error``; ``None``: the run's ``data.on_bad_rows``.
+        threads: CPU threads for PyTorch / ONNX Runtime.
+        batch_size: Inputs per model call.
+        chunk_rows: Rows read and written at a time.
+        progress: Show a progress bar (stderr).
+        console: A ``rich.console.Console`` for the bar (default: one on stderr).
+    """
+
+    input_column: str | None = None
+    on_bad_rows: str | None = None
+    threads: int | None = None
+    batch_size: int = 32
+    chunk_rows: int = 1000
+    progress: bool = True
+    console: Any = None
 
 
-def resolve_source(source: str | Path, backend: str | None) -> ModelSource:
+def _meta(folder: Path) -> dict[str, Any]:
+    try:
+        return json.loads((folder / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def model_task_name(path: str | Path) -> str | None:
+    """The ``task`` a run's model or a bundle records (``None`` when it records none, as text
+    bundles written before tasks were recorded)."""
+    path = Path(path)
+    folder = path if is_bundle(path) else path / "model"
+    return _meta(folder).get("task")
+
+
+def locate_model(source: str | Path, backend: str | None, *, model_files: Any = None,
+                 formats: tuple[str, ...] = tuple(FORMATS)) -> ModelLocation:
     """Find the model to run: a bundle as exported, or a run's PyTorch model (``torch``) or
     its ONNX bundle under ``export/`` (``onnx``).
 
+    Args:
+        source: A finished run directory or an export bundle.
+        backend: ``torch``, ``onnx`` or ``None`` (what the source holds).
+        model_files: Passed to :func:`~entrena.exporting.bundle.locate_run` for a run.
+        formats: The export formats the model's task writes (named in the advice when a
+            bundle runs on another backend).
+
     Raises:
-        ConfigError: Unknown backend.
-        DataError: ``source`` is neither a finished run nor a bundle, or holds no model for
-            the backend; the message says which command makes one.
+        DataError: ``source`` is neither a finished run nor a bundle, holds no model for the
+            backend, or is a bundle of another backend; the message says which command makes
+            one.
     """
-    if backend is not None and backend not in BACKENDS:
-        raise ConfigError(f"--backend {backend!r} is not a backend; use one of: "
-                          f"{', '.join(BACKENDS)}")
     path = Path(source)
     if is_bundle(path):
         manifest = read_manifest(path)
         runs_on = FORMATS[manifest["format"]].runs_on if manifest.get("format") in FORMATS \
             else "onnx"
         if backend is not None and backend != runs_on:
-            other = "onnx" if backend == "onnx" else "torchscript"
-            raise DataError(f"{path}: this bundle holds a {manifest.get('format')} model, which "
+            other = [name for name in formats if FORMATS[name].runs_on == backend]
+            also = f" or a bundle exported with --format {other[0]}" if other else ""
+            article = "an" if str(manifest.get("format", "x"))[0] in "aeiou" else "a"
+            raise DataError(f"{path}: this bundle holds {article} {manifest.get('format')} "
+                            f"model, which "
                             f"runs with --backend {runs_on}; for --backend {backend} give the run "
-                            f"directory ({manifest.get('run', 'runs/<name>')}) or a bundle "
-                            f"exported with --format {other}")
-        return ModelSource(path, "bundle", runs_on, _bundle_preprocessing(path), manifest)
-    run = locate_run(path, verb="predict with")
+                            f"directory ({manifest.get('run', 'runs/<name>')}){also}")
+        return ModelLocation(path, path, "bundle", runs_on, manifest, _meta(path))
+    run = locate_run(path, verb="predict with", model_files=model_files)
     if backend == "onnx":
         bundle = find_run_bundle(run.paths.root, "onnx")
         if bundle is None:
             raise DataError(f"{path}: no ONNX export under {path / 'export'}; make one with: "
                             f"entrena export {path}  (or use --backend torch)")
         log.info("using the ONNX bundle %s", bundle)
-        return ModelSource(bundle, "bundle", "onnx", _bundle_preprocessing(bundle),
-                           read_manifest(bundle))
-    # The length limit needs the tokenizer; it is filled in when the model is loaded.
-    return ModelSource(path, "run", "torch", run.preprocessing(length_limit=0), {})
+        return ModelLocation(bundle, bundle, "bundle", "onnx", read_manifest(bundle),
+                             _meta(bundle), run.config)
+    return ModelLocation(path, run.paths.model, "run", "torch", {}, run.meta, run.config)
 
 
 def output_columns(labels: list[str]) -> list[str]:
@@ -104,84 +154,127 @@ def output_columns(labels: list[str]) -> list[str]:
     return ["predicted_label", *(f"prob_{label}" for label in labels), "status"]
 
 
-class Predictor:
-    """Loads the model of a :class:`ModelSource` and annotates chunks of rows.
+def labelled_frame(frame: pd.DataFrame, labels: list[str], probs: np.ndarray,
+                   status: np.ndarray | list[str]) -> pd.DataFrame:
+    """``frame`` (every column kept, in order; a column named like one prediction adds is
+    replaced) with ``predicted_label``, ``prob_<label>`` and ``status`` added.
 
     Args:
-        source: What to run.
-        threads: CPU threads (PyTorch and ONNX Runtime); ``None`` keeps their defaults.
+        probs: Class probabilities (N, K), NaN rows for skipped inputs.
+        status: Per row ``ok`` or ``skipped: <reason>``.
     """
+    ok = np.asarray([s == "ok" for s in status], dtype=bool)
+    predicted = np.full(len(frame), None, dtype=object)
+    if ok.any():
+        predicted[ok] = np.asarray(labels, dtype=object)[probs[ok].argmax(1)]
+    out = frame.drop(columns=[c for c in output_columns(labels) if c in frame.columns])
+    out["predicted_label"] = predicted
+    for j, label in enumerate(labels):
+        out[f"prob_{label}"] = probs[:, j]
+    out["status"] = np.asarray(status, dtype=object)
+    return out
 
-    def __init__(self, source: ModelSource, threads: int | None = None):
-        from entrena.tasks.text_classification import (
-            build_tokenizer,
-            load_classifier,
-            model_length_limit,
-        )
 
-        self.source = source
-        if source.kind == "run":
-            from entrena.exporting.inference import TorchRunner
+def warn_replaced(data: Path, columns: list[str], labels: list[str]) -> None:
+    """Warn when input columns share a name with the columns predict adds (``status``, a
+    common label or feature name): the output holds predict's values under that name."""
+    clash = [c for c in output_columns(labels) if c in columns]
+    if clash:
+        log.warning("%s: the input's column(s) %s are replaced in the output by the columns "
+                    "predict adds under the same name(s); rename them in the input to keep them",
+                    data, ", ".join(map(repr, clash)))
 
-            if threads:
-                import torch
 
-                torch.set_num_threads(threads)
-            model, tokenizer, _ = load_classifier(source.path / "model")
-            source.preprocessing.length_limit = model_length_limit(model.encoder.config,
-                                                                   tokenizer)
-            self.runner: Runner = TorchRunner(model)
-        else:
-            from entrena.exporting.formats import load_runner
+class ChunkPredictor(Protocol):
+    """What :func:`stream_predictions` needs of a task's predictor."""
 
-            tokenizer = build_tokenizer(str(source.path))
-            self.runner = load_runner(source.path, source.manifest, threads)
-        self.preprocessing = source.preprocessing
-        self.encoder = TextEncoder(tokenizer, self.preprocessing)
+    labels: list[str]
+    """Class names in index order."""
+    na_columns: list[str]
+    """Input columns whose missing cells the reader should report (``missing`` below)."""
+    skip_reason: str
+    """Why a skipped row was skipped (``empty text``, ``empty row``), for the summary."""
 
-    def annotate(self, frame: pd.DataFrame, text_column: str, *, first_row: int,
-                 on_bad_rows: str, batch_size: int = 32, missing: np.ndarray | None = None
+    def annotate(self, frame: pd.DataFrame, *, first_row: int, on_bad_rows: str,
+                 batch_size: int, missing: dict[str, np.ndarray]
                  ) -> tuple[pd.DataFrame, np.ndarray]:
-        """``frame`` with ``predicted_label``, ``prob_<label>`` and ``status`` added.
+        """The chunk with the prediction columns, and the mask (N,) of skipped rows."""
+        ...
 
-        Args:
-            frame: A chunk of input rows (every column is kept, in order).
-            text_column: The column holding the texts.
-            first_row: 1-based row number of the chunk's first row in its file.
-            on_bad_rows: ``skip`` (an empty text gets ``status: skipped: empty text``) or
-                ``error``.
-            batch_size: Texts per model call.
-            missing: Rows whose text the reader found missing (``NA`` in a CSV …), on top
-                of the missing or blank cells of ``frame``.
 
-        Returns:
-            The annotated rows and the boolean mask of skipped rows.
+class Progress:
+    """A Rich bar on a terminal, a log line every 10% elsewhere."""
 
-        Raises:
-            DataError: ``on_bad_rows == "error"`` and the chunk has empty texts (named).
-        """
-        labels = self.preprocessing.labels
-        empty = empty_values(frame[text_column]).to_numpy()
-        if missing is not None:
-            empty = empty | missing
-        if on_bad_rows == "error" and empty.any():
-            rows = (np.flatnonzero(empty) + first_row).tolist()
-            shown = ", ".join(map(str, rows[:10])) + (f" and {len(rows) - 10} more"
-                                                      if len(rows) > 10 else "")
-            raise DataError(f"empty {text_column!r} in input rows {shown}; fix or remove them, "
-                            "or pass --on-bad-rows skip to predict the rest")
-        out = frame.drop(columns=[c for c in output_columns(labels) if c in frame.columns])
-        texts = [str(t) for t in frame[text_column].to_numpy()[~empty]]
-        probs = np.full((len(frame), len(labels)), np.nan)
-        predicted = np.full(len(frame), None, dtype=object)
-        if texts:
-            encoded = self.encoder.encode(texts)
-            logits = predict_logits(self.runner, encoded, max_length=self.preprocessing.max_length,
-                                    pad_id=self.encoder.pad_id, batch_size=batch_size)
-            probs[~empty] = softmax(logits)
-            predicted[~empty] = np.asarray(labels, dtype=object)[logits.argmax(1)]
-        out["predicted_label"] = predicted
-        for j, label in enumerate(labels):
-            out[f"prob_{label}"] = probs[:, j]
-        out["status"] = np.where(empty, SKIPPED_EMPTY, "ok")
-        return out, empty
+    def __init__(self, console: Any, enabled: bool):
+        self.console, self.enabled = console, enabled
+        self.bar: Any = None
+        self.task: Any = None
+        self._next_log = 0.1
+
+    def __enter__(self) -> Progress:
+        if self.enabled and self.console is not None and self.console.is_terminal:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("[bold]predict"), BarColumn(),
+                                TextColumn("{task.percentage:>3.0f}%"),
+                                TextColumn("{task.fields[rows]} rows"), TimeElapsedColumn(),
+                                console=self.console, transient=False)
+            self.bar.start()
+            self.task = self.bar.add_task("predict", total=1.0, rows=0)
+        return self
+
+    def update(self, fraction: float, rows: int) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, completed=fraction, rows=rows)
+        elif self.enabled and fraction >= self._next_log:
+            log.info("predict: %d rows (%.0f%% of the file)", rows, 100 * fraction)
+            self._next_log = (int(fraction * 10) + 1) / 10
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def stream_predictions(predictor: ChunkPredictor, data: Path, output: Path, *,
+                       columns: list[str], policy: str, batch_size: int, chunk_rows: int,
+                       progress: bool, console: Any) -> dict[str, Any]:
+    """Annotate ``data`` chunk by chunk into ``output``; return the summary's counts.
+
+    Returns:
+        ``rows`` (read, predicted, skipped), ``skipped`` (``{reason: {count, rows}}``, the
+        first :data:`SKIPPED_ROWS_LISTED` row numbers), ``predicted_label_counts``,
+        ``time_s`` and ``throughput_rows_per_s`` (of the loop).
+    """
+    from entrena.data.streaming import TableWriter, iter_table
+
+    start = time.perf_counter()
+    if console is None:
+        from rich.console import Console
+
+        console = Console(stderr=True)
+    counts: Counter[str] = Counter()
+    skipped_rows: list[int] = []
+    rows = predicted = 0
+    with TableWriter(output) as writer, Progress(console, progress) as bar:
+        for chunk in iter_table(data, chunk_rows=chunk_rows, na_columns=predictor.na_columns,
+                                role="input"):
+            annotated, skipped = predictor.annotate(chunk.frame, first_row=chunk.first_row,
+                                                    on_bad_rows=policy, batch_size=batch_size,
+                                                    missing=chunk.missing)
+            writer.write(annotated)
+            rows += len(annotated)
+            predicted += int((~skipped).sum())
+            counts.update(annotated.loc[~skipped, "predicted_label"].tolist())
+            room = SKIPPED_ROWS_LISTED - len(skipped_rows)
+            if room > 0:
+                skipped_rows += [chunk.first_row + int(i) for i in skipped.nonzero()[0][:room]]
+            bar.update(chunk.fraction_done, rows)
+        if rows == 0:  # a header-only input still gets a header
+            writer.write(pd.DataFrame(columns=[*columns, *output_columns(predictor.labels)]))
+    elapsed = time.perf_counter() - start
+    return {
+        "rows": {"read": rows, "predicted": predicted, "skipped": rows - predicted},
+        "skipped": {predictor.skip_reason: {"count": rows - predicted, "rows": skipped_rows}},
+        "predicted_label_counts": {label: counts.get(label, 0) for label in predictor.labels},
+        "time_s": elapsed, "throughput_rows_per_s": rows / elapsed if elapsed > 0 else 0.0,
+    }

@@ -1,7 +1,7 @@
 """Planning: what a run needs (memory, FLOPs, time, cost) on each option, before running it."""
 
 from entrena.planning.memory import MemoryEstimate, largest_batch, training_memory
-from entrena.planning.model import ModelProfile, meta_classifier, profile_model
+from entrena.planning.model import ModelProfile, profile_model
 from entrena.planning.options import Option, RunShape
 from entrena.planning.planner import make_plan, plan_document, run_shape
 from entrena.planning.recommend import Recommendation, recommend
@@ -9,5 +9,5 @@ from entrena.planning.timing import BatchPlan, Calibration, epoch_batches, probe
 
 __all__ = ["BatchPlan", "Calibration", "MemoryEstimate", "ModelProfile", "Option",
            "Recommendation", "RunShape", "epoch_batches", "largest_batch", "make_plan",
-           "meta_classifier", "plan_document", "probe", "profile_model", "recommend",
+           "plan_document", "probe", "profile_model", "recommend",
            "run_shape", "training_memory"]

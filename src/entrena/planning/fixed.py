@@ -16,12 +16,12 @@ import copy
 import time
 from typing import Any
 
-from entrena.planning.model import ModelProfile, _op_counter
+from entrena.planning.model import ModelProfile, _op_counter, _scalar_loss
 
 __all__ = ["profile_fixed"]
 
 
-def profile_fixed(model: Any, inputs: dict[str, Any]) -> ModelProfile:
+def profile_fixed(model: Any, inputs: dict[str, Any], *, loss: Any = None) -> ModelProfile:
     """Count parameters, training FLOPs and saved bytes of one sample.
 
     Args:
@@ -29,6 +29,8 @@ def profile_fixed(model: Any, inputs: dict[str, Any]) -> ModelProfile:
             ``model(**inputs)`` returns logits (B, C).
         inputs: Example inputs of batch size 1 or more (``features`` (B, F), ``pixel_values``
             (B, C, H, W) …); only the first sample's shape is used.
+        loss: The task's loss (``(outputs, batch) -> (sum, count)``); default the sum of
+            the outputs (the loss is a rounding error of a step's FLOPs and memory).
 
     Returns:
         The profile (``kind="fixed"``, ``flops_linear`` and ``saved_linear`` per sample).
@@ -56,10 +58,9 @@ def profile_fixed(model: Any, inputs: dict[str, Any]) -> ModelProfile:
     counter = FlopCounterMode(display=False)
     with counter, ops:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            logits = twin(**sample)
-            loss = torch.nn.functional.cross_entropy(
-                logits.float(), torch.zeros(1, dtype=torch.long, device="meta"))
-        loss.backward()
+            outputs = twin(**sample)
+            value = _scalar_loss(loss, outputs)
+        value.backward()
     return ModelProfile(
         parameters=sum(p.numel() for p in params),
         trainable_parameters=sum(p.numel() for p in params if p.requires_grad),

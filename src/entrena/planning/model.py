@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["ModelProfile", "profile_model", "meta_classifier"]
+__all__ = ["ModelProfile", "profile_model"]
 
 
 @dataclass(frozen=True)
@@ -86,44 +86,15 @@ class ModelProfile:
         return asdict(self)
 
 
-def _encoder_config(pretrained: str | None, architecture: dict[str, Any] | None,
-                    vocab_size: int, pad_token_id: int) -> Any:
-    from transformers import AutoConfig, BertConfig
-
-    if architecture is not None:
-        return BertConfig(vocab_size=vocab_size, pad_token_id=pad_token_id, **architecture)
-    return AutoConfig.from_pretrained(pretrained)
-
-
-def meta_classifier(*, num_labels: int, pretrained: str | None,
-                    architecture: dict[str, Any] | None, vocab_size: int, pad_token_id: int,
-                    pooling: str = "mean", dropout: float = 0.1) -> Any:
-    """The text classifier with every tensor on the meta device (no weights read).
-
-    Args:
-        num_labels: Number of classes C.
-        pretrained: Model directory or hub id whose ``config.json`` gives the shape (only the
-            config is read), unless ``architecture`` is given.
-        architecture: A BERT shape (``num_hidden_layers``, ``hidden_size`` …).
-        vocab_size: Tokenizer vocabulary size (for ``architecture``).
-        pad_token_id: Padding id (for ``architecture``).
-        pooling: ``"mean"`` or ``"cls"``.
-        dropout: Head dropout.
-
-    Returns:
-        A :class:`~entrena.tasks.text_classification.TextClassifier` on ``meta``, in train mode.
-    """
+def _scalar_loss(loss_fn: Any, outputs: Any) -> Any:
+    """The loss of one meta-device sample: the task's (target 0) or the outputs' sum."""
     import torch
-    from transformers import AutoModel
 
-    from entrena.tasks.text_classification import TextClassifier, _quiet_transformers
-
-    _quiet_transformers()
-    config = _encoder_config(pretrained, architecture, vocab_size, pad_token_id)
-    with torch.device("meta"):
-        encoder = AutoModel.from_config(config, add_pooling_layer=False)
-        model = TextClassifier(encoder, num_labels, pooling=pooling, dropout=dropout)
-    return model.train()
+    if loss_fn is None:
+        return outputs.float().sum()
+    target = {"labels": torch.zeros(outputs.shape[0], dtype=torch.long, device=outputs.device)}
+    total, count = loss_fn(outputs, target)
+    return total / max(1, count)
 
 
 def _op_counter() -> Any:
@@ -144,7 +115,8 @@ def _op_counter() -> Any:
     return OpCounter()
 
 
-def _measure(model: Any, tokens: int, ops: Any = None) -> tuple[float, float]:
+def _measure(model: Any, tokens: int, ops: Any = None,
+             loss_fn: Any = None) -> tuple[float, float]:
     """(training FLOPs, saved bytes) of one sample of ``tokens`` tokens on the meta device;
     ``ops``, an :func:`_op_counter`, counts the operators too."""
     import contextlib
@@ -168,8 +140,7 @@ def _measure(model: Any, tokens: int, ops: Any = None) -> tuple[float, float]:
             hidden = model.encoder(input_ids=ids).last_hidden_state  # (1, T, H)
             pooled = hidden.mean(1) if model.pooling == "mean" else hidden[:, 0]
             logits = model.head(model.dropout(pooled))  # (1, C)
-            loss = torch.nn.functional.cross_entropy(
-                logits.float(), torch.zeros(1, dtype=torch.long, device="meta"))
+            loss = _scalar_loss(loss_fn, logits)
         loss.backward()
     model.zero_grad(set_to_none=True)
     return float(counter.get_total_flops()), float(sum(saved.values()))
@@ -186,13 +157,15 @@ def _fit(points: list[tuple[int, float]]) -> tuple[float, float, float]:
     return float(c), float(a), float(b)
 
 
-def profile_model(model: Any, max_length: int) -> ModelProfile:
+def profile_model(model: Any, max_length: int, *, loss: Any = None) -> ModelProfile:
     """Count parameters, FLOPs and saved activation bytes of a meta-device classifier.
 
     Args:
-        model: From :func:`meta_classifier`.
+        model: From :func:`entrena.tasks.text_classification.model.meta_classifier`.
         max_length: The longest sequence the run uses (tokens); the three measured lengths
             are it, half of it and a quarter of it (at least 4 apart).
+        loss: The task's loss (``(outputs, batch) -> (sum, count)``); default the sum of
+            the outputs (the loss is a rounding error of a step's FLOPs and memory).
 
     Returns:
         The :class:`ModelProfile`.
@@ -206,7 +179,7 @@ def profile_model(model: Any, max_length: int) -> ModelProfile:
     long = max(16, int(max_length))
     lengths = (long // 4, long // 2, long)
     ops = _op_counter()
-    measured = [(t, *_measure(model, t, ops if t == long else None)) for t in lengths]
+    measured = [(t, *_measure(model, t, ops if t == long else None, loss)) for t in lengths]
     a0, a1, a2 = _fit([(t, f) for t, f, _ in measured])
     b0, b1, b2 = _fit([(t, s) for t, _, s in measured])
     return ModelProfile(

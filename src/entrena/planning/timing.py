@@ -148,7 +148,7 @@ def _fit_rate(flops: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
 
 def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float], *,
           device: str, precision: str, repeats: int = 1, peak_flops: float | None = None,
-          base_rss_bytes: float | None = None) -> Calibration:
+          base_rss_bytes: float | None = None, loss: Any = None) -> Calibration:
     """Time real training steps (forward, backward, AdamW step) on this machine.
 
     Each batch first runs once untimed (the first step of a shape pays for kernel selection,
@@ -169,6 +169,8 @@ def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float],
         repeats: Timed steps per batch.
         peak_flops: The device's nominal peak for the precision, for the efficiency figure.
         base_rss_bytes: Resident memory measured before the probe, kept in the result.
+        loss: The task's loss (``(outputs, batch) -> (sum, count)``; the mean is trained on);
+            default the mean of the outputs.
 
     Returns:
         The :class:`Calibration`.
@@ -187,9 +189,13 @@ def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float],
             torch.cuda.synchronize()
         begin = time.perf_counter()
         with torch.autocast(device_type=device, dtype=dtype, enabled=dtype is not None):
-            logits = model(**inputs)
-        loss = torch.nn.functional.cross_entropy(logits.float(), labels)
-        loss.backward()
+            outputs = model(**inputs)
+        if loss is None:
+            value = outputs.float().mean()
+        else:
+            total, count = loss(outputs, {**inputs, "labels": labels})
+            value = total / max(1, count)
+        value.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if device == "cuda":

@@ -1,56 +1,33 @@
-"""The task extension point: a :class:`Task` protocol and a registry of tasks by name.
+"""The task extension point: the :class:`Task` protocol and the pieces tasks share.
 
 A task is everything the verbs need to know about one kind of problem (text, images, tables):
-how its data is read, checked, split and encoded, which model it builds, how a batch of that
-model's inputs is made, which cheap baselines sit beside it, how the trained model is saved
-and loaded again, and what example inputs export and planning feed it. The verbs
-(``entrena.api``) ask :func:`get_task` for ``config.task`` and call these methods; the loop
+its config keys, how its data is read, checked, split and encoded, which model it builds, how
+a batch of that model's inputs is made, its loss and metrics, which cheap baselines sit beside
+it, what the planner needs, how the trained model is saved, exported and run on new data. Each
+task is one package ``entrena/tasks/<name>/`` and one line of
+:data:`entrena.tasks.registry.BUILTIN_TASKS` (or an ``entrena.tasks`` entry point of another
+package); ``docs/adding-a-task.md`` walks through adding one. The verbs (``entrena.api``) ask
+:func:`entrena.tasks.registry.get_task` for ``config.task`` and call these methods; the loop
 (``entrena.engine.loop``) never sees a task: it calls ``model(**inputs)``, where ``inputs``
-is a batch without its ``"labels"``.
+is a batch without its ``"labels"``, and the task's ``loss`` it is given.
 
-Model inputs, by task (the keyword names of ``model.forward``; the batch keys a
+Model inputs of the shipped tasks (the keyword names of ``model.forward``; the batch keys a
 :class:`~entrena.engine.loop.BatchSource` returns besides ``labels`` (B,) int64):
 
-- ``text-classification``: ``input_ids`` (B, T) int64 and ``attention_mask`` (B, T) int64
-  (B batch, T tokens; 1 marks a real token);
-- ``image-classification``: ``pixel_values`` (B, C, H, W) float32, resized to the model's
-  input size and normalised (C channels, H height, W width in pixels);
-- ``tabular-classification``: ``features`` (B, F) float32, after the fitted preprocessing
-  (F = the preprocessed feature width: scaled numbers + encoded categories).
+- text: ``input_ids`` (B, T) int64 and ``attention_mask`` (B, T) int64 (B batch, T tokens;
+  1 marks a real token);
+- images: ``pixel_values`` (B, C, H, W) float32, resized to the model's input size and
+  normalised (C channels, H height, W width in pixels);
+- tables: ``features`` (B, F) float32, after the fitted preprocessing (F = the preprocessed
+  feature width: scaled numbers + encoded categories).
 
-What a new task (image classification, for example) provides — one module
-``entrena/tasks/<name>.py`` with a class satisfying :class:`Task`, registered in
-:data:`BUILTIN_TASKS` (or with :func:`register_task`):
-
-1. ``name`` (the ``task:`` value) and ``input_names`` (the keys above, in ``forward`` order).
-2. ``model_sources(loaded)``: resolve and check model names/files before any data is read
-   (a timm name that does not exist is a ``ConfigError`` listing the closest names); returns
-   a ``dict[str, str]`` handed back to the other methods.
-3. ``prepare(loaded, sources)``: read, check, split and encode the data once (through
-   ``entrena.data.cache`` if it pays), returning a :class:`Prepared`: its ``splits`` (a
-   ``LabelledSplits``-like object with ``train``, ``validation``, optional ``test``, each
-   with ``labels`` (N,) int64 and ``row_ids`` (N,), ``labels`` the class names and
-   ``roles()``), ``report`` (the data report: ``splits.<role>.rows_read``/``rows_kept`` …,
-   ``checks`` as :func:`entrena.data.hygiene.check_record` records) and ``from_cache``.
-   Bad input raises ``DataError`` (exit 2) naming file, column/row and fix.
-4. ``build_model(loaded, sources, prepared)``: the ``torch.nn.Module`` in train mode whose
-   ``forward(**inputs)`` returns logits (B, C) (C classes).
-5. ``batches(loaded, prepared, role, *, batch_size, shuffle)``: a ``BatchSource`` for the
-   split ``role`` (``plan(epoch) -> list[list[int]]``, deterministic per epoch and seeded
-   by ``train.seed``; ``collate(indices) -> dict[str, Tensor]`` with the inputs above and
-   ``labels``). It also has ``lengths`` (N,) int: tokens per example for text, 1 otherwise
-   (what the efficiency monitor counts).
-6. ``baselines(loaded, prepared)``: cheap models fitted on the training split and scored on
-   validation/test: ``{name: {"validation": {"accuracy", "macro_f1"}, "test": {…},
-   "time_s": float}}`` (see :mod:`entrena.tasks.baselines`).
-7. ``save_model(model, prepared, directory)``: write the model folder (weights, the label
-   names, and everything inference needs to turn a raw row into inputs: tokenizer,
-   transforms, fitted preprocessing) with ``entrena_model.json`` holding at least
-   ``{"task": name, "labels": [...]}``; ``load_model(directory)`` rebuilds
-   ``(model in eval mode, meta)``.
-8. ``example_inputs(model, meta, batch_size)``: ``dict[str, Tensor]`` of ``input_names``,
-   B = ``batch_size`` (>= 2, so that export keeps the batch axis dynamic), for export and
-   planning.
+What :meth:`Task.prepare` returns (a :class:`Prepared`): ``splits`` (``train``,
+``validation``, optional ``test``, each with ``labels`` (N,) and ``row_ids`` (N,), the class
+names ``labels`` and ``roles()``), ``report`` (``data_report.json``:
+``splits.<role>.rows_read``/``rows_kept`` …, ``checks`` as
+:func:`entrena.data.hygiene.check_record` records) and ``from_cache``. ``baselines`` returns
+``{name: {"validation": {...}, "test": {...}, "time_s": float}}``; ``save_model`` writes a
+folder whose ``entrena_model.json`` holds at least ``{"task": name, "labels": [...]}``.
 
 Optional: ``advice(verdict, baselines) -> dict | None``: a diagnosis finding (``{"code",
 "figure", "message", "change"}``, see :mod:`entrena.callbacks.diagnosis`) from the comparison
@@ -60,15 +37,64 @@ task says "a CPU and boosted trees are enough here" when the trees win or tie).
 
 from __future__ import annotations
 
-import difflib
-import importlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from entrena.errors import ConfigError
+__all__ = ["PlanningSpec", "Prepared", "Task", "fixed_input_planning"]
 
-__all__ = ["Prepared", "Task", "BUILTIN_TASKS", "register_task", "get_task", "task_names"]
+
+@dataclass
+class PlanningSpec:
+    """What the planner needs of a task's model and inputs (:meth:`Task.planning`).
+
+    Attributes:
+        model_name: The model as the plan names it (``minilm-l6``, ``mlp [256, 128]``).
+        max_length: The longest input in tokens; 1 for fixed-size inputs (a table row or an
+            image is one "token" of a fixed-size profile).
+        lengths: ``role -> tokens per example (N,)`` of that split (ones for fixed-size
+            inputs; empty for a split the data lacks).
+        probe_batches: ``batch_size -> batches`` (model inputs and ``labels``) of at least two
+            sizes in FLOPs for the calibration probe: for sequences the median-length and the
+            longest batch of the first epoch, for fixed-size inputs half a batch and a whole.
+        meta_model: For sequence models: builds the model on the meta device, profiled at
+            three lengths (:func:`entrena.planning.model.profile_model`). ``None`` for
+            fixed-size inputs, profiled on a copy of the real model at one example.
+        profile_key: JSON-able material identifying the model's shape, for the profile cache
+            (``None``: no cache).
+        example_batch: For fixed-size inputs: one training example's batch.
+    """
+
+    model_name: str
+    max_length: int
+    lengths: Callable[[str], Any]
+    probe_batches: Callable[[int], list[dict[str, Any]]]
+    meta_model: Callable[[], Any] | None = None
+    profile_key: Any = None
+    example_batch: Callable[[], dict[str, Any]] | None = None
+
+
+def fixed_input_planning(task: Task, loaded: Any, prepared: Any,
+                         model_name: str) -> PlanningSpec:
+    """The :class:`PlanningSpec` of a task whose inputs have one size (tables, images): one
+    "token" per example, probed on half a batch and a whole one."""
+    import numpy as np
+
+    def lengths(role: str) -> Any:
+        split = getattr(prepared.splits, role, None)
+        return np.ones(len(split.labels), dtype=np.int64) if split is not None else []
+
+    def probe_batches(batch_size: int) -> list[dict[str, Any]]:
+        source = task.batches(loaded, prepared, "train", batch_size=batch_size, shuffle=True)
+        first = source.plan(0)[0]
+        return [source.collate(first[:max(1, len(first) // 2)]), source.collate(first)]
+
+    def example_batch() -> dict[str, Any]:
+        return task.batches(loaded, prepared, "train", batch_size=1, shuffle=False).collate([0])
+
+    return PlanningSpec(model_name=model_name, max_length=1, lengths=lengths,
+                        probe_batches=probe_batches, example_batch=example_batch)
 
 
 @runtime_checkable
@@ -96,6 +122,13 @@ class Task(Protocol):
     """The ``task:`` value of a config (``text-classification`` …)."""
     input_names: tuple[str, ...]
     """The model's input keywords, in ``forward`` order (``("features",)`` …)."""
+    config_model: type
+    """Its config class: :class:`entrena.config.schema.Config` with ``task:`` a ``Literal``
+    of its name and its own keys in subclasses of the sections (pydantic only)."""
+    model_files: tuple[str, ...]
+    """The files :meth:`save_model` writes that a finished run must hold."""
+    export_formats: tuple[str, ...]
+    """The ``entrena export --format`` values :meth:`write_bundle` supports."""
 
     def model_sources(self, loaded: Any) -> dict[str, str]:
         """Resolve model names and files before any data is read (``ConfigError`` if wrong)."""
@@ -114,6 +147,21 @@ class Task(Protocol):
         """A ``BatchSource`` of split ``role`` (with ``lengths`` (N,))."""
         ...
 
+    def loss(self, outputs: Any, batch: dict[str, Any]) -> tuple[Any, int]:
+        """``(loss summed over the batch, the count it is normalised by)``: examples for a
+        classifier, target tokens for a language model (:data:`entrena.engine.loop.LossFn`)."""
+        ...
+
+    def evaluate(self, outputs: Any, targets: Any, prepared: Any, *,
+                 detailed: bool = False) -> dict[str, Any]:
+        """A split's metrics from the model's outputs (N, ...) and the batches' ``labels``
+        (N, ...) in example order; ``detailed`` for the test split."""
+        ...
+
+    higher_is_better: dict[str, bool]
+    """Each metric :meth:`evaluate` returns (and ``loss``) → whether larger is better; early
+    stopping, best weights and the plateau schedule read it for ``mode: auto``."""
+
     def baselines(self, loaded: Any, prepared: Any) -> dict[str, dict[str, Any]]:
         """Cheap models fitted on train, scored per evaluation split (+ ``time_s``)."""
         ...
@@ -131,60 +179,17 @@ class Task(Protocol):
         """Example inputs (``input_names`` → tensors with B = ``batch_size``)."""
         ...
 
+    def planning(self, loaded: Any, sources: dict[str, str], prepared: Any) -> PlanningSpec:
+        """What the planner needs to profile the model and shape the run."""
+        ...
 
-BUILTIN_TASKS: dict[str, str] = {
-    "text-classification": "entrena.tasks.text:TextClassificationTask",
-    "image-classification": "entrena.tasks.image_classification:ImageClassificationTask",
-    "tabular-classification": "entrena.tasks.tabular:TabularClassificationTask",
-}
-"""Shipped tasks: name → ``module:class``, imported on first use (no torch at config time)."""
+    def write_bundle(self, run: Any, request: Any) -> dict[str, Any]:
+        """Export a finished run (:class:`~entrena.exporting.bundle.RunModel`) as the
+        :class:`~entrena.exporting.bundle.ExportRequest` says; ``export.json``'s content."""
+        ...
 
-_REGISTERED: dict[str, Callable[[], Task]] = {}
-_INSTANCES: dict[str, Task] = {}
-
-
-def register_task(name: str, factory: Callable[[], Task]) -> None:
-    """Add a task (or replace one) under ``name``.
-
-    Args:
-        name: The ``task:`` value.
-        factory: Called once, on first use, to make the task.
-    """
-    _REGISTERED[name] = factory
-    _INSTANCES.pop(name, None)
-
-
-def task_names() -> list[str]:
-    """Every task name known, sorted."""
-    return sorted({*BUILTIN_TASKS, *_REGISTERED})
-
-
-def get_task(name: str) -> Task:
-    """The task registered under ``name``.
-
-    Raises:
-        ConfigError: ``name`` is unknown (the choices and the closest one are listed), or the
-            task's module is not built in this version.
-    """
-    if name in _INSTANCES:
-        return _INSTANCES[name]
-    if name in _REGISTERED:
-        task = _REGISTERED[name]()
-    elif name in BUILTIN_TASKS:
-        module_name, class_name = BUILTIN_TASKS[name].split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            raise ConfigError(f"task: {name!r} is not built in this version of entrena; use "
-                              "task: text-classification") from None
-        task = getattr(module, class_name)()
-    else:
-        close = difflib.get_close_matches(name, task_names(), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"task: unknown task {name!r}; choose one of "
-                          f"{', '.join(task_names())}{hint}")
-    _INSTANCES[name] = task
-    return task
-
+    def predict(self, location: Any, data: Path, output: Path, options: Any) -> dict[str, Any]:
+        """Predict ``data`` with the model at ``location``
+        (:class:`~entrena.exporting.prediction.ModelLocation`) into ``output``
+        (:class:`~entrena.exporting.prediction.PredictOptions`); the summary."""
+        ...

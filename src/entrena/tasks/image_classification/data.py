@@ -114,7 +114,7 @@ def _fingerprint(material: dict[str, Any]) -> str:
 
 
 def _image_size(loaded: Any, model_name: str, sizes: np.ndarray) -> tuple[int, str]:
-    from entrena.tasks.image_model import default_input_size
+    from entrena.tasks.image_classification.model import default_input_size
 
     configured = loaded.config.model.image_size
     if configured != "auto":
@@ -374,7 +374,7 @@ def _subsample(labels: np.ndarray, limit: int, seed: int) -> np.ndarray:
 def _transforms(loaded: Any, model_name: str, channels: int, size: int, train: ImageSplit,
                 decoded: np.ndarray | None, threads: int) -> ImageTransforms:
     from entrena.data.image_batches import Augmentation
-    from entrena.tasks.image_model import pretrained_normalisation
+    from entrena.tasks.image_classification.model import pretrained_normalisation
 
     cfg = loaded.config
     if cfg.model.pretrained:

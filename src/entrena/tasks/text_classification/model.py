@@ -119,6 +119,44 @@ def build_classifier(*, num_labels: int, pretrained: str | None,
     return TextClassifier(encoder, num_labels, pooling=pooling, dropout=dropout)
 
 
+def _encoder_config(pretrained: str | None, architecture: dict[str, Any] | None,
+                    vocab_size: int, pad_token_id: int) -> Any:
+    from transformers import AutoConfig, BertConfig
+
+    if architecture is not None:
+        return BertConfig(vocab_size=vocab_size, pad_token_id=pad_token_id, **architecture)
+    return AutoConfig.from_pretrained(pretrained)
+
+
+def meta_classifier(*, num_labels: int, pretrained: str | None,
+                    architecture: dict[str, Any] | None, vocab_size: int, pad_token_id: int,
+                    pooling: str = "mean", dropout: float = 0.1) -> Any:
+    """The text classifier with every tensor on the meta device (no weights read).
+
+    Args:
+        num_labels: Number of classes C.
+        pretrained: Model directory or hub id whose ``config.json`` gives the shape (only the
+            config is read), unless ``architecture`` is given.
+        architecture: A BERT shape (``num_hidden_layers``, ``hidden_size`` …).
+        vocab_size: Tokenizer vocabulary size (for ``architecture``).
+        pad_token_id: Padding id (for ``architecture``).
+        pooling: ``"mean"`` or ``"cls"``.
+        dropout: Head dropout.
+
+    Returns:
+        A :class:`~entrena.tasks.text_classification.model.TextClassifier` on ``meta``, in
+        train mode.
+    """
+    from transformers import AutoModel
+
+    _quiet_transformers()
+    config = _encoder_config(pretrained, architecture, vocab_size, pad_token_id)
+    with torch.device("meta"):
+        encoder = AutoModel.from_config(config, add_pooling_layer=False)
+        model = TextClassifier(encoder, num_labels, pooling=pooling, dropout=dropout)
+    return model.train()
+
+
 def save_classifier(model: TextClassifier, tokenizer: Any, directory: Path, *, labels: list[str],
                     max_length: int) -> None:
     """Write the model folder (encoder, tokenizer, head, labels). Overwrites ``directory``."""

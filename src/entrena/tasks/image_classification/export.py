@@ -5,33 +5,25 @@ The bundle holds ``model.onnx`` (input ``pixel_values`` (B, C, S, S) float32, ou
 channels C, mean and std), ``export.json`` and ``MODEL_CARD.md``. Image files become
 ``pixel_values`` through the training code itself — decode, convert to the training mode,
 resize to S × S, normalise (:mod:`entrena.data.image_batches`) — in the parity check and in
-``entrena predict`` (:mod:`entrena.exporting.image_prediction`) alike; the ONNX file holds
+``entrena predict`` (:mod:`entrena.tasks.image_classification.predict`) alike; the ONNX file holds
 the network only.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
-import shutil
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from entrena.core.files import plain_mode
 from entrena.data.image_batches import ImageTransforms, decode_resized
 from entrena.data.images import list_images
-from entrena.errors import ConfigError, DataError
-from entrena.exporting import onnx_format
-from entrena.exporting.bundle import META_FILE, RunModel, finish_bundle
+from entrena.errors import DataError
+from entrena.exporting.bundle import META_FILE, ExportRequest, RunModel
 from entrena.exporting.card import _data_lines, _metric_rows, _num, _pct
-from entrena.exporting.checks import Thresholds, parity_report, row_latency
-from entrena.exporting.exporter import _versions
-from entrena.exporting.inference import Runner, TorchRunner
+from entrena.exporting.fixed_bundle import FixedInputExport, write_fixed_input_bundle
 
 __all__ = ["ImageExamples", "image_examples", "write_image_bundle", "image_card",
            "is_image_model"]
@@ -117,109 +109,38 @@ def image_examples(run: RunModel, parity_data: str | Path | None,
                          f"{dataset} (first {len(paths)} images)")
 
 
-def _logits(runner: Runner, pixels: np.ndarray, batch_size: int = BATCH) -> np.ndarray:
-    """Logits (N, K) of inputs (N, C, S, S), ``batch_size`` images a call."""
-    parts = [runner(pixels[i:i + batch_size]) for i in range(0, len(pixels), batch_size)]
-    return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
-
-
-def write_image_bundle(run: RunModel, fmt: Any, *, quantize: str | None, opset: int | None,
-                       destination: Path, examples: ImageExamples, thresholds: Thresholds,
-                       latency_calls: int = 50, threads: int | None = None) -> dict[str, Any]:
-    """Export an image run's network into ``destination`` and return ``export.json``'s content.
+def write_image_bundle(run: RunModel, request: ExportRequest,
+                       examples: ImageExamples) -> dict[str, Any]:
+    """Export an image run's network as ``request`` asks and return ``export.json``'s
+    content: ``model.onnx`` (input ``pixel_values`` (B, C, S, S) float32), the transforms in
+    ``entrena_model.json``.
 
     Args:
         run: The finished image run.
-        fmt: The export format (only ``onnx``).
-        quantize: ``"int8"`` or ``None``.
-        opset: ONNX opset (default :data:`onnx_format.DEFAULT_OPSET`).
-        destination: The bundle folder; replaced if it exists.
+        request: Format, quantisation, opset, destination, parity criteria, latency calls.
         examples: Images for the parity check and the latency inputs.
-        thresholds: Parity criteria.
-        latency_calls: Timed calls per engine and batch size.
-        threads: CPU threads for PyTorch and ONNX Runtime.
-
-    Raises:
-        ConfigError: A format other than ``onnx``.
     """
-    import torch
+    from entrena.tasks.image_classification.model import load_image_classifier
 
-    from entrena.tasks.image_model import load_image_classifier
-
-    if fmt.name != "onnx":
-        raise ConfigError(f"--format {fmt.name}: an image model exports to onnx only (its "
-                          "transforms travel in entrena_model.json); use --format onnx")
-    if threads:
-        torch.set_num_threads(threads)
-    threads = threads or torch.get_num_threads()
     model, meta = load_image_classifier(run.paths.model)
-    pixels = examples.pixels
-    torch_runner = TorchRunner(model)
-    reference = _logits(torch_runner, pixels)
-    singles = list(range(min(8, len(pixels))))
-    reference_one = np.concatenate([torch_runner(pixels[i:i + 1]) for i in singles])
-    two = pixels[:2] if len(pixels) >= 2 else np.repeat(pixels, 2, axis=0)
-    example = {"pixel_values": torch.from_numpy(np.ascontiguousarray(two))}
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    work = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.tmp-"))
-    plain_mode(work, folder=True)
-    try:
-        target = work / "model.onnx"
-        opset = opset if opset is not None else onnx_format.DEFAULT_OPSET
-        if quantize:
-            full = work / "full-precision-model.onnx"
-            info = onnx_format.export_onnx_batched(model, example, full, opset=opset)
-            info.update(onnx_format.quantize_int8(full, target))
-            full.unlink()
-            info["file"] = target.name
-        else:
-            info = onnx_format.export_onnx_batched(model, example, target, opset=opset)
-        runner = onnx_format.OnnxRunner(target, threads)
-        exported = _logits(runner, pixels)
-        exported_one = np.concatenate([runner(pixels[i:i + 1]) for i in singles])
-        parity = parity_report(reference, exported, examples.labels,
-                               quantized=quantize is not None, thresholds=thresholds,
-                               also_compare=(reference_one, exported_one))
-        parity["dataset"] = examples.dataset
-        parity["batch_sizes"] = sorted({min(BATCH, len(pixels)), 1})
-        log.info("parity: max |Δlogit| %.2e, label agreement %.4f: %s", parity["max_abs_diff"],
-                 parity["label_agreement"], "passed" if parity["passed"] else "FAILED")
-        latency = row_latency([runner, torch_runner], pixels, latency_calls)
-        latency["threads"] = threads
-        latency["inputs"] = (f"the first parity images, decoded and normalised; "
-                             f"{latency_calls} timed calls per engine after 3 warm-up calls, "
-                             "the engines taking turns (decoding not timed)")
-        data = run.config.get("data", {})
-        meta_out = {**meta, "image_column": data.get("image_column") or "image",
-                    "label_column": data.get("label_column", "label"),
-                    "on_bad_rows": data.get("on_bad_rows", "skip")}
-        (work / META_FILE).write_text(json.dumps(meta_out, indent=2) + "\n", encoding="utf-8")
-        t = meta["transforms"]
-        manifest: dict[str, Any] = {
-            "format": "onnx", "quantize": quantize, **info,
-            "export_time_s": time.perf_counter() - started,
-            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "run": str(run.paths.root.resolve()), "task": "image-classification",
-            "versions": _versions(),
-            "preprocessing": {"labels": meta["labels"], "transforms": t},
-            "inputs": {"pixel_values": f"float32 (batch, {t['channels']}, {t['size']}, "
-                                       f"{t['size']}): decoded, converted to "
-                                       f"{'L' if int(t['channels']) == 1 else 'RGB'}, resized, "
-                                       "(x / 255 - mean) / std",
-                       "logits": "float32 (batch, classes), classes in labels order"},
-            "parity": parity, "latency": latency,
-            "size_bytes": {"model_file": target.stat().st_size, "bundle": 0,
-                           "pytorch_weights": (run.paths.model / "model.safetensors")
-                           .stat().st_size},
-        }
-        finish_bundle(work, destination, manifest, lambda m: image_card(run, m))
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return manifest
-
-
+    data = run.config.get("data", {})
+    meta_out = {**meta, "image_column": data.get("image_column") or "image",
+                "label_column": data.get("label_column", "label"),
+                "on_bad_rows": data.get("on_bad_rows", "skip")}
+    t = meta["transforms"]
+    spec = FixedInputExport(
+        model=model, input_name="pixel_values", inputs=examples.pixels,
+        labels=examples.labels, dataset=examples.dataset,
+        files={META_FILE: json.dumps(meta_out, indent=2) + "\n"},
+        manifest={"preprocessing": {"labels": meta["labels"], "transforms": t},
+                  "inputs": {"pixel_values": f"float32 (batch, {t['channels']}, {t['size']}, "
+                                             f"{t['size']}): decoded, converted to "
+                                             f"{'L' if int(t['channels']) == 1 else 'RGB'}, "
+                                             "resized, (x / 255 - mean) / std",
+                             "logits": "float32 (batch, classes), classes in labels order"}},
+        card=lambda m: image_card(run, m),
+        latency_inputs="the first parity images, decoded and normalised", not_timed="decoding")
+    return write_fixed_input_bundle(run, spec, request)
 
 
 def image_card(run: RunModel, manifest: dict[str, Any]) -> str:

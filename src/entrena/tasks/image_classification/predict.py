@@ -2,7 +2,7 @@
 
 Files become ``pixel_values`` exactly as in training (:mod:`entrena.data.image_batches`:
 decode, convert to the training mode, resize, normalise); a run's PyTorch model or an ONNX
-bundle (:mod:`entrena.exporting.image_export`) maps them to class probabilities.
+bundle (:mod:`entrena.tasks.image_classification.export`) maps them to class probabilities.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,12 @@ from entrena.errors import DataError
 from entrena.exporting import onnx_format
 from entrena.exporting.bundle import META_FILE
 from entrena.exporting.inference import Runner, TorchRunner, softmax
+from entrena.exporting.prediction import (
+    ModelLocation,
+    PredictOptions,
+    labelled_frame,
+    output_columns,
+)
 
 __all__ = ["ImagePredictor", "predict_images"]
 
@@ -55,9 +62,8 @@ def _prediction_frame(source: Path, image_column: str) -> tuple[Any, list[Path]]
     return frame, paths
 
 
-def predict_images(folder: Path, kind: str, manifest: dict[str, Any], data: Path,
-                   output: Path, *, image_column: str | None, on_bad_rows: str | None,
-                   threads: int | None, batch_size: int) -> dict[str, Any]:
+def predict_images(location: ModelLocation, data: Path, output: Path,
+                   options: PredictOptions) -> dict[str, Any]:
     """Label every image of a folder (or a CSV of paths) and write the output table.
 
     The output holds the input's rows (a folder: a ``path`` column) plus ``predicted_label``,
@@ -65,55 +71,45 @@ def predict_images(folder: Path, kind: str, manifest: dict[str, Any], data: Path
     a temporary file (an error leaves no half output).
 
     Args:
-        folder, kind, manifest: The model (a run's ``model/`` or a bundle) as
-            :class:`ImagePredictor` takes it.
+        location: The model (a run's ``model/`` or an ONNX bundle).
         data: A folder of images or a CSV of paths.
         output: The output table (its suffix picks the format).
-        image_column: The CSV's path column; default the training data's.
-        on_bad_rows: ``skip`` or ``error`` for files that are not readable images; default the
-            run's.
-        threads: CPU threads.
-        batch_size: Images per model call.
+        options: ``input_column`` is the CSV's path column (default the training data's
+            ``data.image_column``); ``on_bad_rows`` (``skip`` or ``error``) is for files that
+            are not readable images (default the run's).
 
     Returns:
         The summary (``--json``): rows read, predicted, skipped with reasons, label counts.
 
     Raises:
-        DataError: An unreadable input or a missing column; a bad file under ``error``.
+        DataError: An unreadable input or a missing column; a bad file under ``error``; a
+            TorchScript backend (image bundles hold ONNX).
     """
     from entrena.data.streaming import TableWriter
-    from entrena.exporting.prediction import output_columns
 
     started = time.perf_counter()
-    predictor = ImagePredictor(folder, kind, manifest, threads)
-    column = image_column or predictor.meta.get("image_column") or "image"
-    policy = on_bad_rows or predictor.meta.get("on_bad_rows", "skip")
+    predictor = ImagePredictor(location.folder, location.kind, location.manifest,
+                               options.threads)
+    column = (options.input_column or location.config.get("data", {}).get("image_column")
+              or predictor.meta.get("image_column") or "image")
+    policy = options.on_bad_rows or predictor.meta.get("on_bad_rows", "skip")
     frame, paths = _prediction_frame(data, column)
     TableWriter(output).abort()  # an unsupported output fails before any work
-    log.info("predicting %d images of %s with %s (%s) into %s", len(paths), data, folder,
-             predictor.runner.name, output)
-    probs, status = predictor.predict(paths, on_bad_rows=policy, batch_size=batch_size)
+    log.info("predicting %d images of %s with %s (%s) into %s", len(paths), data,
+             location.folder, predictor.runner.name, output)
+    probs, status = predictor.predict(paths, on_bad_rows=policy, batch_size=options.batch_size)
     labels = predictor.labels
-    ok = np.array([s == "ok" for s in status], dtype=bool)
-    predicted = np.full(len(paths), None, dtype=object)
-    if ok.any():
-        predicted[ok] = np.asarray(labels, dtype=object)[probs[ok].argmax(1)]
-    out = frame.drop(columns=[c for c in output_columns(labels) if c in frame.columns])
-    out["predicted_label"] = predicted
-    for j, label in enumerate(labels):
-        out[f"prob_{label}"] = probs[:, j]
-    out["status"] = status
+    out = labelled_frame(frame, labels, probs, status)
     with TableWriter(output) as writer:
         writer.write(out)
-    reasons: dict[str, int] = {}
-    for s in status:
-        if s != "ok":
-            reasons[s.removeprefix("skipped: ")] = reasons.get(s.removeprefix("skipped: "), 0) + 1
+    ok = np.array([s == "ok" for s in status], dtype=bool)
+    reasons = Counter(s.removeprefix("skipped: ") for s in status if s != "ok")
     elapsed = time.perf_counter() - started
     log.info("predicted %d images, skipped %d in %.1fs", int(ok.sum()), int((~ok).sum()),
              elapsed)
-    return {"input": str(data), "output": str(output), "model": str(folder),
-            "backend": predictor.runner.name, "task": "image-classification",
+    predicted = out["predicted_label"].to_numpy()
+    return {"input": str(data), "output": str(output), "model": str(location.folder),
+            "backend": predictor.runner.name, "task": location.meta.get("task"),
             "on_bad_rows": policy, "columns_added": output_columns(labels),
             "rows": {"read": len(paths), "predicted": int(ok.sum()),
                      "skipped": int((~ok).sum())},
@@ -137,7 +133,7 @@ class ImagePredictor:
     def __init__(self, folder: Path, kind: str, manifest: dict[str, Any] | None = None,
                  threads: int | None = None):
         if kind == "run":
-            from entrena.tasks.image_model import load_image_classifier
+            from entrena.tasks.image_classification.model import load_image_classifier
 
             if threads:
                 import torch

@@ -3,7 +3,8 @@
 Inputs: ``pixel_values`` (B, C, S, S) float32 — B batch, C channels (1 when every training
 image is grayscale, else 3), S the model's input side in pixels — resized and normalised by
 :class:`~entrena.data.image_batches.ImageTransforms`. The data is prepared by
-:mod:`entrena.tasks.image_data`, the models are in :mod:`entrena.tasks.image_model`, batches
+:mod:`entrena.tasks.image_classification.data`, the models are in
+:mod:`entrena.tasks.image_classification.model`, batches
 are :class:`~entrena.data.image_batches.ImageBatches`, and the baselines are the majority class
 and a logistic regression on 8 × 8 thumbnails.
 """
@@ -18,7 +19,14 @@ from typing import Any
 import numpy as np
 
 from entrena.errors import ConfigError
-from entrena.tasks.image_data import PreparedImages, prepare_images
+from entrena.tasks.base import PlanningSpec, fixed_input_planning
+from entrena.tasks.image_classification.config import ImageClassificationConfig
+from entrena.tasks.image_classification.data import PreparedImages, prepare_images
+from entrena.tasks.metrics import (
+    CLASSIFICATION_HIGHER_IS_BETTER,
+    cross_entropy_loss,
+    evaluate_classification,
+)
 
 __all__ = ["ImageClassificationTask", "thumbnail_features", "image_baselines"]
 
@@ -41,6 +49,15 @@ class ImageClassificationTask:
 
     name = "image-classification"
     input_names = ("pixel_values",)
+    config_model = ImageClassificationConfig
+    """The config class (the common sections plus this task's keys)."""
+    model_files = ("model.safetensors", "entrena_model.json")
+    """The files a saved model folder holds (``entrena export``/``predict`` check them)."""
+    export_formats = ("onnx",)
+    """The ``entrena export --format`` values this task writes."""
+    loss = staticmethod(cross_entropy_loss)
+    evaluate = staticmethod(evaluate_classification)
+    higher_is_better = CLASSIFICATION_HIGHER_IS_BETTER
 
     def model_sources(self, loaded: Any) -> dict[str, str]:
         """``{"model": checked name}`` and, for a local weights file, ``"weights_file"``.
@@ -49,7 +66,7 @@ class ImageClassificationTask:
             ConfigError: A name that is neither ``small-cnn`` nor a timm model (with the
                 closest names), or a weights file that does not exist.
         """
-        from entrena.tasks.image_model import resolve_image_model
+        from entrena.tasks.image_classification.model import resolve_image_model
 
         model = loaded.config.model
         if "name" not in model.model_fields_set:  # the default, minilm-l6, is a text model
@@ -75,11 +92,12 @@ class ImageClassificationTask:
 
     def build_model(self, loaded: Any, sources: dict[str, str],
                     prepared: PreparedImages) -> Any:
-        """An :class:`~entrena.tasks.image_model.ImageClassifier`; channels-last when it will
+        """An :class:`~entrena.tasks.image_classification.model.ImageClassifier`; channels-last
+        when it will
         run on a CUDA GPU."""
         import torch
 
-        from entrena.tasks.image_model import build_image_classifier
+        from entrena.tasks.image_classification.model import build_image_classifier
 
         cfg = loaded.config
         t = prepared.transforms
@@ -118,7 +136,7 @@ class ImageClassificationTask:
     def save_model(self, model: Any, prepared: PreparedImages, directory: Path) -> None:
         """``model.safetensors`` and ``entrena_model.json`` (labels, model name, transforms)."""
         from entrena.callbacks.checkpoint import unwrap
-        from entrena.tasks.image_model import save_image_classifier
+        from entrena.tasks.image_classification.model import save_image_classifier
 
         save_image_classifier(unwrap(model), directory, labels=prepared.splits.labels,
                               transforms=prepared.transforms.as_dict())
@@ -126,7 +144,7 @@ class ImageClassificationTask:
     def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:
         """``(classifier in eval mode, meta)``; ``meta["transforms"]`` says how to turn an
         image file into ``pixel_values``."""
-        from entrena.tasks.image_model import load_image_classifier
+        from entrena.tasks.image_classification.model import load_image_classifier
 
         return load_image_classifier(directory)
 
@@ -139,6 +157,26 @@ class ImageClassificationTask:
         generator = torch.Generator().manual_seed(0)
         shape = (batch_size, int(t["channels"]), int(t["size"]), int(t["size"]))
         return {"pixel_values": torch.randn(shape, generator=generator)}
+
+    def planning(self, loaded: Any, sources: dict[str, str], prepared: Any) -> PlanningSpec:
+        """Fixed-size inputs: one "token" per example (:func:`fixed_input_planning`)."""
+        return fixed_input_planning(self, loaded, prepared, str(loaded.config.model.name))
+
+    def write_bundle(self, run: Any, request: Any) -> dict[str, Any]:
+        """Export ``run``'s model as ``request`` asks, check parity and latency, and return
+        ``export.json``'s content (:class:`~entrena.exporting.bundle.ExportRequest`)."""
+        from entrena.tasks.image_classification.export import (
+            image_examples,
+            write_image_bundle,
+        )
+
+        return write_image_bundle(run, request, image_examples(run, request.parity_data))
+
+    def predict(self, location: Any, data: Path, output: Path, options: Any) -> dict[str, Any]:
+        """Predict ``data`` with the model at ``location`` into ``output``; the summary."""
+        from entrena.tasks.image_classification.predict import predict_images
+
+        return predict_images(location, data, output, options)
 
 
 def thumbnail_features(prepared: PreparedImages, role: str, side: int = THUMBNAIL_SIDE,

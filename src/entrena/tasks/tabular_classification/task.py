@@ -2,9 +2,10 @@
 
 Input: ``features`` (B, F) float32, the rows after the preprocessing fitted on the training
 split (:mod:`entrena.data.preprocessing`). The data is prepared by
-:mod:`entrena.tasks.tabular_data`, the model is :class:`~entrena.tasks.tabular_model.TabularMLP`
+:mod:`entrena.tasks.tabular_classification.data`, the model is
+:class:`~entrena.tasks.tabular_classification.model.TabularMLP`
 (``model.hidden_sizes``, ``model.dropout``), and the baselines are the majority class and
-gradient-boosted trees (:mod:`entrena.tasks.tabular_baselines`).
+gradient-boosted trees (:mod:`entrena.tasks.tabular_classification.baselines`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,15 @@ from typing import Any
 import numpy as np
 
 from entrena.data.batching import random_batches
-from entrena.tasks.tabular_baselines import TIE_MARGIN, tabular_baselines
-from entrena.tasks.tabular_data import PreparedTable, prepare_table
+from entrena.tasks.base import PlanningSpec, fixed_input_planning
+from entrena.tasks.metrics import (
+    CLASSIFICATION_HIGHER_IS_BETTER,
+    cross_entropy_loss,
+    evaluate_classification,
+)
+from entrena.tasks.tabular_classification.baselines import TIE_MARGIN, tabular_baselines
+from entrena.tasks.tabular_classification.config import TabularClassificationConfig
+from entrena.tasks.tabular_classification.data import PreparedTable, prepare_table
 
 __all__ = ["TabularClassificationTask", "FeatureBatches"]
 
@@ -69,6 +77,15 @@ class TabularClassificationTask:
 
     name = "tabular-classification"
     input_names = ("features",)
+    config_model = TabularClassificationConfig
+    """The config class (the common sections plus this task's keys)."""
+    model_files = ("model.safetensors", "preprocessing.json", "entrena_model.json")
+    """The files a saved model folder holds (``entrena export``/``predict`` check them)."""
+    export_formats = ("onnx",)
+    """The ``entrena export --format`` values this task writes."""
+    loss = staticmethod(cross_entropy_loss)
+    evaluate = staticmethod(evaluate_classification)
+    higher_is_better = CLASSIFICATION_HIGHER_IS_BETTER
 
     def model_sources(self, loaded: Any) -> dict[str, str]:
         """Nothing to resolve: the MLP is built from the config."""
@@ -79,8 +96,9 @@ class TabularClassificationTask:
         return prepare_table(loaded)
 
     def build_model(self, loaded: Any, sources: dict[str, str], prepared: PreparedTable) -> Any:
-        """A :class:`~entrena.tasks.tabular_model.TabularMLP` of ``model.hidden_sizes``."""
-        from entrena.tasks.tabular_model import TabularMLP
+        """A :class:`~entrena.tasks.tabular_classification.model.TabularMLP` of
+        ``model.hidden_sizes``."""
+        from entrena.tasks.tabular_classification.model import TabularMLP
 
         cfg = loaded.config
         width = int(prepared.preprocessing["width"])
@@ -106,7 +124,7 @@ class TabularClassificationTask:
 
     def save_model(self, model: Any, prepared: PreparedTable, directory: Path) -> None:
         """Weights, ``preprocessing.json`` and ``entrena_model.json``."""
-        from entrena.tasks.tabular_model import save_mlp
+        from entrena.tasks.tabular_classification.model import save_mlp
 
         save_mlp(model, directory, labels=prepared.splits.labels,
                  preprocessing=prepared.preprocessing,
@@ -115,7 +133,7 @@ class TabularClassificationTask:
     def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:
         """``(MLP in eval mode, meta)``; ``meta["preprocessing"]`` holds the fitted
         parameters."""
-        from entrena.tasks.tabular_model import load_mlp
+        from entrena.tasks.tabular_classification.model import load_mlp
 
         return load_mlp(directory)
 
@@ -127,6 +145,24 @@ class TabularClassificationTask:
         generator = torch.Generator().manual_seed(0)
         width = int(meta.get("in_features", getattr(model, "in_features", 1)))
         return {"features": torch.randn(batch_size, width, generator=generator)}
+
+    def planning(self, loaded: Any, sources: dict[str, str], prepared: Any) -> PlanningSpec:
+        """Fixed-size inputs: one "token" per example (:func:`fixed_input_planning`)."""
+        name = f"mlp {loaded.config.model.hidden_sizes}"
+        return fixed_input_planning(self, loaded, prepared, name)
+
+    def write_bundle(self, run: Any, request: Any) -> dict[str, Any]:
+        """Export ``run``'s model as ``request`` asks, check parity and latency, and return
+        ``export.json``'s content (:class:`~entrena.exporting.bundle.ExportRequest`)."""
+        from entrena.tasks.tabular_classification.export import table_rows, write_table_bundle
+
+        return write_table_bundle(run, request, table_rows(run, request.parity_data))
+
+    def predict(self, location: Any, data: Path, output: Path, options: Any) -> dict[str, Any]:
+        """Predict ``data`` with the model at ``location`` into ``output``; the summary."""
+        from entrena.tasks.tabular_classification.predict import predict_table
+
+        return predict_table(location, data, output, options)
 
     def advice(self, verdict: dict[str, Any], baselines: dict[str, Any]) -> dict[str, str] | None:
         """A diagnosis finding when the boosted trees win or tie (``TIE_MARGIN``).

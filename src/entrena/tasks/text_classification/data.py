@@ -102,7 +102,7 @@ def _length_limit(loaded: LoadedConfig, sources: dict[str, str], tokenizer: Any)
         from transformers import AutoConfig
 
         encoder_config = AutoConfig.from_pretrained(sources["weights"])
-    from entrena.tasks.text_classification import model_length_limit
+    from entrena.tasks.text_classification.model import model_length_limit
 
     return model_length_limit(encoder_config, tokenizer)
 
@@ -152,7 +152,7 @@ def prepare_texts(loaded: LoadedConfig, sources: dict[str, str]) -> PreparedData
     files = open_sources(**specs, encoding=data.encoding, delimiter=data.delimiter,
                          cache_dir=cache_root)
 
-    from entrena.tasks.text_classification import build_tokenizer
+    from entrena.tasks.text_classification.model import build_tokenizer
 
     tokenizer = build_tokenizer(sources["tokenizer"])
     limit = _length_limit(loaded, sources, tokenizer)

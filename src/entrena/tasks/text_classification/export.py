@@ -17,16 +17,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from entrena.core.files import plain_mode
 from entrena.data.sources import read_table, require_columns
 from entrena.data.tables import empty_values
 from entrena.errors import ConfigError, DataError
 from entrena.exporting import onnx_format
-from entrena.exporting.bundle import META_FILE, Preprocessing, RunModel, finish_bundle
+from entrena.exporting.bundle import META_FILE, Preprocessing, RunModel, finish_bundle, versions
 from entrena.exporting.card import model_card
-from entrena.exporting.checks import Thresholds, parity_report, percentiles_ms, time_calls
+from entrena.exporting.checks import (
+    MAX_PARITY_EXAMPLES,
+    Thresholds,
+    label_index,
+    parity_report,
+    percentiles_ms,
+    time_calls,
+)
 from entrena.exporting.formats import ExportFormat, load_runner
 from entrena.exporting.inference import (
     Runner,
@@ -44,9 +50,6 @@ EXAMPLE_TEXTS = ("A short example.",
                  "A longer example sentence, so that the traced batch holds some padding.")
 """Traced once to export: two lengths, so batch and sequence axes are not specialised."""
 
-MAX_PARITY_EXAMPLES = 10_000
-"""Parity runs on at most this many rows of the test file (in file order)."""
-
 BATCH_ONE_CHECKS = 8
 """Examples also run one at a time in the parity check (a second batch shape)."""
 
@@ -62,18 +65,6 @@ class ParityExamples:
 
     def __init__(self, texts: list[str], labels: np.ndarray | None, dataset: str):
         self.texts, self.labels, self.dataset = texts, labels, dataset
-
-
-def _label_index(values: pd.Series, labels: list[str]) -> np.ndarray:
-    """Label index per row (−1 for a label the model does not know); integral floats
-    (``1.0`` from a column with gaps) read as ``1``, as in training."""
-    index_of = {name: i for i, name in enumerate(labels)}
-    out = np.full(len(values), -1, dtype=np.int64)
-    for row, value in enumerate(values):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        out[row] = index_of.get(str(value).strip(), -1)
-    return out
 
 
 def parity_examples(run: RunModel, parity_data: str | Path | None,
@@ -113,7 +104,7 @@ def parity_examples(run: RunModel, parity_data: str | Path | None,
     frame = frame.loc[~empty_values(frame[text_column]).to_numpy()]
     codes = None
     if label_column in frame.columns:
-        codes = _label_index(frame[label_column], labels)
+        codes = label_index(frame[label_column], labels)
         frame, codes = frame.loc[codes >= 0], codes[codes >= 0]
     if limit is not None and len(frame) > limit:
         frame = frame.iloc[:limit]
@@ -160,7 +151,7 @@ def write_bundle(run: RunModel, fmt: ExportFormat, *, quantize: str | None, opse
     """
     import torch
 
-    from entrena.tasks.text_classification import load_classifier, model_length_limit
+    from entrena.tasks.text_classification.model import load_classifier, model_length_limit
 
     if threads:
         torch.set_num_threads(threads)
@@ -225,7 +216,7 @@ def write_bundle(run: RunModel, fmt: ExportFormat, *, quantize: str | None, opse
             "inputs": {"input_ids": "int64 (batch, sequence)",
                        "attention_mask": "int64 (batch, sequence), 1 = real token",
                        "logits": "float32 (batch, classes), classes in preprocessing.labels order"},
-            "parity": parity, "latency": latency, "versions": _versions(),
+            "parity": parity, "latency": latency, "versions": versions(),
         }
         if fallback:
             manifest["fallback_reason"] = fallback
@@ -291,16 +282,4 @@ def _export_attempts(fmt: ExportFormat, model: Any, example: tuple[Any, Any], wo
                     fmt.attempts[number + 1].program)
         target.unlink(missing_ok=True)
     raise AssertionError("unreachable: the last attempt returns or raises")
-
-
-def _versions() -> dict[str, str]:
-    import importlib.metadata as md
-
-    out = {}
-    for name in ("entrena", "torch", "transformers", "onnx", "onnxruntime", "onnxscript"):
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            pass
-    return out
 

@@ -1,0 +1,168 @@
+"""The tasks entrena knows, by name: built in, registered in Python, or declared by a package.
+
+A task is one package under ``entrena/tasks/<name>/`` (or a third party's) and one line here
+(:data:`BUILTIN_TASKS`), or an entry point in the ``entrena.tasks`` group. Everything else in
+entrena reaches a task through this registry: :func:`get_task` (the
+:class:`~entrena.tasks.base.Task` object) and :func:`config_schema` (its config class), and
+:func:`load_config` validates a config against the class its ``task:`` names. No module
+outside ``entrena/tasks/`` names a task.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from entrena.config.loading import LoadedConfig, TaskSchemas
+from entrena.config.loading import load_config as _load_config
+from entrena.errors import ConfigError
+
+if TYPE_CHECKING:
+    from entrena.config.schema import Config
+    from entrena.tasks.base import Task
+
+__all__ = ["BUILTIN_TASKS", "DEFAULT_TASK", "ENTRY_POINT_GROUP", "register_task", "get_task",
+           "task_names", "model_files", "config_schema", "SCHEMAS", "load_config"]
+
+BUILTIN_TASKS: dict[str, tuple[str, str]] = {
+    "text-classification": ("entrena.tasks.text_classification.task:TextClassificationTask",
+                            "entrena.tasks.text_classification.config:TextClassificationConfig"),
+    "image-classification": (
+        "entrena.tasks.image_classification.task:ImageClassificationTask",
+        "entrena.tasks.image_classification.config:ImageClassificationConfig"),
+    "tabular-classification": (
+        "entrena.tasks.tabular_classification.task:TabularClassificationTask",
+        "entrena.tasks.tabular_classification.config:TabularClassificationConfig"),
+}
+"""Shipped tasks: name → (the task class, its config class), each ``module:class``, imported
+on first use (a config class imports pydantic only, so loading a config never imports
+torch)."""
+
+DEFAULT_TASK = "text-classification"
+"""The ``task:`` of a config that names none, and of a model folder or bundle that records
+none (text bundles were written before models recorded their task)."""
+
+ENTRY_POINT_GROUP = "entrena.tasks"
+"""Third-party tasks: a package declares ``[project.entry-points."entrena.tasks"]`` with
+``<task name> = "module:ClassOrFactory"``; the object is called once, on first use, and the
+task it returns names its config class in ``config_model``."""
+
+_REGISTERED: dict[str, Callable[[], Task]] = {}
+_INSTANCES: dict[str, Task] = {}
+
+
+def register_task(name: str, factory: Callable[[], Task]) -> None:
+    """Add a task (or replace one) under ``name``.
+
+    Args:
+        name: The ``task:`` value.
+        factory: Called once, on first use, to make the task (a class or a function); the
+            task's ``config_model`` is its config class.
+    """
+    _REGISTERED[name] = factory
+    _INSTANCES.pop(name, None)
+
+
+def _entry_points() -> dict[str, Any]:
+    """Tasks other packages declare in the ``entrena.tasks`` entry-point group."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def task_names() -> list[str]:
+    """Every task name known (built in, registered, or declared by an installed package),
+    sorted."""
+    return sorted({*BUILTIN_TASKS, *_REGISTERED, *_entry_points()})
+
+
+def _unknown(name: str) -> ConfigError:
+    close = difflib.get_close_matches(name, task_names(), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return ConfigError(f"task: unknown task {name!r}; choose one of "
+                       f"{', '.join(task_names())}{hint}")
+
+
+def _load(target: str) -> Any:
+    module_name, attribute = target.split(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def get_task(name: str | None) -> Task:
+    """The task registered under ``name`` (:data:`DEFAULT_TASK` for ``None``).
+
+    Raises:
+        ConfigError: ``name`` is unknown (the choices and the closest one are listed).
+    """
+    name = name or DEFAULT_TASK
+    if name in _INSTANCES:
+        return _INSTANCES[name]
+    if name in _REGISTERED:
+        task = _REGISTERED[name]()
+    elif name in BUILTIN_TASKS:
+        task = _load(BUILTIN_TASKS[name][0])()
+    elif name in (declared := _entry_points()):
+        task = declared[name].load()()
+    else:
+        raise _unknown(name)
+    _INSTANCES[name] = task
+    return task
+
+
+def config_schema(name: str | None) -> type[Config]:
+    """The config class of task ``name`` (:data:`DEFAULT_TASK` for ``None``): the common
+    sections with the task's own keys.
+
+    Raises:
+        ConfigError: ``name`` is unknown.
+    """
+    name = name or DEFAULT_TASK
+    if name in BUILTIN_TASKS and name not in _REGISTERED:
+        return _load(BUILTIN_TASKS[name][1])
+    schema = getattr(get_task(name), "config_model", None)
+    if schema is None:
+        raise ConfigError(f"task: {name!r} has no config_model (its config class); the task's "
+                          "package must set it (see docs/adding-a-task.md)")
+    return schema
+
+
+def model_files(name: str | None) -> tuple[str, ...]:
+    """The files a saved model folder of task ``name`` holds (for
+    :func:`entrena.exporting.bundle.locate_run`)."""
+    return tuple(get_task(name).model_files)
+
+
+class _Schemas:
+    """The registry seen by the config loader (:class:`entrena.config.loading.TaskSchemas`)."""
+
+    def names(self) -> list[str]:
+        return task_names()
+
+    def schema_for(self, name: str | None) -> type[Config]:
+        return config_schema(name)
+
+
+SCHEMAS: TaskSchemas = _Schemas()
+"""What :func:`load_config` validates against."""
+
+
+def load_config(source: str | Path | dict[str, Any] | Config,
+                overrides: list[str] | dict[str, Any] | None = None) -> LoadedConfig:
+    """Load and validate a config against its task's config class.
+
+    Args:
+        source: Path to a YAML file, a mapping with the same structure, or a config object.
+        overrides: ``--set`` strings (``"train.max_epochs=2"``) or ``{dotted_key: value}``.
+
+    Returns:
+        The validated config (an instance of its task's config class) and the folder
+        relative paths resolve against.
+
+    Raises:
+        ConfigError: The file is missing or not YAML, the task is unknown, a key is unknown
+            or belongs to another task, a value is invalid (every problem, with file:line).
+    """
+    return _load_config(source, overrides, schemas=SCHEMAS)

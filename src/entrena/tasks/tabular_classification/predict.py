@@ -1,0 +1,196 @@
+"""``entrena predict`` for tabular models: the saved preprocessing, then the MLP.
+
+A row becomes features with :func:`entrena.data.preprocessing.transform`, as in training and
+in the parity check; a run's PyTorch MLP or an ONNX bundle maps them to class probabilities.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from entrena.data.preprocessing import invalid_numbers, transform, unseen_categories
+from entrena.data.reading import format_rows
+from entrena.errors import DataError
+from entrena.exporting import onnx_format
+from entrena.exporting.bundle import META_FILE
+from entrena.exporting.inference import Runner, TorchRunner, batched_logits, softmax
+from entrena.exporting.prediction import (
+    ModelLocation,
+    PredictOptions,
+    labelled_frame,
+    output_columns,
+    stream_predictions,
+    warn_replaced,
+)
+from entrena.tasks.tabular_classification.export import PREPROCESSING_FILE, feature_columns_of
+
+__all__ = ["SKIPPED_EMPTY_ROW", "TablePredictor", "predict_table"]
+
+log = logging.getLogger("entrena")
+
+SKIPPED_EMPTY_ROW = "skipped: empty row"
+BATCH = 32
+
+
+def predict_table(location: ModelLocation, data: Path, output: Path,
+                  options: PredictOptions) -> dict[str, Any]:
+    """Predict every row of a table into ``output`` (the saved preprocessing, then the MLP).
+
+    Returns:
+        The summary (the ``--json`` document).
+
+    Raises:
+        ConfigError: ``--text-column`` given (a tabular model reads its feature columns).
+        DataError: The input lacks a feature column (named), or has empty rows or
+            non-numbers in a numeric column under ``on_bad_rows: error``.
+    """
+    from entrena.data.streaming import TableWriter, table_columns
+    from entrena.errors import ConfigError
+
+    start = time.perf_counter()
+    if options.input_column is not None:
+        raise ConfigError(f"--text-column {options.input_column}: {location.path} holds a "
+                          "tabular model, which reads the feature columns it was trained on; "
+                          "leave --text-column out")
+    predictor = TablePredictor(location.folder, location.kind, location.manifest,
+                               options.threads, source=str(data))
+    columns = table_columns(data, role="input")
+    predictor.check_columns(columns, data)
+    warn_replaced(data, columns, predictor.labels)
+    policy = options.on_bad_rows or "skip"
+    TableWriter(output).abort()
+    log.info("predicting %s with %s (%s) into %s", data, location.folder, predictor.runner.name,
+             output)
+    counts = stream_predictions(predictor, data, output, columns=columns, policy=policy,
+                                batch_size=options.batch_size, chunk_rows=options.chunk_rows,
+                                progress=options.progress, console=options.console)
+    elapsed = time.perf_counter() - start
+    rows = counts["rows"]
+    summary = {
+        "input": str(data), "output": str(output), "model": str(location.folder),
+        "backend": predictor.runner.name, "task": location.meta.get("task"),
+        "on_bad_rows": policy, "columns_added": output_columns(predictor.labels), **counts,
+        "unseen_categories": predictor.unseen, "invalid_numbers": predictor.invalid,
+        "time_s": elapsed,
+        "throughput_rows_per_s": rows["read"] / elapsed if elapsed > 0 else 0.0,
+    }
+    log.info("predicted %d rows, skipped %d (empty row) in %.1fs; categories never seen in "
+             "training: %s", rows["predicted"], rows["skipped"], elapsed,
+             ", ".join(f"{c} {n}" for c, n in predictor.unseen.items()) or "none")
+    for column, entry in predictor.invalid.items():
+        log.warning("%s: %d value(s) of numeric column %r are not finite numbers (rows %s): "
+                    "given the training median; fix them, or pass --on-bad-rows error to refuse "
+                    "them", data, entry["count"], column, ", ".join(map(str, entry["rows"])))
+    return summary
+
+
+class TablePredictor:
+    """A tabular model (a run's PyTorch MLP or an ONNX bundle) and its preprocessing.
+
+    Args:
+        folder: The run's ``model/`` folder or a bundle.
+        kind: ``run`` or ``bundle``.
+        manifest: The bundle's ``export.json`` (bundles only).
+        threads: CPU threads.
+        source: The input file, for messages.
+    """
+
+    skip_reason = "empty row"
+
+    def __init__(self, folder: Path, kind: str, manifest: dict[str, Any] | None = None,
+                 threads: int | None = None, source: str = "input"):
+        if kind == "run":
+            from entrena.tasks.tabular_classification.model import load_mlp
+
+            if threads:
+                import torch
+
+                torch.set_num_threads(threads)
+            model, meta = load_mlp(folder)
+            self.runner: Runner = TorchRunner(model)
+            self.params = meta["preprocessing"]
+        else:
+            meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
+            self.params = json.loads((folder / PREPROCESSING_FILE).read_text())
+            self.runner = onnx_format.OnnxRunner(folder / (manifest or {}).get("file",
+                                                                              "model.onnx"),
+                                                 threads)
+        self.labels: list[str] = list(meta["labels"])
+        self.columns = feature_columns_of(meta)
+        self.na_columns = self.columns
+        self.source = source
+        self.unseen: dict[str, int] = {}
+        self.invalid: dict[str, dict[str, Any]] = {}
+
+    def check_columns(self, columns: list[str], path: Path) -> None:
+        """Raise unless every feature column the model needs is in the input.
+
+        Raises:
+            DataError: Names the missing columns and lists the input's.
+        """
+        missing = [c for c in self.columns if c not in columns]
+        if missing:
+            raise DataError(f"{path}: the input lacks the feature column(s) "
+                            f"{', '.join(map(repr, missing))} the model was trained on; the "
+                            f"input's columns are: {', '.join(map(repr, columns)) or 'none'}")
+
+    def annotate(self, frame: pd.DataFrame, *, first_row: int, on_bad_rows: str,
+                 batch_size: int = BATCH, missing: dict[str, np.ndarray] | None = None
+                 ) -> tuple[pd.DataFrame, np.ndarray]:
+        """``frame`` with ``predicted_label``, ``prob_<label>`` and ``status`` added.
+
+        A row without any feature value is skipped (``status: skipped: empty row``) or, under
+        ``on_bad_rows == "error"``, refused. Categories training never saw are counted in
+        ``self.unseen`` (per column) and encoded as unknown. A numeric cell that is not a
+        finite number (``abc``, ``inf``) takes the training median and is counted in
+        ``self.invalid`` (per column: ``count`` and the first row numbers), or is refused
+        under ``on_bad_rows == "error"``.
+
+        Args:
+            missing: Per column, the cells the reader found missing (``NA`` in a CSV …):
+                missing values, as training reads them.
+
+        Raises:
+            DataError: ``on_bad_rows == "error"`` and the chunk has empty rows or cells that
+                are not numbers in a numeric column (named).
+        """
+        source = self.source
+        values = frame[self.columns].copy()
+        for column, mask in (missing or {}).items():
+            if column in values.columns and mask is not None:
+                values.loc[np.asarray(mask, dtype=bool), column] = np.nan
+        blank = values.isna() | values.astype(str).apply(lambda c: c.str.strip().eq(""))
+        empty = blank.all(axis=1).to_numpy()
+        if on_bad_rows == "error" and empty.any():
+            rows = (np.flatnonzero(empty) + first_row).tolist()
+            raise DataError(f"{source}: input rows {', '.join(map(str, rows[:10]))} have no "
+                            "feature value; fix or remove them, or pass --on-bad-rows skip")
+        invalid = {c: rows[~empty[rows]] for c, rows in invalid_numbers(values, self.params)
+                   .items()}
+        invalid = {c: rows for c, rows in invalid.items() if len(rows)}
+        if on_bad_rows == "error" and invalid:
+            column, rows = next(iter(invalid.items()))
+            shown = ", ".join(repr(str(v).strip()) for v in values[column].iloc[rows[:3]])
+            raise DataError(f"{source}: input rows {format_rows((rows + first_row).tolist())}: "
+                            f"numeric column {column!r} holds {shown}, not a finite number; fix "
+                            "them, or pass --on-bad-rows skip to give them the training median")
+        for column, rows in invalid.items():
+            entry = self.invalid.setdefault(column, {"count": 0, "rows": []})
+            entry["count"] += len(rows)
+            entry["rows"] += (rows + first_row).tolist()[:10 - len(entry["rows"])]
+        probs = np.full((len(frame), len(self.labels)), np.nan)
+        kept = values.loc[~empty]
+        if len(kept):
+            for column, count in unseen_categories(kept, self.params).items():
+                self.unseen[column] = self.unseen.get(column, 0) + count
+            logits = batched_logits(self.runner, transform(kept, self.params), batch_size)
+            probs[~empty] = softmax(logits)
+        status = np.where(empty, SKIPPED_EMPTY_ROW, "ok")
+        return labelled_frame(frame, self.labels, probs, status), empty

@@ -1,0 +1,173 @@
+"""``entrena predict`` for text models: a table with a text column, streamed chunk by chunk.
+
+Texts are encoded exactly as in training (:class:`~entrena.exporting.inference.TextEncoder`:
+tokenized at the model's length limit, cut to ``max_length`` keeping the end marker); a run's
+PyTorch model or a bundle (ONNX, TorchScript) maps them to class probabilities.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from entrena.data.tables import empty_values
+from entrena.errors import DataError
+from entrena.exporting.bundle import Preprocessing
+from entrena.exporting.inference import Runner, TextEncoder, predict_logits, softmax
+from entrena.exporting.prediction import (
+    ModelLocation,
+    PredictOptions,
+    labelled_frame,
+    output_columns,
+    stream_predictions,
+    warn_replaced,
+)
+
+__all__ = ["SKIPPED_EMPTY", "TextPredictor", "predict_texts", "preprocessing_of"]
+
+log = logging.getLogger("entrena")
+
+SKIPPED_EMPTY = "skipped: empty text"
+
+
+def preprocessing_of(location: ModelLocation) -> Preprocessing:
+    """How the model at ``location`` turns texts into inputs (its ``entrena_model.json``,
+    and for a run the data section of its ``config.yaml``). A run's ``length_limit`` needs the
+    tokenizer; it is filled in when the model is loaded."""
+    meta, data = location.meta, location.config.get("data", {})
+    return Preprocessing(labels=list(meta["labels"]), max_length=int(meta["max_length"]),
+                         length_limit=int(meta.get("length_limit", 0)),
+                         text_column=meta.get("text_column", data.get("text_column", "text")),
+                         label_column=meta.get("label_column",
+                                               data.get("label_column", "label")),
+                         on_bad_rows=meta.get("on_bad_rows", data.get("on_bad_rows", "skip")))
+
+
+def predict_texts(location: ModelLocation, data: Path, output: Path,
+                  options: PredictOptions) -> dict[str, Any]:
+    """Predict every row of a table with a text column into ``output``.
+
+    Returns:
+        The summary (the ``--json`` document).
+
+    Raises:
+        DataError: The input lacks the text column (named, with the input's columns), or has
+            empty texts under ``on_bad_rows: error``.
+    """
+    from entrena.data.streaming import TableWriter, table_columns
+
+    start = time.perf_counter()
+    prep = preprocessing_of(location)
+    column = options.input_column or prep.text_column
+    policy = options.on_bad_rows or prep.on_bad_rows
+    columns = table_columns(data, role="input")
+    if column not in columns:
+        origin = "--text-column" if options.input_column else \
+            f"the text column the model was trained on (data.text_column = {column!r})"
+        present = ", ".join(repr(c) for c in columns) or "none"
+        raise DataError(f"{data}: no column {column!r} ({origin}); the input's columns are: "
+                        f"{present}; rename the column or pass --text-column COLUMN")
+    warn_replaced(data, columns, prep.labels)
+    TableWriter(output).abort()  # an unwritable or unsupported output fails before loading
+    predictor = TextPredictor(location, prep, column, options.threads)
+    log.info("predicting %s with %s (%s) into %s", data, location.path, predictor.runner.name,
+             output)
+    counts = stream_predictions(predictor, data, output, columns=columns, policy=policy,
+                                batch_size=options.batch_size, chunk_rows=options.chunk_rows,
+                                progress=options.progress, console=options.console)
+    elapsed = time.perf_counter() - start
+    rows = counts["rows"]
+    log.info("predicted %d rows, skipped %d (empty text) in %.1fs", rows["predicted"],
+             rows["skipped"], elapsed)
+    return {"input": str(data), "output": str(output), "model": str(location.path),
+            "backend": predictor.runner.name, "text_column": column, "on_bad_rows": policy,
+            "columns_added": output_columns(prep.labels), **counts, "time_s": elapsed,
+            "throughput_rows_per_s": rows["read"] / elapsed if elapsed > 0 else 0.0}
+
+
+class TextPredictor:
+    """Loads a text model and annotates chunks of rows (a
+    :class:`~entrena.exporting.prediction.ChunkPredictor`).
+
+    Args:
+        location: What to run.
+        preprocessing: How texts become inputs (:func:`preprocessing_of`).
+        text_column: The input column holding the texts.
+        threads: CPU threads (PyTorch and ONNX Runtime); ``None`` keeps their defaults.
+    """
+
+    skip_reason = "empty text"
+
+    def __init__(self, location: ModelLocation, preprocessing: Preprocessing, text_column: str,
+                 threads: int | None = None):
+        from entrena.tasks.text_classification.model import (
+            build_tokenizer,
+            load_classifier,
+            model_length_limit,
+        )
+
+        if location.kind == "run":
+            from entrena.exporting.inference import TorchRunner
+
+            if threads:
+                import torch
+
+                torch.set_num_threads(threads)
+            model, tokenizer, _ = load_classifier(location.folder)
+            preprocessing.length_limit = model_length_limit(model.encoder.config, tokenizer)
+            self.runner: Runner = TorchRunner(model)
+        else:
+            from entrena.exporting.formats import load_runner
+
+            tokenizer = build_tokenizer(str(location.folder))
+            self.runner = load_runner(location.folder, location.manifest, threads)
+        self.preprocessing = preprocessing
+        self.labels = preprocessing.labels
+        self.text_column = text_column
+        self.na_columns = [text_column]
+        self.encoder = TextEncoder(tokenizer, self.preprocessing)
+
+    def annotate(self, frame: pd.DataFrame, *, first_row: int, on_bad_rows: str,
+                 batch_size: int = 32, missing: dict[str, np.ndarray] | None = None
+                 ) -> tuple[pd.DataFrame, np.ndarray]:
+        """``frame`` with ``predicted_label``, ``prob_<label>`` and ``status`` added.
+
+        Args:
+            frame: A chunk of input rows (every column is kept, in order).
+            first_row: 1-based row number of the chunk's first row in its file.
+            on_bad_rows: ``skip`` (an empty text gets ``status: skipped: empty text``) or
+                ``error``.
+            batch_size: Texts per model call.
+            missing: Per column, the rows the reader found missing (``NA`` in a CSV …), on
+                top of the missing or blank cells of ``frame``.
+
+        Returns:
+            The annotated rows and the boolean mask of skipped rows.
+
+        Raises:
+            DataError: ``on_bad_rows == "error"`` and the chunk has empty texts (named).
+        """
+        labels, text_column = self.preprocessing.labels, self.text_column
+        empty = empty_values(frame[text_column]).to_numpy()
+        if missing is not None and missing.get(text_column) is not None:
+            empty = empty | missing[text_column]
+        if on_bad_rows == "error" and empty.any():
+            rows = (np.flatnonzero(empty) + first_row).tolist()
+            shown = ", ".join(map(str, rows[:10])) + (f" and {len(rows) - 10} more"
+                                                      if len(rows) > 10 else "")
+            raise DataError(f"empty {text_column!r} in input rows {shown}; fix or remove them, "
+                            "or pass --on-bad-rows skip to predict the rest")
+        texts = [str(t) for t in frame[text_column].to_numpy()[~empty]]
+        probs = np.full((len(frame), len(labels)), np.nan)
+        if texts:
+            encoded = self.encoder.encode(texts)
+            logits = predict_logits(self.runner, encoded, max_length=self.preprocessing.max_length,
+                                    pad_id=self.encoder.pad_id, batch_size=batch_size)
+            probs[~empty] = softmax(logits)
+        status = np.where(empty, SKIPPED_EMPTY, "ok")
+        return labelled_frame(frame, labels, probs, status), empty

@@ -1,0 +1,187 @@
+"""``task: text-classification`` behind the :class:`~entrena.tasks.base.Task` protocol.
+
+Inputs: ``input_ids`` (B, T) int64 and ``attention_mask`` (B, T) int64 (B batch, T tokens).
+The data is prepared by :mod:`entrena.tasks.text_classification.data`, the model is
+:class:`~entrena.tasks.text_classification.model.TextClassifier`, batches are
+:class:`~entrena.data.loaders.TextBatches` (length-grouped, padded per batch), and the
+baselines are the majority class and TF-IDF + logistic regression.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from entrena.tasks.base import PlanningSpec
+from entrena.tasks.metrics import (
+    CLASSIFICATION_HIGHER_IS_BETTER,
+    cross_entropy_loss,
+    evaluate_classification,
+)
+from entrena.tasks.text_classification.config import TextClassificationConfig
+from entrena.tasks.text_classification.data import (
+    PreparedData,
+    prepare_texts,
+    resolve_model_sources,
+)
+
+__all__ = ["TextClassificationTask"]
+
+log = logging.getLogger("entrena")
+
+
+class TextClassificationTask:
+    """Fine-tune a text encoder with a linear head (see the module docstring)."""
+
+    name = "text-classification"
+    input_names = ("input_ids", "attention_mask")
+    config_model = TextClassificationConfig
+    """The config class (the common sections plus this task's keys)."""
+    model_files = ("config.json", "model.safetensors", "head.safetensors", "entrena_model.json")
+    """The files a saved model folder holds (``entrena export``/``predict`` check them)."""
+    export_formats = ("onnx", "torchscript")
+    """The ``entrena export --format`` values this task writes."""
+    loss = staticmethod(cross_entropy_loss)
+    evaluate = staticmethod(evaluate_classification)
+    higher_is_better = CLASSIFICATION_HIGHER_IS_BETTER
+
+    def model_sources(self, loaded: Any) -> dict[str, str]:
+        """``{"tokenizer": dir or hub id}`` and, for pretrained weights, ``"weights"``.
+
+        Raises:
+            ConfigError: An unknown model alias or directory, or no tokenizer for an
+                ``architecture``.
+        """
+        return resolve_model_sources(loaded)
+
+    def prepare(self, loaded: Any, sources: dict[str, str]) -> PreparedData:
+        """Texts read, checked, split and tokenized (through the cache)."""
+        return prepare_texts(loaded, sources)
+
+    def build_model(self, loaded: Any, sources: dict[str, str], prepared: PreparedData) -> Any:
+        """A :class:`~entrena.tasks.text_classification.model.TextClassifier` (pretrained encoder,
+        or random weights of ``model.architecture``)."""
+        from entrena.tasks.text_classification.model import build_classifier
+
+        cfg = loaded.config
+        tokenizer = prepared.tokenizer
+        model = build_classifier(
+            num_labels=len(prepared.splits.labels), pretrained=sources.get("weights"),
+            architecture=cfg.model.architecture.model_dump() if cfg.model.architecture else None,
+            vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id or 0,
+            pooling=cfg.model.pooling, dropout=cfg.model.dropout)
+        log.info("max_length %d tokens (%s); %.1f%% of training texts are truncated",
+                 prepared.max_length, prepared.report["encoding"]["max_length_from"],
+                 100 * prepared.report["splits"]["train"]["truncated_fraction"])
+        return model
+
+    def batches(self, loaded: Any, prepared: PreparedData, role: str, *, batch_size: int,
+                shuffle: bool) -> Any:
+        """:class:`~entrena.data.loaders.TextBatches` of split ``role``: length-grouped and
+        seeded by ``train.seed`` when ``shuffle``, sorted by length otherwise."""
+        from entrena.data.loaders import TextBatches
+
+        tcfg = loaded.config.train
+        split = getattr(prepared.splits, role)
+        return TextBatches(prepared.encoded[role], split.labels, max_length=prepared.max_length,
+                           batch_size=batch_size, pad_id=prepared.tokenizer.pad_token_id or 0,
+                           shuffle=shuffle, group_by_length=tcfg.group_by_length,
+                           seed=tcfg.seed)
+
+    def baselines(self, loaded: Any, prepared: PreparedData) -> dict[str, dict[str, Any]]:
+        """Majority class and TF-IDF + logistic regression, fitted on the training texts."""
+        from entrena.tasks.baselines import text_baselines
+
+        splits = prepared.splits
+        evaluation = {role: (split.texts, split.labels) for role, split in splits.roles()
+                      if role != "train"}
+        return text_baselines(splits.train.texts, splits.train.labels, evaluation,
+                              splits.labels, seed=loaded.config.train.seed)
+
+    def save_model(self, model: Any, prepared: PreparedData, directory: Path) -> None:
+        """Encoder (Hugging Face format), tokenizer, head and ``entrena_model.json``."""
+        from entrena.tasks.text_classification.model import save_classifier
+
+        save_classifier(model, prepared.tokenizer, directory, labels=prepared.splits.labels,
+                        max_length=prepared.max_length)
+
+    def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:
+        """``(classifier in eval mode, meta)``; ``meta["tokenizer"]`` holds the tokenizer."""
+        from entrena.tasks.text_classification.model import load_classifier
+
+        model, tokenizer, meta = load_classifier(directory)
+        return model, {**meta, "tokenizer": tokenizer}
+
+    def example_inputs(self, model: Any, meta: dict[str, Any],
+                       batch_size: int) -> dict[str, Any]:
+        """Token ids 1..T (no padding), (``batch_size``, T) with T = min(8, max_length)."""
+        import torch
+
+        length = min(8, int(meta.get("max_length", 8)))
+        ids = torch.arange(1, length + 1, dtype=torch.int64).repeat(batch_size, 1)
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+    def planning(self, loaded: Any, sources: dict[str, str],
+                 prepared: PreparedData) -> PlanningSpec:
+        """Token lengths per split at ``max_length``; the model profiled on the meta device at
+        three lengths; probed on the median-length and the longest batch of epoch 0."""
+        from pathlib import Path as _Path
+
+        from entrena.data.loaders import TextBatches
+        from entrena.tasks.text_classification.model import meta_classifier
+
+        cfg = loaded.config
+        tokenizer, max_length = prepared.tokenizer, int(prepared.max_length)
+        architecture = cfg.model.architecture.model_dump() if cfg.model.architecture else None
+        num_labels = len(prepared.splits.labels)
+
+        def lengths(role: str) -> Any:
+            encoded = prepared.encoded.get(role)
+            return encoded.lengths(max_length) if encoded is not None else []
+
+        def probe_batches(batch_size: int) -> list[dict[str, Any]]:
+            t = cfg.train
+            batches = TextBatches(prepared.encoded["train"], prepared.splits.train.labels,
+                                  max_length=max_length, batch_size=batch_size,
+                                  pad_id=tokenizer.pad_token_id or 0, shuffle=True,
+                                  group_by_length=t.group_by_length, seed=t.seed)
+            plan = batches.plan(0)
+            full = [b for b in plan if len(b) == batch_size] or plan
+            by_length = sorted(full, key=lambda b: int(batches.lengths[b].max()))
+            return [batches.collate(b) for b in (by_length[len(by_length) // 2], by_length[-1])]
+
+        def meta_model() -> Any:
+            return meta_classifier(
+                num_labels=num_labels, pretrained=sources.get("weights"),
+                architecture=architecture, vocab_size=len(tokenizer),
+                pad_token_id=tokenizer.pad_token_id or 0, pooling=cfg.model.pooling,
+                dropout=cfg.model.dropout)
+
+        shape: Any = architecture
+        if shape is None:
+            config_file = _Path(sources.get("weights") or "") / "config.json"
+            shape = config_file.read_text(encoding="utf-8") if config_file.is_file() else None
+        key = None if shape is None else [shape, len(tokenizer), tokenizer.pad_token_id,
+                                          num_labels, cfg.model.pooling, max_length]
+        return PlanningSpec(
+            model_name=str(cfg.model.name) if cfg.model.architecture is None else "architecture",
+            max_length=max_length, lengths=lengths, probe_batches=probe_batches,
+            meta_model=meta_model, profile_key=key)
+
+    def write_bundle(self, run: Any, request: Any) -> dict[str, Any]:
+        """Export ``run``'s model as ``request`` asks, check parity and latency, and return
+        ``export.json``'s content (:class:`~entrena.exporting.bundle.ExportRequest`)."""
+        from entrena.tasks.text_classification.export import parity_examples, write_bundle
+
+        return write_bundle(run, request.format, quantize=request.quantize,
+                            opset=request.opset, destination=request.destination,
+                            examples=parity_examples(run, request.parity_data),
+                            thresholds=request.thresholds,
+                            latency_calls=request.latency_calls, threads=request.threads)
+
+    def predict(self, location: Any, data: Path, output: Path, options: Any) -> dict[str, Any]:
+        """Predict ``data`` with the model at ``location`` into ``output``; the summary."""
+        from entrena.tasks.text_classification.predict import predict_texts
+
+        return predict_texts(location, data, output, options)
