@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from entrena.cli.docs_reference import PAGES, expected_page, main as docs_main, page_diff
+from entrena.cli.docs_reference import PAGES, expected_page, page_diff
+from entrena.cli.docs_reference import main as docs_main
 from entrena.config import schema
 from entrena.config.reference import (
     END_MARKER,

@@ -23,9 +23,9 @@ class MetricKey:
 
 
 _TABLE = [
-    MetricKey("validation.loss", "nats", "mean cross-entropy on the validation set, scored again with the "
-              "weights the run keeps (the best ones unless train.restore_best_weights: false)",
-              False),
+    MetricKey("validation.loss", "nats", "mean cross-entropy on the validation set, scored "
+              "again with the weights the run keeps (the best ones unless "
+              "train.restore_best_weights: false)", False),
     MetricKey("validation.accuracy", "fraction", "share of validation examples right", True),
     MetricKey("validation.macro_f1", "fraction", "unweighted mean of per-class F1", True),
     MetricKey("test.loss", "nats", "mean cross-entropy on the test set", False),
