@@ -6,11 +6,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.entrena-installed
 BENCH_STAMP := $(VENV)/.entrena-bench-installed
+DOCS_STAMP  := $(VENV)/.entrena-docs-installed
 # The torch build is pinned here (not in pyproject.toml, which keeps ranges): these two
 # wheels are the ones on the team's machines and in CI.
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo demo-data digits digits-data credit credit-data test test-slow lint clean bench bench-quick
+.PHONY: install demo demo-data digits digits-data credit credit-data test test-slow lint clean bench bench-quick \
+	docs reference
 
 install: $(STAMP)
 
@@ -68,5 +70,19 @@ test-slow: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
 
+# `make docs`: the site of docs/ (MkDocs + Material, the `docs` extra) into site/; --strict
+# makes any warning (a broken link or anchor, a page missing from the nav) fail the build.
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[examples,dev,docs]' $(TORCH_PINS)
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+
+# `make reference`: regenerate docs/reference/*.md from the code (tests/test_docs.py fails,
+# with a diff, when a committed page is out of date).
+reference: $(STAMP)
+	$(BIN)/python -m entrena.cli.docs_reference
+
 clean:
-	rm -rf runs examples/reviews/data examples/digits/data examples/credit/data .pytest_cache
+	rm -rf runs examples/reviews/data examples/digits/data examples/credit/data .pytest_cache site

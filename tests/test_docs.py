@@ -1,14 +1,17 @@
-"""The README's config reference is generated from the schema and kept in step with it."""
+"""The docs: the README is a short front door, every relative link resolves, and the reference
+pages under docs/reference/ are generated from the code and kept in step with it."""
 
 from __future__ import annotations
 
-import difflib
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from entrena.cli.docs_reference import PAGES, expected_page, page_diff
+from entrena.cli.docs_reference import main as docs_main
 from entrena.config import schema
 from entrena.config.reference import (
     END_MARKER,
@@ -17,24 +20,84 @@ from entrena.config.reference import (
     config_reference_markdown,
     config_reference_sections,
     main,
-    replace_reference,
 )
+from entrena.core.metrics import METRIC_KEYS, metrics_reference_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+README_MAX_LINES = 300
 
 
-def test_readme_holds_the_generated_config_reference():
-    text = README.read_text(encoding="utf-8")
-    assert text.count(START_MARKER) == 1 and text.count(END_MARKER) == 1, (
-        f"README.md must contain {START_MARKER} and {END_MARKER} once each")
-    expected = replace_reference(text, config_reference_markdown())
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_reference_page_is_up_to_date_with_the_code(page):
+    text = (ROOT / page.path).read_text(encoding="utf-8")
+    expected = expected_page(page, text)
     if text != expected:
-        diff = "".join(list(difflib.unified_diff(
-            text.splitlines(keepends=True), expected.splitlines(keepends=True),
-            "README.md", "generated", n=1))[:60])
-        pytest.fail(f"the config reference in README.md is out of date with "
-                    f"src/entrena/config/schema.py; regenerate it with:\n    {REGENERATE}\n{diff}")
+        pytest.fail(f"{page.path} is out of date with {page.source}; regenerate the reference "
+                    f"pages with:\n    {REGENERATE}\n{page_diff(page, text, expected)}")
+
+
+def test_the_regenerate_command_rewrites_a_stale_page_and_check_reports_it(tmp_path, capsys):
+    for page in PAGES:
+        (tmp_path / page.path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / page.path).write_text((ROOT / page.path).read_text(encoding="utf-8"))
+    metrics_page = tmp_path / "docs/reference/metrics.md"
+    metrics_page.write_text(metrics_page.read_text().replace("| `fit.steps` |", "| `fit.stale` |"))
+    assert docs_main(["--check", "--root", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "docs/reference/metrics.md is out of date with METRIC_KEYS" in err
+    assert f"regenerate them with: {REGENERATE}" in err
+    assert "-| `fit.stale` |" in err and "+| `fit.steps` |" in err
+    assert docs_main(["--root", str(tmp_path)]) == 0
+    assert metrics_page.read_text() == (ROOT / "docs/reference/metrics.md").read_text()
+    assert docs_main(["--check", "--root", str(tmp_path)]) == 0
+    metrics_page.write_text("# no markers\n")
+    assert docs_main(["--check", "--root", str(tmp_path)]) == 2
+    assert "expected the markers" in capsys.readouterr().err
+
+
+def test_readme_is_a_short_front_door():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines; the project's limit is {README_MAX_LINES}: move "
+        "detail to a page under docs/ and link to it")
+    text = "\n".join(lines)
+    for needed in ("make demo", "make test", "docs/benchmarks.md"):
+        assert needed in text
+
+
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _relative_links(path: Path) -> list[str]:
+    """The link targets of a Markdown file that are not URLs, anchors or mail addresses
+    (fenced code blocks skipped)."""
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
+    return [t for t in _LINK.findall(text)
+            if not re.match(r"^([a-z][a-z0-9+.-]*:|#)", t)]
+
+
+def test_every_relative_link_points_at_a_file_that_exists():
+    pages = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+    broken = [f"{page.relative_to(ROOT)}: {target}" for page in pages
+              for target in _relative_links(page)
+              if not (page.parent / target.split("#")[0]).exists()]
+    assert broken == []
+    assert len(pages) > 10
+
+
+def test_mkdocs_nav_lists_every_page():
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    listed = set(re.findall(r":\s*([\w./-]+\.md)\s*$", nav, flags=re.MULTILINE))
+    pages = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md")}
+    assert pages == listed
+
+
+def test_metrics_reference_lists_every_metric_key_once():
+    text = metrics_reference_markdown()
+    keys = re.findall(r"^\| `([^`]+)` \|", text, flags=re.MULTILINE)
+    assert keys == list(METRIC_KEYS)
+    assert all(m.description.strip() and m.unit is not None for m in METRIC_KEYS.values())
 
 
 def test_every_documented_key_has_a_description():

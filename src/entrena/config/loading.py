@@ -273,7 +273,7 @@ def _suggest(parts: tuple[str, ...], schema: type[BaseModel] = Config) -> str:
     parent, wrong, rest = parts[:depth], parts[depth], parts[depth + 1:]
     fields = _fields_at(parent, schema)
     if fields is None:
-        return "see the config reference in README.md for the valid keys"
+        return "see the config reference (docs/reference/config.md) for the valid keys"
     prefix = ".".join(parent) + "." if parent else ""
     suffix = "." + ".".join(rest) if rest else ""
     close = difflib.get_close_matches(wrong, list(fields), n=1, cutoff=0.5)

@@ -2,13 +2,14 @@
 
 Every config key is documented once, by its attribute docstring in
 :mod:`entrena.config.schema`; this module renders those docstrings (with each key's type,
-allowed values and default) as one Markdown table per section. The README holds the output
-between two marker comments, and ``tests/test_docs.py`` checks that it is up to date.
+allowed values and default) as one Markdown table per section. ``docs/reference/config.md``
+holds the output between two marker comments, and ``tests/test_docs.py`` checks that it is up
+to date. ``python -m entrena.cli.docs_reference`` regenerates it with the other reference pages.
 
 Command line::
 
-    python -m entrena.config.reference                    # print the reference
-    python -m entrena.config.reference --write README.md  # refresh it between the markers
+    python -m entrena.config.reference                                  # print the reference
+    python -m entrena.config.reference --write docs/reference/config.md  # refresh that page
 
 Standard library and pydantic only: importing this module never imports torch.
 """
@@ -32,6 +33,9 @@ from entrena.config.schema import Config
 __all__ = [
     "START_MARKER",
     "END_MARKER",
+    "REGENERATE",
+    "CONFIG_PAGE",
+    "markers",
     "ReferenceRow",
     "ReferenceSection",
     "config_reference_sections",
@@ -40,9 +44,19 @@ __all__ = [
     "main",
 ]
 
-START_MARKER = "<!-- config-reference:start -->"
-END_MARKER = "<!-- config-reference:end -->"
-REGENERATE = "python -m entrena.config.reference --write README.md"
+REGENERATE = "python -m entrena.cli.docs_reference"
+"""The one command that regenerates every reference page under ``docs/reference/``."""
+CONFIG_PAGE = "docs/reference/config.md"
+"""The page, relative to the repository root, that holds the config reference."""
+
+
+def markers(name: str) -> tuple[str, str]:
+    """The comments that fence a generated block: ``markers("config")`` gives
+    ``<!-- config-reference:start -->`` and ``<!-- config-reference:end -->``."""
+    return f"<!-- {name}-reference:start -->", f"<!-- {name}-reference:end -->"
+
+
+START_MARKER, END_MARKER = markers("config")
 
 _BASE_NAMES = {str: "string", int: "integer", float: "number", bool: "`true` or `false`"}
 
@@ -227,24 +241,32 @@ def config_reference_markdown() -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def replace_reference(text: str, reference: str) -> str:
+def replace_reference(text: str, reference: str, start_marker: str = START_MARKER,
+                      end_marker: str = END_MARKER) -> str:
     """Put ``reference`` between the markers of ``text``, replacing what was there.
 
     The block becomes the start marker, a blank line, the reference, a blank line and the
-    end marker, so ``replace_reference`` of an up-to-date file returns it unchanged.
+    end marker, so ``replace_reference`` of an up-to-date file returns it unchanged. The
+    text outside the markers (a page's hand-written introduction) is kept as it is.
+
+    Args:
+        text: The page.
+        reference: The generated Markdown.
+        start_marker: The comment opening the generated block (default: the config's).
+        end_marker: The comment closing it.
 
     Raises:
         ValueError: The markers are missing, repeated, or the end comes before the start.
     """
-    starts, ends = text.count(START_MARKER), text.count(END_MARKER)
-    start, end = text.find(START_MARKER), text.find(END_MARKER)
+    starts, ends = text.count(start_marker), text.count(end_marker)
+    start, end = text.find(start_marker), text.find(end_marker)
     if starts != 1 or ends != 1 or end < start:
         raise ValueError(
-            f"expected the markers {START_MARKER} and {END_MARKER} once each, in that order; "
+            f"expected the markers {start_marker} and {end_marker} once each, in that order; "
             f"found {starts} start and {ends} end marker(s); put them on their own lines "
-            "where the config reference belongs"
+            "where the generated reference belongs"
         )
-    head = text[:start + len(START_MARKER)]
+    head = text[:start + len(start_marker)]
     return f"{head}\n\n{reference.rstrip(chr(10))}\n\n{text[end:]}"
 
 
@@ -256,7 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(
         prog="python -m entrena.config.reference",
-        description="Print the config reference (Markdown), or refresh it in a file.")
+        description="Print the config reference (Markdown), or refresh it in a file "
+                    f"({CONFIG_PAGE}; {REGENERATE} refreshes every reference page).")
     parser.add_argument("--write", metavar="FILE", type=Path,
                         help=f"replace the text between {START_MARKER} and {END_MARKER} in FILE")
     args = parser.parse_args(argv)

@@ -1,7 +1,7 @@
 """The configuration schema: pydantic models, one per section.
 
-Each field's attribute docstring is its documentation: ``python -m entrena.config.reference``
-renders it into the README's config reference (a test keeps the two in step). Nothing here
+Each field's attribute docstring is its documentation: ``python -m entrena.cli.docs_reference``
+renders it into ``docs/reference/config.md`` (a test keeps the two in step). Nothing here
 imports torch.
 """
 

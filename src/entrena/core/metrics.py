@@ -2,13 +2,14 @@
 
 Logs, ``metrics.json``, MLflow and the docs read this table; a key used anywhere else must be
 listed here (a test checks that ``metrics.json`` of a real run uses only these keys).
+``docs/reference/metrics.md`` is rendered from it by :func:`metrics_reference_markdown`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["MetricKey", "METRIC_KEYS", "higher_is_better"]
+__all__ = ["MetricKey", "METRIC_KEYS", "higher_is_better", "metrics_reference_markdown"]
 
 
 @dataclass(frozen=True)
@@ -22,13 +23,16 @@ class MetricKey:
 
 
 _TABLE = [
-    MetricKey("validation.loss", "nats", "mean cross-entropy on the validation set", False),
+    MetricKey("validation.loss", "nats", "mean cross-entropy on the validation set, scored "
+              "again with the weights the run keeps (the best ones unless "
+              "train.restore_best_weights: false)", False),
     MetricKey("validation.accuracy", "fraction", "share of validation examples right", True),
     MetricKey("validation.macro_f1", "fraction", "unweighted mean of per-class F1", True),
     MetricKey("test.loss", "nats", "mean cross-entropy on the test set", False),
     MetricKey("test.accuracy", "fraction", "share of test examples right", True),
     MetricKey("test.macro_f1", "fraction", "unweighted mean of per-class F1 on test", True),
-    MetricKey("test.per_class", "fraction", "precision, recall, F1 and support per class"),
+    MetricKey("test.per_class", "fraction", "per class on the test set: "
+              "test.per_class.<label>.precision, .recall, .f1 and .support (a count)"),
     MetricKey("test.confusion_matrix", "count", "rows: true label, columns: predicted label"),
     MetricKey("fit.epochs", "epoch", "epochs started"),
     MetricKey("fit.steps", "step", "optimizer steps taken"),
@@ -36,13 +40,16 @@ _TABLE = [
               "monitor); its weights were restored unless fit.restored_best_weights is false"),
     MetricKey("fit.restored_best_weights", "", "whether the best weights were loaded back "
               "(train.restore_best_weights); false: the final weights were tested and saved"),
-    MetricKey("fit.stop_reason", "", "why training ended"),
+    MetricKey("fit.stop_reason", "", "why training ended: max_epochs, max_steps, "
+              "early_stopping or max_time"),
     MetricKey("fit.skipped_steps", "step", "optimizer steps skipped for a non-finite loss or "
               "gradient norm (train.on_nonfinite: skip_batch)", False),
     MetricKey("fit.resumes", "count", "times the fit was resumed from a checkpoint"),
-    MetricKey("fit.train_time_s", "s", "time in training steps, evaluation excluded"),
-    MetricKey("fit.wall_time_s", "s", "time from device set-up to the end of the fit, "
-              "evaluation included (reading data and saving the model excluded)"),
+    MetricKey("fit.train_time_s", "s", "time in training steps, evaluation excluded; summed "
+              "over the sessions of a resumed run"),
+    MetricKey("fit.wall_time_s", "s", "time from building the model to the end of testing "
+              "(encoding and evaluation included; reading the data and saving the model "
+              "excluded); this session only"),
     MetricKey("fit.threads", "threads", "CPU threads torch used"),
     MetricKey("fit.world_size", "processes", "processes that trained together (devices x nodes)"),
     MetricKey("fit.throughput_samples_per_s", "samples/s", "training samples per second", True),
@@ -51,12 +58,14 @@ _TABLE = [
     MetricKey("fit.max_length", "tokens", "truncation length used"),
     MetricKey("fit.precision", "", "numeric precision used"),
     MetricKey("fit.device", "", "device trained on"),
-    MetricKey("fit.peak_memory_bytes", "B", "peak resident memory (CPU RSS or CUDA allocator)"),
+    MetricKey("fit.peak_memory_bytes", "B", "peak resident memory of the process (CPU) or of "
+              "the CUDA allocator, from the start of the fit to the end of testing"),
     MetricKey("data.train_rows", "rows", "training rows used"),
     MetricKey("data.validation_rows", "rows", "validation rows used"),
     MetricKey("data.test_rows", "rows", "test rows used"),
     MetricKey("data.labels", "", "the label map, index order"),
-    MetricKey("history", "", "one entry per evaluation: epoch, step and validation metrics"),
+    MetricKey("history", "", "a list, one entry per evaluation: epoch, step and the "
+              "validation metrics (loss, accuracy, macro_f1)"),
     MetricKey("baseline.majority.validation", "fraction", "majority-class baseline: "
               "accuracy and macro-F1 on validation"),
     MetricKey("baseline.majority.test", "fraction", "majority-class baseline on test"),
@@ -66,12 +75,27 @@ _TABLE = [
     MetricKey("baseline.tfidf_logreg.test", "fraction", "TF-IDF + logistic regression on test"),
     MetricKey("baseline.tfidf_logreg.time_s", "s", "TF-IDF + logistic regression: fit and "
               "score time"),
+    MetricKey("baseline.boosted_trees.validation", "fraction", "tables: gradient-boosted "
+              "trees (HistGradientBoostingClassifier) on the training split: accuracy and "
+              "macro-F1 on validation"),
+    MetricKey("baseline.boosted_trees.test", "fraction", "tables: boosted trees on test"),
+    MetricKey("baseline.boosted_trees.time_s", "s", "tables: boosted trees: fit and score "
+              "time"),
+    MetricKey("baseline.thumbnail_logreg.validation", "fraction", "images: logistic "
+              "regression on 8 x 8 thumbnails: accuracy and macro-F1 on validation"),
+    MetricKey("baseline.thumbnail_logreg.test", "fraction", "images: thumbnail logistic "
+              "regression on test"),
+    MetricKey("baseline.thumbnail_logreg.time_s", "s", "images: thumbnail logistic "
+              "regression: fit and score time"),
     MetricKey("baseline.comparison", "", "model vs the best baseline on test (else "
               "validation) accuracy: split, metric, model, best, best_score, "
-              "model_beats_baseline"),
+              "model_beats_baseline; a model that does not beat it is warned about loudly"),
     MetricKey("efficiency.mfu", "fraction", "model FLOPs utilisation: useful training FLOPs "
               "(planner's per-sample count at real lengths, padding excluded) / training time "
-              "/ device peak (GPU: catalog; CPU: measured matmul peak)", True),
+              "/ device peak (GPU: the catalog's peak for the precision; CPU: an fp32 matmul peak "
+              "measured once with the fit's threads, cached as cpu_peak.json in the data "
+              "cache); efficiency.peak_flops_per_s and efficiency.peak_source say which",
+              True),
     MetricKey("efficiency.padding_fraction", "fraction", "share of token slots that were "
               "padding", False),
     MetricKey("efficiency.data_wait_fraction", "fraction", "share of training-step time spent "
@@ -94,7 +118,7 @@ _TABLE = [
     MetricKey("efficiency.cpu_utilisation", "fraction", "process CPU time / (threads x wall "
               "time of the fit, evaluation included)"),
     MetricKey("efficiency.gpu_utilisation", "fraction", "mean NVML GPU utilisation at the "
-              "monitor's intervals (null without NVML)"),
+              "monitor's intervals (null without nvidia-ml-py)"),
     MetricKey("efficiency.threads", "threads", "CPU threads torch used"),
     MetricKey("efficiency.monitor_time_s", "s", "time inside the monitor's per-batch hook "
               "(this session)", False),
@@ -103,12 +127,20 @@ _TABLE = [
     MetricKey("efficiency.cores", "cores", "physical cores of the machine"),
     MetricKey("efficiency.device", "", "device trained on"),
     MetricKey("efficiency.precision", "", "numeric precision used"),
-    MetricKey("diagnosis", "", "findings: code, the figure that triggered it, message, the "
-              "change to make"),
+    MetricKey("diagnosis", "", "a list of findings, each code, figure (what triggered "
+              "it), message and change (what to do): input_bound (data wait > 20%), "
+              "padding_waste (> 30%), memory_headroom (< 25% used) / memory_tight (> 90%), "
+              "low_mfu (with its likely cause), threads_idle / threads_fewer_than_cores, "
+              "early_stopping_saved (epochs, minutes, USD), plan_off (plan vs actual off by "
+              "more than 25% memory / 50% time, provisional bounds); also logged as warnings "
+              "at the end, and live when input-bound or padding waste holds for 3 monitoring "
+              "windows"),
     MetricKey("plan_vs_actual.peak_memory_bytes", "B", "predicted (plan.json) and actual peak "
-              "memory of the fit: CPU resident set or CUDA allocator peak"),
+              "memory of the fit (.predicted, .actual): CPU resident set or "
+              "torch.cuda.max_memory_allocated, measured from just before the fit"),
     MetricKey("plan_vs_actual.epoch_time_s", "s", "predicted (plan.json) and actual time in "
-              "training steps per epoch (actual: per-sample training time x training rows)"),
+              "training steps per epoch (.predicted, .actual; actual: per-sample training time x "
+              "training rows)"),
 ]
 
 METRIC_KEYS: dict[str, MetricKey] = {m.key: m for m in _TABLE}
@@ -124,3 +156,18 @@ def higher_is_better(key: str) -> bool:
     if direction is None:
         raise KeyError(f"metric {key!r} has no better direction")
     return direction
+
+
+def metrics_reference_markdown() -> str:
+    """Render the metric table as Markdown: key, unit, better direction, meaning.
+
+    Returns:
+        Markdown text ending with a newline; the same on every call and every machine.
+    """
+    better = {True: "higher", False: "lower", None: ""}
+    lines = ["| key | unit | better | what it is |", "|---|---|---|---|"]
+    for m in _TABLE:
+        unit = f"`{m.unit}`" if m.unit else ""
+        description = m.description.replace("|", "\\|").replace("<", "&lt;")
+        lines.append(f"| `{m.key}` | {unit} | {better[m.higher_is_better]} | {description} |")
+    return "\n".join(lines) + "\n"

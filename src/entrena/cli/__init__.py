@@ -97,7 +97,9 @@ def train(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
               "changed since its checkpoint.")] = False,
           json_output: Annotated[bool, typer.Option("--json", help="Print metrics.json to "
                                                     "stdout.")] = False,
-          verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
+          verbose: Annotated[bool, typer.Option(
+              "--verbose", "-v", help="Debug logs; tracebacks of internal errors.")] = False
+          ) -> None:
     """Fine-tune a model as CONFIG says; writes runs/<name>/ (model, metrics, events, log).
 
     An unfinished run directory is resumed from its newest checkpoint; SIGTERM/SIGUSR1 save
