@@ -109,12 +109,11 @@ def test_every_documented_key_has_a_description():
 def test_reference_covers_every_schema_field_and_section():
     sections = config_reference_sections()
     assert [s.key for s in sections] == [
-        "", "data", "data.checks", "data.augmentation", "model", "model.architecture",
+        "", "data", "data.checks", "model", "model.architecture",
         "train", "train.early_stopping", "train.checkpoint", "tracking", "tune"]
     keys = {row.key for s in sections for row in s.rows}
     expected = {name for name in schema.Config.model_fields}
     for prefix, model in (("data", schema.DataConfig), ("data.checks", schema.DataChecksConfig),
-                          ("data.augmentation", schema.AugmentationConfig),
                           ("model", schema.ModelConfig),
                           ("model.architecture", schema.ArchitectureConfig),
                           ("train", schema.TrainConfig),
@@ -123,6 +122,26 @@ def test_reference_covers_every_schema_field_and_section():
                           ("tracking", schema.TrackingConfig), ("tune", schema.TuneConfig)):
         expected |= {f"{prefix}.{name}" for name in model.model_fields}
     assert keys == expected
+
+
+def test_each_task_lists_the_keys_it_adds():
+    from entrena.config.reference import task_reference_sections
+    from entrena.tasks.registry import builtin_config_schemas
+
+    schemas = builtin_config_schemas()
+    added = {name: {row.key for s in task_reference_sections(schema) for row in s.rows}
+             for name, schema in schemas.items()}
+    assert added == {
+        "text-classification": {"task", "data.text_column"},
+        "image-classification": {
+            "task", "data.image_column", "data.num_workers", "data.decoded_cache",
+            "data.augmentation", "data.augmentation.random_resized_crop",
+            "data.augmentation.crop_scale_min", "data.augmentation.horizontal_flip",
+            "model.image_size", "model.pretrained", "model.weights_file"},
+        "tabular-classification": {"task", "data.drop_columns", "model.hidden_sizes"}}
+    text = config_reference_markdown(schemas)
+    assert "### `task: tabular-classification`" in text
+    assert "| `model.hidden_sizes` | list of integer ≥ 1 | `[256, 128]` |" in text
 
 
 def test_reference_renders_types_defaults_and_descriptions():

@@ -39,6 +39,7 @@ from entrena.config.reference import (
 )
 from entrena.core.metrics import metrics_reference_markdown
 from entrena.hardware.catalog_reference import catalog_reference_markdown
+from entrena.tasks.registry import builtin_config_schemas
 
 __all__ = ["ReferencePage", "PAGES", "cli_reference_markdown", "expected_page",
            "stale_pages", "page_diff", "main"]
@@ -123,8 +124,10 @@ class ReferencePage:
 PAGES = (
     ReferencePage("docs/reference/cli.md", "cli", cli_reference_markdown,
                   "the Typer app in src/entrena/cli/__init__.py"),
-    ReferencePage(CONFIG_PAGE, "config", config_reference_markdown,
-                  "the field docstrings in src/entrena/config/schema.py"),
+    ReferencePage(CONFIG_PAGE, "config",
+                  lambda: config_reference_markdown(builtin_config_schemas()),
+                  "the field docstrings in src/entrena/config/schema.py and the tasks' "
+                  "config.py"),
     ReferencePage("docs/reference/metrics.md", "metrics", metrics_reference_markdown,
                   "METRIC_KEYS in src/entrena/core/metrics.py"),
     ReferencePage("docs/reference/catalog.md", "catalog", catalog_reference_markdown,

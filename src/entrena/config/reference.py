@@ -20,7 +20,7 @@ import argparse
 import inspect
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -40,6 +40,7 @@ __all__ = [
     "ReferenceSection",
     "config_reference_sections",
     "config_reference_markdown",
+    "task_reference_sections",
     "replace_reference",
     "main",
 ]
@@ -149,6 +150,9 @@ def _alternatives(annotation: Any, metadata: Sequence[Any], key: str) -> list[st
         return [f"`{value}`" for value in get_args(annotation)]
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [f"section `{key}` (table below)"]
+    if origin is list:
+        items = get_args(annotation)
+        return [f"list of {' or '.join(_alternatives(items[0], [], key))}" if items else "list"]
     name = _BASE_NAMES.get(annotation, f"`{getattr(annotation, '__name__', annotation)}`")
     constraint = _constraints(metadata)
     if not constraint:
@@ -213,31 +217,56 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def config_reference_markdown() -> str:
+def task_reference_sections(schema: type[BaseModel]) -> list[ReferenceSection]:
+    """The keys a task's config class adds to the common :class:`Config` (its own rows of
+    each section, and its own nested sections), in schema order; its ``task`` row first."""
+    common = {row.key for section in config_reference_sections() for row in section.rows}
+    out = []
+    for section in config_reference_sections(schema):
+        rows = tuple(r for r in section.rows if r.key not in common or r.key == "task")
+        if rows:
+            out.append(ReferenceSection(section.key, section.summary, rows))
+    return out
+
+
+def _table(section: ReferenceSection, title: str, level: str = "###") -> list[str]:
+    lines = [f"{level} {title}", ""]
+    if section.summary:
+        lines += [section.summary, ""]
+    lines += ["| key | type / allowed values | default | description |", "|---|---|---|---|"]
+    lines += [f"| `{r.key}` | {_cell(r.type)} | {_cell(r.default)} | {_cell(r.description)} |"
+              for r in section.rows]
+    return [*lines, ""]
+
+
+def config_reference_markdown(task_schemas: Mapping[str, type[BaseModel]] | None = None) -> str:
     """Render the config reference: one Markdown table per section.
 
     Columns: key (dotted), type / allowed values, default, description (the field's
     attribute docstring on one line). The output depends only on the schema, so it is the same
     on every call and every machine.
 
+    Args:
+        task_schemas: Task name → its config class; each gets a part with the keys it adds
+            (``docs/reference/config.md`` passes the built-in tasks). ``None``: the common
+            keys only.
+
     Returns:
         Markdown text ending with a newline.
     """
     lines = [
-        "_Generated from the field docstrings in `src/entrena/config/schema.py` by "
-        f"`{REGENERATE}`; edit the docstrings, not this text._",
+        "_Generated from the field docstrings in `src/entrena/config/schema.py` and each "
+        f"task's `config.py` by `{REGENERATE}`; edit the docstrings, not this text._",
         "",
     ]
     for section in config_reference_sections():
-        title = f"`{section.key}`" if section.key else "Top-level keys"
-        lines += [f"### {title}", ""]
-        if section.summary:
-            lines += [section.summary, ""]
-        lines += ["| key | type / allowed values | default | description |",
-                  "|---|---|---|---|"]
-        lines += [f"| `{r.key}` | {_cell(r.type)} | {_cell(r.default)} | {_cell(r.description)} |"
-                  for r in section.rows]
-        lines.append("")
+        lines += _table(section, f"`{section.key}`" if section.key else "Top-level keys")
+    for name, schema in (task_schemas or {}).items():
+        lines += [f"### `task: {name}`", "",
+                  _one_line(inspect.cleandoc(schema.__doc__ or "")) + " Its own keys:", ""]
+        for section in task_reference_sections(schema):
+            where = f"`{section.key}`" if section.key else "top level"
+            lines += _table(section, f"{where} ({name})", "####")
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

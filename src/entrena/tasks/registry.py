@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from entrena.tasks.base import Task
 
 __all__ = ["BUILTIN_TASKS", "DEFAULT_TASK", "ENTRY_POINT_GROUP", "register_task", "get_task",
-           "task_names", "model_files", "config_schema", "SCHEMAS", "load_config"]
+           "task_names", "model_files", "config_schema", "builtin_config_schemas", "SCHEMAS",
+           "load_config"]
 
 BUILTIN_TASKS: dict[str, tuple[str, str]] = {
     "text-classification": ("entrena.tasks.text_classification.task:TextClassificationTask",
@@ -127,6 +128,11 @@ def config_schema(name: str | None) -> type[Config]:
         raise ConfigError(f"task: {name!r} has no config_model (its config class); the task's "
                           "package must set it (see docs/adding-a-task.md)")
     return schema
+
+
+def builtin_config_schemas() -> dict[str, type[Config]]:
+    """The config class of every shipped task, by name (for the config reference page)."""
+    return {name: _load(config) for name, (_, config) in BUILTIN_TASKS.items()}
 
 
 def model_files(name: str | None) -> tuple[str, ...]:
