@@ -66,8 +66,8 @@ def test_cli_exit_2_one_line_for_an_infinite_number(tmp_path):
 @pytest.fixture
 def predictor(tmp_path: Path):
     """A TablePredictor over an untrained MLP with preprocessing fitted on a tiny table."""
-    from entrena.tasks.tabular_classification.predict import TablePredictor
     from entrena.tasks.tabular_classification.model import TabularMLP, save_mlp
+    from entrena.tasks.tabular_classification.predict import TablePredictor
 
     prepared = prepare(table_config(tmp_path / "data", make_table(80, 1), make_table(20, 2)))
     model = TabularMLP(int(prepared.preprocessing["width"]), [4],

@@ -12,23 +12,28 @@ from rich.console import Console
 
 import entrena
 from conftest import build_config, review_rows, write_csv
-from entrena.engine.backend import auto_cpu_bf16, choose_precision
+from entrena.engine.backend import auto_cpu_bf16
 from entrena.hardware import detection
 from entrena.hardware.detection import CPU_BF16_MIN_LINEAR_PARAMETERS, CpuInfo, cpu_bf16_pays
-from entrena.planning.options import resolve_precision
+from entrena.hardware.precision import resolve_precision
 
 BF16_CPU = CpuInfo(model="Test CPU with AVX-512 BF16", cores=2, logical_cores=2,
                    features={"avx512f": True, "avx512_bf16": True}, bf16_fast=True)
 
 
 def test_auto_is_bf16_mixed_on_a_cpu_only_when_asked_and_explicit_values_stay():
-    assert choose_precision("auto", "cpu") == "32-true"
-    assert choose_precision("auto", "cpu", cpu_bf16=True) == "bf16-mixed"
-    assert choose_precision("32-true", "cpu", cpu_bf16=True) == "32-true"
-    assert choose_precision("auto", "tpu") == "bf16-mixed"
-    assert resolve_precision("auto", "cpu", False) == "32-true"
-    assert resolve_precision("auto", "cpu", True) == "bf16-mixed"
-    assert resolve_precision("16-mixed", "cpu", True) == "16-mixed"
+    assert resolve_precision("auto", "cpu", bf16=False) == "32-true"
+    assert resolve_precision("auto", "cpu", bf16=True) == "bf16-mixed"
+    assert resolve_precision("32-true", "cpu", bf16=True) == "32-true"
+    assert resolve_precision("16-mixed", "cpu", bf16=True) == "16-mixed"
+    assert resolve_precision("auto", "tpu", bf16=False) == "bf16-mixed"
+
+
+def test_auto_precision_per_device():
+    """One rule for the backend and the planner (hardware/precision.py); MPS is 16-mixed."""
+    assert [resolve_precision("auto", d, bf16=b) for d in ("cuda", "mps", "tpu", "cpu")
+            for b in (False, True)] == ["16-mixed", "bf16-mixed", "16-mixed", "16-mixed",
+                                        "bf16-mixed", "bf16-mixed", "32-true", "bf16-mixed"]
 
 
 def test_bf16_pays_from_the_measured_size_and_only_with_native_bf16():

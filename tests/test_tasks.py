@@ -6,8 +6,7 @@ import pytest
 
 from entrena.errors import ConfigError
 from entrena.tasks.base import Task
-from entrena.tasks.registry import get_task, register_task, task_names
-from entrena.tasks.registry import load_config
+from entrena.tasks.registry import get_task, load_config, register_task, task_names
 
 
 def test_text_task_is_registered_and_satisfies_the_protocol():

@@ -243,11 +243,9 @@ class ToyPointsTask:
         from entrena.exporting.prediction import stream_predictions
 
         predictor = PointPredictor(self, location)
-        counts = stream_predictions(predictor, data, output, columns=table_columns(data),
-                                    policy=options.on_bad_rows or "skip",
-                                    batch_size=options.batch_size,
-                                    chunk_rows=options.chunk_rows, progress=False, console=None)
-        return {"input": str(data), "output": str(output), "task": NAME, **counts}
+        return stream_predictions(predictor, data, output, columns=table_columns(data),
+                                  policy=options.on_bad_rows or "skip", options=options,
+                                  model=str(location.path))
 
 
 class PointPredictor:

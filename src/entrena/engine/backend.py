@@ -9,30 +9,12 @@ from typing import Any
 import torch
 
 from entrena.errors import ResourceError
+from entrena.hardware.precision import resolve_precision
 
-__all__ = ["Backend", "choose_precision", "auto_cpu_bf16", "create_backend", "configure_threads",
+__all__ = ["Backend", "auto_cpu_bf16", "create_backend", "configure_threads",
            "seed_everything"]
 
 log = logging.getLogger("entrena")
-
-
-def choose_precision(precision: str, accelerator: str, *, cpu_bf16: bool = False) -> str:
-    """Resolve ``precision: auto`` for the device in use.
-
-    bf16-mixed on CUDA devices that support bfloat16 (compute capability 8.0 and newer),
-    16-mixed on older CUDA devices and on MPS, bf16-mixed on TPU; on a CPU bf16-mixed when
-    ``cpu_bf16`` (native bf16 and a model large enough for it to pay,
-    :func:`entrena.hardware.detection.cpu_bf16_pays`), else 32-true.
-    """
-    if precision != "auto":
-        return precision
-    if accelerator == "cuda":
-        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
-    if accelerator == "mps":
-        return "16-mixed"
-    if accelerator == "tpu":
-        return "bf16-mixed"
-    return "bf16-mixed" if cpu_bf16 else "32-true"
 
 
 def auto_cpu_bf16(model: torch.nn.Module, precision: str) -> bool:
@@ -175,7 +157,9 @@ def create_backend(*, accelerator: str, devices: int | str, precision: str, seed
                  "lightning.fabric.utilities.rank_zero", "lightning_fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
     resolved = _resolve_accelerator(accelerator)
-    chosen = choose_precision(precision, resolved, cpu_bf16=cpu_bf16)
+    chosen = resolve_precision(precision, resolved,
+                               bf16=(torch.cuda.is_bf16_supported() if resolved == "cuda"
+                                     else cpu_bf16))
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
     _check_devices(resolved, devices)

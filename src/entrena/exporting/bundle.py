@@ -29,7 +29,7 @@ from entrena.errors import DataError
 
 __all__ = ["MANIFEST_FILE", "CARD_FILE", "META_FILE", "ExportRequest", "Preprocessing", "RunModel",
            "locate_run", "is_bundle", "read_manifest", "default_bundle_dir", "bundle_name",
-           "find_run_bundle", "finish_bundle", "versions"]
+           "find_run_bundle", "finish_bundle", "versions", "parity_source"]
 
 MANIFEST_FILE = "export.json"
 CARD_FILE = "MODEL_CARD.md"
@@ -167,6 +167,37 @@ def locate_run(run: str | Path, *, verb: str = "export",
                         f"{make}")
     return RunModel(paths, _read_json(paths.model / META_FILE), config,
                     _read_json(paths.metrics), _read_json(paths.data_report))
+
+
+def parity_source(run: RunModel, parity_data: str | Path | None, what: str) -> tuple[str, str]:
+    """Where the parity check reads its examples: ``parity_data``, else the run's test file
+    (its validation file, its training file when it had neither), as ``data_report.json``
+    names them.
+
+    Args:
+        run: The finished run.
+        parity_data: ``--parity-data``, or ``None``.
+        what: What such a file holds, for messages (``a file with the run's text column``).
+
+    Returns:
+        ``(path or URL, dataset name)``: the dataset is the split's role, or the path given.
+
+    Raises:
+        DataError: The report names no file, or the run's file is gone (local paths).
+    """
+    if parity_data is not None:
+        return str(parity_data), str(parity_data)
+    splits = run.data_report.get("splits", {})
+    role = next((r for r in ("test", "validation", "train") if splits.get(r, {}).get("file")),
+                None)
+    if role is None:
+        raise DataError(f"{run.paths.data_report}: names no data file to check parity on; "
+                        f"pass --parity-data FILE ({what})")
+    path = str(splits[role]["file"])
+    if "://" not in path and not Path(path).exists():
+        raise DataError(f"{path}: the run's {role} file, which the parity check reads, is no "
+                        f"longer there; pass --parity-data FILE ({what})")
+    return path, role
 
 
 def is_bundle(path: str | Path) -> bool:

@@ -190,6 +190,8 @@ class ChunkPredictor(Protocol):
 
     labels: list[str]
     """Class names in index order."""
+    runner: Any
+    """What runs the model (``runner.name``: ``torch``, ``onnx`` …)."""
     na_columns: list[str]
     """Input columns whose missing cells the reader should report (``missing`` below)."""
     skip_reason: str
@@ -236,18 +238,29 @@ class Progress:
 
 
 def stream_predictions(predictor: ChunkPredictor, data: Path, output: Path, *,
-                       columns: list[str], policy: str, batch_size: int, chunk_rows: int,
-                       progress: bool, console: Any) -> dict[str, Any]:
-    """Annotate ``data`` chunk by chunk into ``output``; return the summary's counts.
+                       columns: list[str], policy: str, options: PredictOptions, model: str,
+                       started: float | None = None) -> dict[str, Any]:
+    """Annotate ``data`` chunk by chunk into ``output`` and return the summary.
+
+    Args:
+        predictor: The task's predictor (its ``runner`` names the backend).
+        columns: The input's columns (a header-only input still gets a header).
+        policy: ``skip`` or ``error`` for bad rows.
+        options: Batch size, chunk size, progress bar.
+        model: The model as the summary names it.
+        started: ``time.perf_counter()`` when the caller began (model loading counts).
 
     Returns:
+        ``input``, ``output``, ``model``, ``backend``, ``on_bad_rows``, ``columns_added``,
         ``rows`` (read, predicted, skipped), ``skipped`` (``{reason: {count, rows}}``, the
         first :data:`SKIPPED_ROWS_LISTED` row numbers), ``predicted_label_counts``,
-        ``time_s`` and ``throughput_rows_per_s`` (of the loop).
+        ``time_s`` and ``throughput_rows_per_s``.
     """
     from entrena.data.streaming import TableWriter, iter_table
 
-    start = time.perf_counter()
+    start = time.perf_counter() if started is None else started
+    log.info("predicting %s with %s (%s) into %s", data, model, predictor.runner.name, output)
+    console = options.console
     if console is None:
         from rich.console import Console
 
@@ -255,11 +268,12 @@ def stream_predictions(predictor: ChunkPredictor, data: Path, output: Path, *,
     counts: Counter[str] = Counter()
     skipped_rows: list[int] = []
     rows = predicted = 0
-    with TableWriter(output) as writer, Progress(console, progress) as bar:
-        for chunk in iter_table(data, chunk_rows=chunk_rows, na_columns=predictor.na_columns,
-                                role="input"):
+    with TableWriter(output) as writer, Progress(console, options.progress) as bar:
+        for chunk in iter_table(data, chunk_rows=options.chunk_rows,
+                                na_columns=predictor.na_columns, role="input"):
             annotated, skipped = predictor.annotate(chunk.frame, first_row=chunk.first_row,
-                                                    on_bad_rows=policy, batch_size=batch_size,
+                                                    on_bad_rows=policy,
+                                                    batch_size=options.batch_size,
                                                     missing=chunk.missing)
             writer.write(annotated)
             rows += len(annotated)
@@ -272,7 +286,12 @@ def stream_predictions(predictor: ChunkPredictor, data: Path, output: Path, *,
         if rows == 0:  # a header-only input still gets a header
             writer.write(pd.DataFrame(columns=[*columns, *output_columns(predictor.labels)]))
     elapsed = time.perf_counter() - start
+    log.info("predicted %d rows, skipped %d (%s) in %.1fs", predicted, rows - predicted,
+             predictor.skip_reason, elapsed)
     return {
+        "input": str(data), "output": str(output), "model": model,
+        "backend": predictor.runner.name, "on_bad_rows": policy,
+        "columns_added": output_columns(predictor.labels),
         "rows": {"read": rows, "predicted": predicted, "skipped": rows - predicted},
         "skipped": {predictor.skip_reason: {"count": rows - predicted, "rows": skipped_rows}},
         "predicted_label_counts": {label: counts.get(label, 0) for label in predictor.labels},

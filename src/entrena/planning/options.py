@@ -9,6 +9,7 @@ import numpy as np
 
 from entrena.hardware.catalog import PRECISION_DTYPE, Accelerator, Catalog, Offer
 from entrena.hardware.detection import Machine, cpu_bf16_pays
+from entrena.hardware.precision import resolve_precision
 from entrena.planning.memory import (
     GPU_MEMORY_RESERVE,
     MemoryEstimate,
@@ -18,7 +19,7 @@ from entrena.planning.memory import (
 from entrena.planning.model import ModelProfile
 from entrena.planning.timing import FORWARD_SHARE, BatchPlan, Calibration
 
-__all__ = ["RunShape", "Option", "resolve_precision", "local_option", "catalog_option",
+__all__ = ["RunShape", "Option", "local_option", "catalog_option",
            "cpu_peak_flops", "peak_for_precision", "OVERSIZED_MEMORY_SHARE", "OVERSIZED_MINUTES",
            "OVERSIZED_USD_PER_HOUR"]
 
@@ -91,20 +92,6 @@ class Option:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def resolve_precision(configured: str, device: str, bf16: bool) -> str:
-    """``train.precision`` on a device, as :func:`entrena.engine.backend.choose_precision`:
-    ``auto`` is bf16-mixed on bf16-capable GPUs and TPUs, 16-mixed on older GPUs; on a CPU
-    bf16-mixed when ``bf16`` (there: :func:`entrena.hardware.detection.cpu_bf16_pays`, native
-    bf16 and a large enough model), else 32-true."""
-    if configured != "auto":
-        return configured
-    if device == "cpu":
-        return "bf16-mixed" if bf16 else "32-true"
-    if device == "tpu":
-        return "bf16-mixed"
-    return "bf16-mixed" if bf16 else "16-mixed"
 
 
 def cpu_peak_flops(machine: Machine, catalog: Catalog,
@@ -184,7 +171,7 @@ def local_option(machine: Machine, catalog: Catalog, profile: ModelProfile, shap
     if machine.gpus and shape.accelerator != "cpu":
         gpu = machine.gpus[0]
         acc = catalog.accelerator_for_device(gpu.name)
-        precision = resolve_precision(shape.precision, "cuda", gpu.bf16)
+        precision = resolve_precision(shape.precision, "cuda", bf16=gpu.bf16)
         device, description = "cuda", f"this machine: {gpu.name}"
         peak = peak_for_precision(acc, precision) if acc else None
         efficiency = catalog.efficiency.get("gpu_fp32" if precision == "32-true"
@@ -200,7 +187,8 @@ def local_option(machine: Machine, catalog: Catalog, profile: ModelProfile, shap
                          "--calibrate, or add it to a catalog file)")
     else:
         precision = resolve_precision(
-            shape.precision, "cpu", cpu_bf16_pays(machine.cpu.bf16_fast, profile.linear_parameters))
+            shape.precision, "cpu",
+            bf16=cpu_bf16_pays(machine.cpu.bf16_fast, profile.linear_parameters))
         device = "cpu"
         description = (f"this machine: {machine.cpu.model}, {machine.cpu.cores} cores, "
                        "CPU only")
@@ -255,7 +243,7 @@ def catalog_option(entry: Offer | Accelerator, catalog: Catalog, profile: ModelP
     offer = entry if isinstance(entry, Offer) else None
     acc: Accelerator = entry.accelerator if isinstance(entry, Offer) else entry
     device = "tpu" if acc.kind == "tpu" else "cuda"
-    precision = resolve_precision(shape.precision, device, acc.bf16)
+    precision = resolve_precision(shape.precision, device, bf16=acc.bf16)
     notes: list[str] = []
     if precision in ("bf16-mixed", "bf16-true") and not acc.bf16:
         notes.append(f"{acc.name} has no native bf16: {precision} is emulated and slow; use "

@@ -21,7 +21,7 @@ import numpy as np
 from entrena.data.image_batches import ImageTransforms, decode_resized
 from entrena.data.images import list_images
 from entrena.errors import DataError
-from entrena.exporting.bundle import META_FILE, ExportRequest, RunModel
+from entrena.exporting.bundle import META_FILE, ExportRequest, RunModel, parity_source
 from entrena.exporting.card import _data_lines, _metric_rows, _num, _pct
 from entrena.exporting.fixed_bundle import FixedInputExport, write_fixed_input_bundle
 
@@ -77,16 +77,8 @@ def image_examples(run: RunModel, parity_data: str | Path | None,
         DataError: No source, or no readable image in it.
     """
     data = run.config.get("data", {})
-    if parity_data is not None:
-        source, dataset = str(parity_data), str(parity_data)
-    else:
-        splits = run.data_report.get("splits", {})
-        role = next((r for r in ("test", "validation", "train")
-                     if splits.get(r, {}).get("file")), None)
-        if role is None:
-            raise DataError(f"{run.paths.data_report}: names no image folder to check parity "
-                            "on; pass --parity-data FOLDER")
-        source, dataset = str(splits[role]["file"]), role
+    source, dataset = parity_source(run, parity_data, "a folder of class folders or a CSV of "
+                                                      "image paths")
     listing = list_images(source, path_column=data.get("image_column") or "image",
                           label_column=data.get("label_column", "label"))
     transforms = ImageTransforms.from_dict(run.meta["transforms"])

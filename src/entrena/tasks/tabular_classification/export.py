@@ -21,7 +21,7 @@ import pandas as pd
 from entrena.data.preprocessing import transform
 from entrena.data.sources import read_table
 from entrena.errors import DataError
-from entrena.exporting.bundle import META_FILE, ExportRequest, RunModel
+from entrena.exporting.bundle import META_FILE, ExportRequest, RunModel, parity_source
 from entrena.exporting.card import _data_lines, _metric_rows, _num, _pct
 from entrena.exporting.checks import (
     MAX_PARITY_EXAMPLES,
@@ -63,20 +63,7 @@ def table_rows(run: RunModel, parity_data: str | Path | None,
         DataError: The file cannot be read or lacks a feature column the model needs.
     """
     label_column = run.config.get("data", {}).get("label_column", "label")
-    if parity_data is not None:
-        path, dataset = str(parity_data), str(parity_data)
-    else:
-        splits = run.data_report.get("splits", {})
-        role = next((r for r in ("test", "validation", "train")
-                     if splits.get(r, {}).get("file")), None)
-        if role is None:
-            raise DataError(f"{run.paths.data_report}: names no data file to check parity on; "
-                            "pass --parity-data FILE (a file with the run's feature columns)")
-        path, dataset = str(splits[role]["file"]), role
-        if "://" not in path and not Path(path).exists():
-            raise DataError(f"{path}: the run's {role} file, which the parity check reads, is "
-                            "no longer there; pass --parity-data FILE (a file with the run's "
-                            "feature columns)")
+    path, dataset = parity_source(run, parity_data, "a file with the run's feature columns")
     frame = read_table(path, role="parity")
     frame.columns = [str(c).strip() for c in frame.columns]
     missing = [c for c in feature_columns_of(run.meta) if c not in frame.columns]

@@ -25,7 +25,6 @@ from entrena.exporting.prediction import (
     ModelLocation,
     PredictOptions,
     labelled_frame,
-    output_columns,
     stream_predictions,
     warn_replaced,
 )
@@ -66,23 +65,11 @@ def predict_table(location: ModelLocation, data: Path, output: Path,
     warn_replaced(data, columns, predictor.labels)
     policy = options.on_bad_rows or "skip"
     TableWriter(output).abort()
-    log.info("predicting %s with %s (%s) into %s", data, location.folder, predictor.runner.name,
-             output)
-    counts = stream_predictions(predictor, data, output, columns=columns, policy=policy,
-                                batch_size=options.batch_size, chunk_rows=options.chunk_rows,
-                                progress=options.progress, console=options.console)
-    elapsed = time.perf_counter() - start
-    rows = counts["rows"]
-    summary = {
-        "input": str(data), "output": str(output), "model": str(location.folder),
-        "backend": predictor.runner.name, "task": location.meta.get("task"),
-        "on_bad_rows": policy, "columns_added": output_columns(predictor.labels), **counts,
-        "unseen_categories": predictor.unseen, "invalid_numbers": predictor.invalid,
-        "time_s": elapsed,
-        "throughput_rows_per_s": rows["read"] / elapsed if elapsed > 0 else 0.0,
-    }
-    log.info("predicted %d rows, skipped %d (empty row) in %.1fs; categories never seen in "
-             "training: %s", rows["predicted"], rows["skipped"], elapsed,
+    summary = stream_predictions(predictor, data, output, columns=columns, policy=policy,
+                                 options=options, model=str(location.folder), started=start)
+    summary.update({"task": location.meta.get("task"), "unseen_categories": predictor.unseen,
+                    "invalid_numbers": predictor.invalid})
+    log.info("categories never seen in training: %s",
              ", ".join(f"{c} {n}" for c, n in predictor.unseen.items()) or "none")
     for column, entry in predictor.invalid.items():
         log.warning("%s: %d value(s) of numeric column %r are not finite numbers (rows %s): "

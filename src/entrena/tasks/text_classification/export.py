@@ -23,7 +23,14 @@ from entrena.data.sources import read_table, require_columns
 from entrena.data.tables import empty_values
 from entrena.errors import ConfigError, DataError
 from entrena.exporting import onnx_format
-from entrena.exporting.bundle import META_FILE, Preprocessing, RunModel, finish_bundle, versions
+from entrena.exporting.bundle import (
+    META_FILE,
+    Preprocessing,
+    RunModel,
+    finish_bundle,
+    parity_source,
+    versions,
+)
 from entrena.exporting.card import model_card
 from entrena.exporting.checks import (
     MAX_PARITY_EXAMPLES,
@@ -83,16 +90,7 @@ def parity_examples(run: RunModel, parity_data: str | Path | None,
     data = run.config.get("data", {})
     text_column, label_column = data.get("text_column", "text"), data.get("label_column", "label")
     labels = list(run.meta["labels"])
-    if parity_data is not None:
-        path, dataset = str(parity_data), str(parity_data)
-    else:
-        splits = run.data_report.get("splits", {})
-        role = next((r for r in ("test", "validation", "train")
-                     if splits.get(r, {}).get("file")), None)
-        if role is None:
-            raise DataError(f"{run.paths.data_report}: names no data file to check parity on; "
-                            "pass --parity-data FILE (a file with the run's text column)")
-        path, dataset = str(splits[role]["file"]), role
+    path, dataset = parity_source(run, parity_data, "a file with the run's text column")
     try:
         frame = read_table(path, role="parity")
         require_columns(frame, {"data.text_column": text_column}, path=path, role="parity")

@@ -23,7 +23,6 @@ from entrena.exporting.prediction import (
     ModelLocation,
     PredictOptions,
     labelled_frame,
-    output_columns,
     stream_predictions,
     warn_replaced,
 )
@@ -75,19 +74,9 @@ def predict_texts(location: ModelLocation, data: Path, output: Path,
     warn_replaced(data, columns, prep.labels)
     TableWriter(output).abort()  # an unwritable or unsupported output fails before loading
     predictor = TextPredictor(location, prep, column, options.threads)
-    log.info("predicting %s with %s (%s) into %s", data, location.path, predictor.runner.name,
-             output)
-    counts = stream_predictions(predictor, data, output, columns=columns, policy=policy,
-                                batch_size=options.batch_size, chunk_rows=options.chunk_rows,
-                                progress=options.progress, console=options.console)
-    elapsed = time.perf_counter() - start
-    rows = counts["rows"]
-    log.info("predicted %d rows, skipped %d (empty text) in %.1fs", rows["predicted"],
-             rows["skipped"], elapsed)
-    return {"input": str(data), "output": str(output), "model": str(location.path),
-            "backend": predictor.runner.name, "text_column": column, "on_bad_rows": policy,
-            "columns_added": output_columns(prep.labels), **counts, "time_s": elapsed,
-            "throughput_rows_per_s": rows["read"] / elapsed if elapsed > 0 else 0.0}
+    summary = stream_predictions(predictor, data, output, columns=columns, policy=policy,
+                                 options=options, model=str(location.path), started=start)
+    return {**summary, "text_column": column}
 
 
 class TextPredictor:
