@@ -41,7 +41,8 @@ class Terms:
         row: One example (``row``; ``image``): "3 training rows".
         key: What copies share (``text``; ``file``): "an earlier row's text and label".
         compared: How leakage compares (``normalised``; ``same bytes``).
-        grouped_by: The report's ``validation_split.grouped_by`` without a group column.
+        grouped_by: The report's ``validation_split.grouped_by`` without a group column;
+            empty: ``normalised text``, or ``identical rows`` when keys are not normalised.
         where: Names some rows of a split for a message (``rows 3, 5``), given its
             :class:`~entrena.data.reading.RawSplit` and row numbers.
         single_class: The message refusing training data of fewer than 2 classes, a format
@@ -54,7 +55,7 @@ class Terms:
     row: str = "row"
     key: str = "text"
     compared: str = "normalised"
-    grouped_by: str = "normalised text"
+    grouped_by: str = ""
     where: Callable[[RawSplit, Sequence[int]], str] = _row_numbers
     single_class: str = ""
     label_column: bool = True

@@ -364,7 +364,8 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
         rows["validation"] = v
         validation_split = {"from": "train", "fraction": validation_fraction,
                             "stratified": True, "seed": seed,
-                            "grouped_by": group_column or terms.grouped_by}
+                            "grouped_by": group_column or terms.grouped_by or (
+                                "normalised text" if normalise else "identical rows")}
     if group_column is not None and validation_split is not None:
         checks_out[-1] = ck.leakage(rows, policy, against=("validation",), record=checks_out[-1],
                                     terms=terms)
