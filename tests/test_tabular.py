@@ -65,6 +65,7 @@ def test_preprocessing_is_fitted_on_the_training_rows_only(tmp_path):
     prepared = prepare(table_config(tmp_path, train, test))
     rows = train.iloc[prepared.splits.train.row_ids - 1]  # the training split, no validation
     assert len(rows) < len(train)  # validation was split off and must not count either
+    assert prepared.report["validation_split"]["grouped_by"] == "identical rows"
     income = rows["income"].to_numpy(dtype=float)
     filled = np.where(np.isnan(income), np.nanmedian(income), income)
     fitted = {c["name"]: c for c in prepared.preprocessing["numeric"]}["income"]

@@ -1,14 +1,19 @@
 """The checks of :func:`~entrena.data.tables.load_splits`, one split's rows at a time.
 
 A :class:`RowSet` is one split while the checks run: positions into its
-:class:`~entrena.data.reading.RawSplit`, label indices, exact and normalised text keys, and
-how many rows each reason removed. The functions here count what they find into it, apply
-the ``drop`` policies of :class:`~entrena.data.hygiene.CheckPolicy` to training, and return the
-check records of ``data_report.json``; :func:`build_report` assembles the report.
+:class:`~entrena.data.reading.RawSplit`, label indices, exact and normalised keys, and how many
+rows each reason removed. The functions here count what they find into it, apply the ``drop``
+policies of :class:`~entrena.data.hygiene.CheckPolicy` to training, and return the check
+records of ``data_report.json``; :func:`build_report` assembles the report.
+
+The checks are the same for every task; what a row is (a text, a table row, an image file)
+only changes the words of the messages (:class:`Terms`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,11 +22,50 @@ from entrena.data import hygiene as hy
 from entrena.data.reading import REPORTED_ROWS, RawSplit, format_rows
 from entrena.errors import DataError
 
-__all__ = ["RowSet", "unseen_labels", "describe_copies", "train_copies", "leakage",
+__all__ = ["Terms", "RowSet", "unseen_labels", "describe_copies", "train_copies", "leakage",
            "class_checks", "build_report", "removed_text", "EXAMPLE_ROWS", "ROLES"]
 
 ROLES = ("train", "validation", "test")
 EXAMPLE_ROWS = 10
+
+
+def _row_numbers(raw: RawSplit, rows: Sequence[int]) -> str:
+    return f"rows {format_rows(list(rows))}"
+
+
+@dataclass(frozen=True)
+class Terms:
+    """The words the check messages use for one task's rows.
+
+    Attributes:
+        row: One example (``row``; ``image``): "3 training rows".
+        key: What copies share (``text``; ``file``): "an earlier row's text and label".
+        compared: How leakage compares (``normalised``; ``same bytes``).
+        grouped_by: The report's ``validation_split.grouped_by`` without a group column;
+            empty: ``normalised text``, or ``identical rows`` when keys are not normalised.
+        where: Names some rows of a split for a message (``rows 3, 5``), given its
+            :class:`~entrena.data.reading.RawSplit` and row numbers.
+        single_class: The message refusing training data of fewer than 2 classes, a format
+            string of ``{names}`` (the classes, quoted); empty: the label column's message.
+        label_column: Whether labels come from a column a user chose (``data.label_column``),
+            which is refused when it looks like an id or a number to predict; not for labels
+            read from folder names.
+    """
+
+    row: str = "row"
+    key: str = "text"
+    compared: str = "normalised"
+    grouped_by: str = ""
+    where: Callable[[RawSplit, Sequence[int]], str] = _row_numbers
+    single_class: str = ""
+    label_column: bool = True
+
+    def rows(self, count: int, prefix: str = "") -> str:
+        """``"1 training row"``, ``"2 training rows"``."""
+        return _n(count, f"{prefix}{self.row}")
+
+
+TEXT = Terms()
 
 
 class RowSet:
@@ -54,7 +98,8 @@ def _some(items: list[str], limit: int = 10) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def unseen_labels(r: RowSet, names: list[str], column: str, policy: str) -> None:
+def unseen_labels(r: RowSet, names: list[str], column: str, policy: str,
+                  terms: Terms = TEXT) -> None:
     unseen = r.labels < 0
     if not unseen.any():
         return
@@ -62,7 +107,7 @@ def unseen_labels(r: RowSet, names: list[str], column: str, policy: str) -> None
     bad_rows = r.raw.rows[unseen]
     if policy == "error":
         raise DataError(f"{r.raw.spec}: label(s) {_some(list(map(repr, found)))} in "
-                        f"{r.raw.role} rows {format_rows(bad_rows.tolist())} never occur in the "
+                        f"{r.raw.role} {terms.where(r.raw, bad_rows.tolist())} never occur in the "
                         f"training data (labels: {_some(names)}); fix the labels, add training "
                         "examples, or set data.on_unseen_labels: drop")
     r.counts["unseen_label_rows"] = int(unseen.sum())
@@ -89,7 +134,8 @@ def describe_copies(r: RowSet, k: int) -> None:
     r.examples["conflicting_labels"] = hy.first_rows(rows, conflict, EXAMPLE_ROWS)
 
 
-def train_copies(t: RowSet, k: int, policy: hy.CheckPolicy) -> list[dict[str, Any]]:
+def train_copies(t: RowSet, k: int, policy: hy.CheckPolicy, terms: Terms = TEXT
+                 ) -> list[dict[str, Any]]:
     """The duplicate and conflict checks on training rows, applying ``drop`` policies."""
     exact, normal, labels = t.exact[t.index], t.normal[t.index], t.labels[t.index]
     conflict = hy.conflicting(normal, labels, k)
@@ -103,21 +149,19 @@ def train_copies(t: RowSet, k: int, policy: hy.CheckPolicy) -> list[dict[str, An
     c = t.counts
     records = [
         hy.check_record("conflicting_labels", int(conflict.sum()), policy.conflicting_labels,
-                        f"{_n(c['conflicting_label_rows'], 'training row')} "
+                        f"{terms.rows(c['conflicting_label_rows'], 'training ')} "
                         f"{_verb(c['conflicting_label_rows'], 'hold')} "
-                        f"{_n(c['conflicting_label_texts'], 'text')} with different labels "
-                        f"(rows {format_rows(t.examples['conflicting_labels'])})"),
+                        f"{_n(c['conflicting_label_texts'], terms.key)} with different labels "
+                        f"({terms.where(t.raw, t.examples['conflicting_labels'])})"),
         hy.check_record("exact_duplicates", int(exact_pair.sum()), policy.exact_duplicates,
-                        f"{_n(int(exact_pair.sum()), 'training row')} "
+                        f"{terms.rows(int(exact_pair.sum()), 'training ')} "
                         f"{_verb(int(exact_pair.sum()), 'repeat')} an earlier "
-                        "row's text and label (rows "
-                        f"{format_rows(exact_rows)})"),
+                        f"{terms.row}'s {terms.key} and label ({terms.where(t.raw, exact_rows)})"),
         hy.check_record("normalised_duplicates", int(near.sum()),
                         policy.normalised_duplicates,
-                        f"{_n(int(near.sum()), 'more training row')} "
-                        f"{_verb(int(near.sum()), 'repeat')} an earlier "
-                        "row once case, punctuation and spacing are ignored (rows "
-                        f"{format_rows(near_rows)})"),
+                        f"{terms.rows(int(near.sum()), 'more training ')} "
+                        f"{_verb(int(near.sum()), 'repeat')} an earlier {terms.row} once case, "
+                        f"punctuation and spacing are ignored ({terms.where(t.raw, near_rows)})"),
     ]
     current = np.ones(len(t.index), dtype=bool)
     for record, mask in zip(records, (conflict, exact_pair, near), strict=True):
@@ -130,8 +174,8 @@ def train_copies(t: RowSet, k: int, policy: hy.CheckPolicy) -> list[dict[str, An
 
 
 def leakage(rows: dict[str, RowSet], policy: hy.CheckPolicy, *, against: tuple[str, ...],
-             record: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Training rows whose normalised text also occurs in the ``against`` splits.
+            record: dict[str, Any] | None = None, terms: Terms = TEXT) -> dict[str, Any]:
+    """Training rows whose normalised key also occurs in the ``against`` splits.
 
     Runs before validation is split off (against the validation and test files), and again
     after it when rows are grouped by ``data.group_column`` rather than by text (``record``:
@@ -156,9 +200,9 @@ def leakage(rows: dict[str, RowSet], policy: hy.CheckPolicy, *, against: tuple[s
                         if r != "train")
     return hy.check_record(
         "leakage", total, policy.leakage,
-        f"{_n(total, 'training row')} also {_verb(total, 'occur')} (normalised) in validation "
-        f"or test (rows {format_rows(t.examples['leaked_rows'])}); rows with a copy in "
-        f"training: {seen_in}")
+        f"{terms.rows(total, 'training ')} also {_verb(total, 'occur')} ({terms.compared}) in "
+        f"validation or test ({terms.where(t.raw, t.examples['leaked_rows'])}); "
+        f"{terms.row}s with a copy in training: {seen_in}")
 
 
 def removed_text(removed: dict[str, int]) -> str:
@@ -176,7 +220,7 @@ def _verb(count: int, verb: str) -> str:
 
 
 def class_checks(rows: dict[str, RowSet], names: list[str], policy: hy.CheckPolicy,
-                  fraction: float | None) -> list[dict[str, Any]]:
+                 fraction: float | None, terms: Terms = TEXT) -> list[dict[str, Any]]:
     t = rows["train"]
     counts = np.bincount(np.concatenate([t.labels[t.index], rows["validation"].labels[
         rows["validation"].index]]) if fraction else t.labels[t.index], minlength=len(names))
@@ -190,7 +234,7 @@ def class_checks(rows: dict[str, RowSet], names: list[str], policy: hy.CheckPoli
     rows["validation"].counts["classes_absent"] = absent
     parts = []
     if small:
-        parts.append("too few training rows to split: " + ", ".join(
+        parts.append(f"too few training {terms.row}s to split: " + ", ".join(
             f"{n} ({c})" for n, c in small.items()))
     if absent:
         parts.append("absent from validation: " + ", ".join(absent))

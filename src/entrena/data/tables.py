@@ -188,30 +188,31 @@ def stratified_group_split(labels: np.ndarray, groups: np.ndarray, fraction: flo
 
 
 def _check_splittable(labels: np.ndarray, fraction: float, names: list[str], path: str,
-                      removed: str = "") -> None:
+                      removed: str = "", row: str = "row") -> None:
     """Raise unless every class with 2 or more groups can put one on each side.
 
     Args:
         removed: What the checks removed before, for the message (``114 exact_duplicates``).
+        row: What a row is, for the message (``row``, ``image``).
     """
-    before = f" once the checks removed rows ({removed})" if removed else ""
-    keep = "keep those rows (data.checks.<check>: warn), " if removed else ""
+    before = f" once the checks removed {row}s ({removed})" if removed else ""
+    keep = f"keep those {row}s (data.checks.<check>: warn), " if removed else ""
     counts = np.bincount(labels, minlength=len(names))
     classes = int(np.sum(counts >= 2))
     n = int(np.sum(counts[counts >= 2]))
     held = math.ceil(fraction * n)
     if not classes:
-        raise DataError(f"{path}: no class has 2 training rows (or groups){before}, so none can "
-                        f"be held out for validation; {keep}add rows or give a validation file "
-                        "(data.validation)")
+        raise DataError(f"{path}: no class has 2 training {row}s (or groups){before}, so none "
+                        f"can be held out for validation; {keep}add {row}s or give a validation "
+                        "file (data.validation)")
     if held < classes or n - held < classes:
         needed = min(0.5, classes / max(n, 1))
         raise DataError(
-            f"{path}: data.validation_fraction {fraction:g} of the {n} splittable training rows "
-            f"(or groups){before} holds out {held} for validation, but each of the {classes} "
-            f"classes needs one on each side; raise data.validation_fraction to at least "
-            f"{math.ceil(needed * 100) / 100:g}, {keep}add rows, or give a validation file "
-            "(data.validation)")
+            f"{path}: data.validation_fraction {fraction:g} of the {n} splittable training "
+            f"{row}s (or groups){before} holds out {held} for validation, but each of the "
+            f"{classes} classes needs one on each side; raise data.validation_fraction to at "
+            f"least {math.ceil(needed * 100) / 100:g}, {keep}add {row}s, or give a validation "
+            "file (data.validation)")
 
 
 def _subsample(index: np.ndarray, labels: np.ndarray, limit: int | None, seed: int
@@ -276,17 +277,21 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
                     max_train_samples: int | None, max_eval_samples: int | None, seed: int,
                     group_column: str | None, on_unseen_labels: str, policy: hy.CheckPolicy,
                     normalise: bool = True, empty_what: str = "an empty text",
-                    check_keys: str = "data.text_column and data.label_column"
-                    ) -> LabelledSplits:
-    """Steps 2 to 6 of the module docstring on splits already read.
+                    check_keys: str = "data.text_column and data.label_column",
+                    terms: ck.Terms = ck.TEXT) -> LabelledSplits:
+    """Steps 2 to 6 of the module docstring on splits already read: the data checks of
+    every task (texts, table rows, image files).
 
     Args:
         raw: The splits as read (``train`` always; ``validation``, ``test`` when given).
+            ``texts`` holds each row's key: its text, a table row as a key string, an image
+            file's SHA-256.
         specs: Path, pattern or URL of each split, for messages and the report.
         normalise: Compare normalised texts for near-duplicates and leakage (text); when
-            ``False`` the texts are compared exactly (table rows as key strings).
+            ``False`` the texts are compared exactly (table rows, image files).
         empty_what: What a skipped row lacked, for the "no usable rows" message.
         check_keys: The config keys that message suggests checking.
+        terms: The words messages use for a row (:class:`~.checks.Terms`).
 
     Raises:
         DataError: As :func:`load_splits`, after reading.
@@ -305,10 +310,14 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
                 f"{check_keys}, or the file")
     names = sorted({raw["train"].label_names[c] for c in np.unique(raw["train"].label_codes)})
     if len(names) < 2:
-        raise DataError(f"{train}: {label_column!r} has {len(names)} distinct value(s) "
-                        f"({', '.join(names) or 'none'}); a classifier needs at least 2 classes")
+        raise DataError(f"{train}: " + (
+            terms.single_class.format(names=", ".join(map(repr, names)) or "none")
+            if terms.single_class else
+            f"{label_column!r} has {len(names)} distinct value(s) "
+            f"({', '.join(names) or 'none'}); a classifier needs at least 2 classes"))
     rows_read = len(raw["train"].texts)
-    if len(names) > MAX_LABELS_MIN and len(names) > MAX_LABEL_SHARE * rows_read:
+    if (terms.label_column and len(names) > MAX_LABELS_MIN
+            and len(names) > MAX_LABEL_SHARE * rows_read):
         numbers = all(_is_number(n) for n in names)
         raise DataError(f"{train}: data.label_column {label_column!r} has {len(names)} distinct "
                         f"values in {rows_read} training rows ({', '.join(names[:5])}, …): "
@@ -328,22 +337,23 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
                            normal[role])
     for role in ("validation", "test"):
         if role in rows:
-            ck.unseen_labels(rows[role], names, label_column, on_unseen_labels)
+            ck.unseen_labels(rows[role], names, label_column, on_unseen_labels, terms)
 
     k = len(names)
     checks_out: list[dict[str, Any]] = []
     for r in rows.values():
         ck.describe_copies(r, k)
     t = rows["train"]
-    checks_out += ck.train_copies(t, k, policy)
+    checks_out += ck.train_copies(t, k, policy, terms)
 
-    checks_out.append(ck.leakage(rows, policy, against=("validation", "test")))
+    checks_out.append(ck.leakage(rows, policy, against=("validation", "test"), terms=terms))
     validation_split: dict[str, Any] | None = None
     if "validation" not in rows:
         labels_now = t.labels[t.index]
         groups = (t.raw.groups[t.index] if group_column is not None else t.normal[t.index])
         _check_splittable(_group_labels(labels_now, groups), validation_fraction, names, train,
-                          ck.removed_text(t.removed) if any(t.removed.values()) else "")
+                          ck.removed_text(t.removed) if any(t.removed.values()) else "",
+                          terms.row)
         kept, held = stratified_group_split(labels_now, groups, validation_fraction, seed)
         v = ck.RowSet("validation", t.raw, t.labels, t.exact, t.normal)
         v.index = t.index[held]
@@ -354,12 +364,13 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
         rows["validation"] = v
         validation_split = {"from": "train", "fraction": validation_fraction,
                             "stratified": True, "seed": seed,
-                            "grouped_by": group_column or ("normalised text" if normalise
-                                                           else "identical rows")}
+                            "grouped_by": group_column or terms.grouped_by or (
+                                "normalised text" if normalise else "identical rows")}
     if group_column is not None and validation_split is not None:
-        checks_out[-1] = ck.leakage(rows, policy, against=("validation",), record=checks_out[-1])
+        checks_out[-1] = ck.leakage(rows, policy, against=("validation",), record=checks_out[-1],
+                                    terms=terms)
     checks_out += ck.class_checks(rows, names, policy,
-                                validation_fraction if validation_split else None)
+                                  validation_fraction if validation_split else None, terms)
     folded: dict[str, list[str]] = {}
     for name in names:
         folded.setdefault(" ".join(name.casefold().split()), []).append(name)
@@ -376,21 +387,23 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
                "subsampled")
     for role, r in rows.items():
         if len(r.index) == 0:
-            raise DataError(f"{specs[role] or train}: no {role} rows are left once the data "
-                            f"checks have run (rows removed: {ck.removed_text(r.removed)}); "
-                            "keep them (data.checks.*, data.on_unseen_labels) or add rows")
+            raise DataError(f"{specs[role] or train}: no {role} {terms.row}s are left once the "
+                            f"data checks have run ({terms.row}s removed: "
+                            f"{ck.removed_text(r.removed)}); keep them (data.checks.*, "
+                            f"data.on_unseen_labels) or add {terms.row}s")
     left = np.unique(t.labels[t.index])
     if len(left) < 2:
         limit = (f"raise data.max_train_samples ({max_train_samples}), "
                  if max_train_samples else "")
         raise DataError(f"{train}: only the class {names[int(left[0])]!r} is left in training "
-                        f"once the data checks have run (rows removed: "
+                        f"once the data checks have run ({terms.row}s removed: "
                         f"{ck.removed_text(t.removed)}); a classifier needs at least 2 classes: "
-                        f"{limit}keep more rows (data.checks.*) or add rows of other classes")
+                        f"{limit}keep more {terms.row}s (data.checks.*) or add {terms.row}s of "
+                        "other classes")
     ratio = hy.imbalance_ratio(np.bincount(t.labels[t.index], minlength=k))
     checks_out.append(hy.check_record(
         "imbalance", round(ratio or 0.0, 4), policy.imbalance,
-        f"the most frequent training class has {ratio or 0:.2f}x the rows of the least "
+        f"the most frequent training class has {ratio or 0:.2f}x the {terms.row}s of the least "
         f"frequent (limit {policy.max_imbalance_ratio:g})",
         failing=ratio is not None and ratio > policy.max_imbalance_ratio))
 

@@ -3,19 +3,20 @@
 The order (each step is counted in the split's report entry):
 
 1. list each split (:func:`~entrena.data.images.list_images`) and hash every file's bytes;
-   the fingerprint of the result is the file hashes with the ``data`` section, ``train.seed``,
-   the model's input size and :data:`IMAGE_CACHE_FORMAT` — a second run of unchanged data
-   hashes the files and loads the entry (no decoding, no checks);
+   with a CSV of paths, ``data.group_column`` is read from the training CSV (an image folder
+   has no columns: the key is refused). The fingerprint of the result is the files' paths,
+   hashes, labels and groups with the ``data`` section, ``train.seed``, the model's input
+   size and :data:`IMAGE_CACHE_FORMAT` — a second run of unchanged data hashes the files and
+   loads the entry (no decoding, no checks);
 2. decode every file in full; bad files are skipped and listed (``data.on_bad_rows``);
-3. the label map from training (sorted as strings; a single class is refused); validation/test
-   images with a label training never saw are refused or dropped (``data.on_unseen_labels``);
-4. training images: identical files with different labels (``conflicting_labels``), identical
-   files with the same label (``exact_duplicates``);
-5. leakage: training files identical (same bytes) to a validation or test file;
-6. validation split off training when no validation folder is given: stratified by label,
-   seeded, identical files on one side;
-7. class balance (``small_classes``, ``imbalance``) and the seeded subsamples;
-8. the channels (1 when every training image is grayscale, else 3), the input size, the
+3. the data checks every task shares (:func:`~entrena.data.tables.check_and_split`), each
+   image a row whose key is its file's SHA-256 (identical bytes, one key): the label map from
+   training (a single class is refused), unseen validation/test labels, conflicting labels,
+   exact duplicates, leakage, the validation split when no validation folder is given
+   (stratified, seeded; identical files, or the rows of one ``data.group_column`` value, on
+   one side), class balance, label spelling (``Cat`` and ``cat``), the seeded subsamples and
+   the refusal of a single class left;
+4. the channels (1 when every training image is grayscale, else 3), the input size, the
    normalisation (the pretrained weights' mean and std, else the training pixels'), and with
    the decoded cache the pixels of every split resized to S × S as uint8 arrays
    ``<cache>/images/<key>/<role>.npy`` (memory-mapped when read).
@@ -30,33 +31,42 @@ import json
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
+from entrena.data import checks as ck
 from entrena.data import hygiene as hy
 from entrena.data.cache import default_cache_dir
 from entrena.data.image_batches import ImageTransforms, channel_stats, iter_resized
 from entrena.data.image_cache import ImageSplit, ImageSplits, load_entry, write_entry
-from entrena.data.images import ImageList, choose_channels, list_images, scan_images
-from entrena.data.tables import stratified_group_split, stratified_split
-from entrena.errors import DataError
+from entrena.data.images import ImageList, ScannedImages, choose_channels, list_images, scan_images
+from entrena.data.reading import RawSplit
+from entrena.data.tables import check_and_split
+from entrena.errors import ConfigError, DataError
 
 __all__ = ["IMAGE_CACHE_FORMAT", "PreparedImages", "prepare_images", "decoded_cache_wanted",
            "worker_count"]
 
 log = logging.getLogger("entrena")
 
-IMAGE_CACHE_FORMAT = 1
-"""Bumped whenever what an image entry holds, or how checks decide, changes."""
+IMAGE_CACHE_FORMAT = 2
+"""Bumped whenever what an image entry holds, or how checks decide, changes (2: the checks
+shared with every task, labels and groups in the key)."""
 DECODED_CACHE_MAX_BYTES = 1 << 30
 """``decoded_cache: auto`` caches when every split's pixels at S × S fit in 1 GiB."""
 DECODED_CACHE_MAX_SIDE = 64
 """… and the input side S is at most 64 pixels (small images, where decoding dominates)."""
 STATS_SAMPLE = 2000
 """Training images the normalisation is measured on (a seeded sample)."""
+SKIPPED_FILES = 20
+"""Skipped files listed per split in the report (all are counted)."""
+EXAMPLE_FILES = 5
+"""Files a check message names (the report's ``examples`` hold up to 10)."""
 
 
 @dataclass
@@ -138,9 +148,11 @@ def prepare_images(loaded: Any, sources: dict[str, str]) -> PreparedImages:
         for them here.
 
     Raises:
-        DataError: A split is missing or unreadable, a single class, no images left, bad
-            files under ``on_bad_rows: error``, unseen labels under ``error``, or a
-            validation split that cannot hold every class.
+        ConfigError: ``data.group_column`` with an image folder for training.
+        DataError: A split is missing or unreadable, a single class (or one left once the
+            checks have run), no images left, bad files under ``on_bad_rows: error``, unseen
+            labels under ``error``, a group column the CSV lacks, or a validation split that
+            cannot hold every class.
     """
     started = time.perf_counter()
     cfg = loaded.config
@@ -151,17 +163,27 @@ def prepare_images(loaded: Any, sources: dict[str, str]) -> PreparedImages:
         if spec and "://" in spec:
             raise DataError(f"data.{role}: {spec}: image data must be a local folder or CSV; "
                             f"download it first")
+    if data.group_column is not None and Path(str(specs["train"])).is_dir():
+        raise ConfigError(f"data.group_column: {data.group_column!r} names a column, but "
+                          f"data.train ({specs['train']}) is an image folder, which has none; "
+                          "list the training images in a CSV with that column (data.image_column,"
+                          " data.label_column) to keep each group on one side of the validation "
+                          "split, or remove the key")
     listings = {role: list_images(spec, path_column=data.image_column,
                                   label_column=data.label_column, on_bad_rows=data.on_bad_rows)
                 for role, spec in specs.items() if spec}
+    groups = (_csv_groups(Path(str(specs["train"])), listings["train"], data.group_column)
+              if data.group_column is not None else None)
     hashes = {role: [_hash_file(p) for p in listing.paths] for role, listing in listings.items()}
     data_section = data.model_dump(mode="json")
     data_section.pop("cache_dir", None)
     data_section.pop("num_workers", None)
     key = _fingerprint({"format": IMAGE_CACHE_FORMAT, "data": data_section, "specs": specs,
-                        "files": {r: [[str(p), h] for p, h in zip(listings[r].paths, hashes[r],
-                                                                  strict=True)]
+                        "files": {r: [[str(p), h, label] for p, h, label in
+                                      zip(listings[r].paths, hashes[r], listings[r].labels,
+                                          strict=True)]
                                   for r in listings},
+                        "groups": None if groups is None else groups.tolist(),
                         "skipped": {r: listings[r].skipped for r in listings},
                         "seed": cfg.train.seed, "model": sources["model"],
                         "image_size": cfg.model.image_size, "pretrained": cfg.model.pretrained})
@@ -176,7 +198,7 @@ def prepare_images(loaded: Any, sources: dict[str, str]) -> PreparedImages:
         return PreparedImages(splits, transforms, decoded,
                               worker_count(data.num_workers, decoded["train"] is not None),
                               report, True)
-    splits, transforms, decoded, report = _build(loaded, sources, specs, listings, entry)
+    splits, transforms, decoded, report = _build(loaded, sources, specs, listings, groups, entry)
     report = {**report, "from_cache": False, "cache": str(entry),
               "prepare_time_s": round(time.perf_counter() - started, 3)}
     log.info("images read, checked%s in %.1fs", " and decoded" if decoded["train"] is not None
@@ -187,10 +209,10 @@ def prepare_images(loaded: Any, sources: dict[str, str]) -> PreparedImages:
 
 
 def _build(loaded: Any, sources: dict[str, str], specs: dict[str, str | None],
-           listings: dict[str, ImageList], entry: Path) -> tuple[Any, ...]:
+           listings: dict[str, ImageList], groups: np.ndarray | None,
+           entry: Path) -> tuple[Any, ...]:
     cfg = loaded.config
     data = cfg.data
-    policy = hy.CheckPolicy(**data.checks.model_dump())
     threads = max(1, worker_count(data.num_workers, False))
     scanned = {role: scan_images(listing, on_bad_rows=data.on_bad_rows, threads=threads,
                                  role=role) for role, listing in listings.items()}
@@ -200,130 +222,32 @@ def _build(loaded: Any, sources: dict[str, str], specs: dict[str, str | None],
             raise DataError(f"{specs[role]}: no readable {role} images ({len(scan.skipped)} "
                             f"entries skipped, the first: {why}); check the folder or the "
                             f"CSV's data.image_column")
-    names = sorted({str(label) for label in scanned["train"].labels})
-    if len(names) < 2:
-        raise DataError(f"{specs['train']}: the training images hold a single class "
-                        f"({names[0]!r}); a classifier needs at least 2: add a subfolder (or "
-                        f"CSV label) per class")
-    index_of = {name: i for i, name in enumerate(names)}
-    k = len(names)
-    sha_keys = np.unique(np.concatenate([np.array(s.sha256, dtype=object)
-                                         for s in scanned.values()]).astype(str),
-                         return_inverse=True)[1]
-    offsets = np.cumsum([0, *[len(s) for s in scanned.values()]])
-    keys = {role: sha_keys[offsets[i]:offsets[i + 1]] for i, role in enumerate(scanned)}
-    index = {role: np.arange(len(s)) for role, s in scanned.items()}
-    labels = {role: np.array([index_of.get(str(x), -1) for x in s.labels], dtype=np.int64)
-              for role, s in scanned.items()}
-    entries: dict[str, dict[str, Any]] = {
-        role: {"file": specs[role], "source": "folder" if Path(str(specs[role])).is_dir()
-               else "csv", "rows_read": len(listings[role].paths) + len(listings[role].skipped),
-               "rows_kept": 0, "bad_files": len(s.skipped), "skipped_files": s.skipped[:20],
-               "exact_duplicates": 0, "conflicting_label_rows": 0, "leaked_rows": 0,
-               "unseen_label_rows": 0, "rows_removed": {}} for role, s in scanned.items()}
-    for role in ("validation", "test"):
-        if role in labels:
-            unseen = labels[role] < 0
-            if unseen.any():
-                first = int(np.flatnonzero(unseen)[0])
-                if data.on_unseen_labels == "error":
-                    raise DataError(f"{scanned[role].paths[first]}: label "
-                                    f"{scanned[role].labels[first]!r} "
-                                    f"of {int(unseen.sum())} {role} images never occurs in "
-                                    f"training; add training images of it or set "
-                                    f"data.on_unseen_labels: drop")
-                index[role] = index[role][~unseen]
-                entries[role]["rows_removed"]["unseen_labels"] = int(unseen.sum())
-            entries[role]["unseen_label_rows"] = int(unseen.sum())
+    raw = {role: _raw_split(role, str(specs[role]), scan,
+                            _kept(groups, listings[role], scan) if role == "train" else None)
+           for role, scan in scanned.items()}
+    checked = check_and_split(
+        raw, specs, label_column=data.label_column, validation_fraction=data.validation_fraction,
+        max_train_samples=data.max_train_samples, max_eval_samples=data.max_eval_samples,
+        seed=cfg.train.seed, group_column=data.group_column,
+        on_unseen_labels=data.on_unseen_labels, policy=hy.CheckPolicy(**data.checks.model_dump()),
+        normalise=False, empty_what="an empty path",
+        check_keys="data.image_column and data.label_column",
+        terms=_terms(scanned, folder=Path(str(specs["train"])).is_dir()))
+    names = checked.labels
+    split_off = checked.report.get("validation_split") is not None
 
-    def drop_train(mask: np.ndarray, reason: str) -> None:
-        entries["train"]["rows_removed"][reason] = int(mask.sum())
-        index["train"] = index["train"][~mask]
+    def scan_of(role: str) -> ScannedImages:
+        return scanned["train" if role == "validation" and split_off else role]
 
-    checks: list[dict[str, Any]] = []
-    t_keys, t_labels = keys["train"], labels["train"]
-    clash = hy.conflicting(t_keys[index["train"]], t_labels[index["train"]], k)
-    checks.append(hy.check_record("conflicting_labels", int(clash.sum()), policy.conflicting_labels,
-                                  f"{int(clash.sum())} training images are identical files "
-                                  f"filed under different labels"))
-    entries["train"]["conflicting_label_rows"] = int(clash.sum())
-    if policy.conflicting_labels == "drop" and clash.any():
-        drop_train(clash, "conflicting_labels")
-    copies = hy.repeats(hy.pair_keys(t_keys[index["train"]], t_labels[index["train"]], k))
-    checks.append(hy.check_record("exact_duplicates", int(copies.sum()), policy.exact_duplicates,
-                                  f"{int(copies.sum())} training images repeat an earlier "
-                                  f"file byte for byte (same label)"))
-    entries["train"]["exact_duplicates"] = int(copies.sum())
-    if policy.exact_duplicates == "drop" and copies.any():
-        drop_train(copies, "exact_duplicates")
-    others = [keys[r][index[r]] for r in ("validation", "test") if r in keys]
-    leaked = np.isin(t_keys[index["train"]], np.concatenate(others)) if others else \
-        np.zeros(len(index["train"]), dtype=bool)
-    checks.append(hy.check_record("leakage", int(leaked.sum()), policy.leakage,
-                                  f"{int(leaked.sum())} training images are identical to a "
-                                  f"validation or test image"))
-    entries["train"]["leaked_rows"] = int(leaked.sum())
-    for role in ("validation", "test"):
-        if role in keys:
-            mine = keys[role][index[role]]
-            entries[role]["leaked_rows"] = int(np.isin(mine, t_keys[index["train"]]).sum())
-            entries[role]["exact_duplicates"] = int(hy.repeats(hy.pair_keys(
-                mine, labels[role][index[role]], k)).sum())
-    if policy.leakage == "drop" and leaked.any():
-        drop_train(leaked, "leakage")
-    validation_split = None
-    if "validation" not in scanned:
-        current = index["train"]
-        try:
-            kept, held = stratified_group_split(t_labels[current], t_keys[current],
-                                                data.validation_fraction, cfg.train.seed)
-        except ValueError as exc:
-            raise DataError(f"{specs['train']}: cannot hold out data.validation_fraction "
-                            f"{data.validation_fraction:g} of {len(current)} training images "
-                            f"with every class on both sides ({exc}); raise the fraction, add "
-                            f"images or give data.validation") from exc
-        index["train"], held_index = current[kept], current[held]
-        entries["train"]["rows_removed"]["held_out_for_validation"] = len(held_index)
-        scanned["validation"], keys["validation"] = scanned["train"], keys["train"]
-        labels["validation"], index["validation"] = labels["train"], held_index
-        entries["validation"] = {"file": None, "source": "split from train",
-                                 "rows_read": len(held_index), "rows_kept": 0, "bad_files": 0,
-                                 "exact_duplicates": 0, "conflicting_label_rows": 0,
-                                 "leaked_rows": 0, "unseen_label_rows": 0, "rows_removed": {}}
-        validation_split = {"from": "train", "fraction": data.validation_fraction,
-                            "stratified": True, "seed": cfg.train.seed,
-                            "grouped_by": "identical files"}
-    counts = np.bincount(t_labels[index["train"]], minlength=k)
-    small = hy.small_classes(counts, data.validation_fraction if validation_split else None)
-    checks.append(hy.check_record("small_classes", len(small), policy.small_classes,
-                                  f"{len(small)} classes have too few training images: "
-                                  f"{', '.join(names[i] for i in small[:10])}"))
-    ratio = hy.imbalance_ratio(counts)
-    checks.append(hy.check_record(
-        "imbalance", round(ratio or 0.0, 4), policy.imbalance,
-        f"the most frequent training class has {ratio or 0:.2f}x the images of the least "
-        f"frequent (limit {policy.max_imbalance_ratio:g})",
-        failing=ratio is not None and ratio > policy.max_imbalance_ratio))
-    limits = {"train": data.max_train_samples, "validation": data.max_eval_samples,
-              "test": data.max_eval_samples}
-    for role, limit in limits.items():
-        if role in index and limit is not None and len(index[role]) > limit:
-            keep = _subsample(labels[role][index[role]], limit, cfg.train.seed)
-            entries[role]["rows_removed"]["subsampled"] = len(index[role]) - len(keep)
-            index[role] = index[role][keep]
-    for role in index:
-        if len(index[role]) == 0:
-            raise DataError(f"{specs[role] or specs['train']}: no {role} images are left once "
-                            f"the checks have run ({entries[role]['rows_removed']}); keep "
-                            f"them (data.checks.*) or add images")
-
-    splits = ImageSplits(*(None if role not in index else ImageSplit(
-        [scanned[role].paths[i] for i in index[role]], labels[role][index[role]],
-        index[role].astype(np.int64), [scanned[role].sha256[i] for i in index[role]])
-        for role in ("train", "validation", "test")), labels=names)
-    train_scan = scanned["train"]
-    channels = choose_channels([train_scan.modes[i] for i in index["train"]])
-    size, size_from = _image_size(loaded, sources["model"], train_scan.sizes[index["train"]])
+    parts: dict[str, ImageSplit] = {}
+    for role, split in checked.roles():
+        scan, at = scan_of(role), split.row_ids - 1  # rows are 1-based positions in the scan
+        parts[role] = ImageSplit([scan.paths[i] for i in at], split.labels, at.astype(np.int64),
+                                 [scan.sha256[i] for i in at])
+    splits = ImageSplits(parts["train"], parts["validation"], parts.get("test"), labels=names)
+    train_scan, train_at = scanned["train"], parts["train"].row_ids
+    channels = choose_channels([train_scan.modes[i] for i in train_at])
+    size, size_from = _image_size(loaded, sources["model"], train_scan.sizes[train_at])
     total = sum(len(s) for _, s in splits.roles())
     use_cache = decoded_cache_wanted(data.decoded_cache, total, channels, size)
     decoded: dict[str, np.ndarray | None] = {r: None for r, _ in splits.roles()}
@@ -334,27 +258,19 @@ def _build(loaded: Any, sources: dict[str, str], specs: dict[str, str | None],
                 np.zeros((0, channels, size, size), np.uint8)
     transforms = _transforms(loaded, sources["model"], channels, size, splits.train,
                              decoded["train"], threads)
-    for role, split in splits.roles():
-        entries[role]["rows_kept"] = len(split)
-        entries[role]["label_counts"] = {names[i]: int(c) for i, c in
-                                         enumerate(np.bincount(split.labels, minlength=k))}
-    sizes = train_scan.sizes[index["train"]]
+    report = _image_report(checked.report, specs, listings, scanned, scan_of)
+    sizes = train_scan.sizes[train_at]
     modes: dict[str, int] = {}
-    for i in index["train"]:
+    for i in train_at:
         modes[train_scan.modes[i]] = modes.get(train_scan.modes[i], 0) + 1
-    report = {"task": "image-classification", "labels": names,
-              "rows": {role: e["rows_kept"] for role, e in entries.items()},
-              "label_counts": {role: e["label_counts"] for role, e in entries.items()},
-              "imbalance_ratio": ratio, "splits": entries,
-              "validation_split": validation_split, "checks": checks,
-              "images": {"channels": channels, "training_modes": modes,
-                         "training_sizes": {"min": sizes.min(0).tolist(),
-                                            "median": np.median(sizes, 0).tolist(),
-                                            "max": sizes.max(0).tolist()},
-                         "image_size": size, "image_size_from": size_from,
-                         "mean": list(transforms.mean), "std": list(transforms.std),
-                         "decoded_cache": use_cache},
-              "fingerprint": entry.name}
+    report["images"] = {"channels": channels, "training_modes": modes,
+                        "training_sizes": {"min": sizes.min(0).tolist(),
+                                           "median": np.median(sizes, 0).tolist(),
+                                           "max": sizes.max(0).tolist()},
+                        "image_size": size, "image_size_from": size_from,
+                        "mean": list(transforms.mean), "std": list(transforms.std),
+                        "decoded_cache": use_cache}
+    report["fingerprint"] = entry.name
     write_entry(entry, splits, transforms, decoded, report)
     loaded_back = load_entry(entry)
     if loaded_back is not None:  # serve the memory-mapped arrays, like a cache hit
@@ -362,13 +278,108 @@ def _build(loaded: Any, sources: dict[str, str], specs: dict[str, str | None],
     return splits, transforms, decoded, report
 
 
-def _subsample(labels: np.ndarray, limit: int, seed: int) -> np.ndarray:
-    held = min(0.999999, limit / len(labels))
+def _csv_groups(csv_path: Path, listing: ImageList, column: str) -> np.ndarray:
+    """The ``data.group_column`` value of each listed image, as group ids (in order of first
+    appearance); an image with an empty value is a group of its own.
+
+    Raises:
+        DataError: The CSV has no such column.
+    """
+    import pandas as pd
+
+    frame = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
+    if column not in frame.columns:
+        raise DataError(f"{csv_path}: data.group_column {column!r} not found (columns: "
+                        f"{', '.join(map(str, frame.columns))}); set it to the column naming "
+                        "each image's group, or remove the key")
+    values = frame[column].str.strip().to_numpy(dtype=object)
+    ids: dict[str, int] = {}
+    out = np.empty(len(listing.paths), dtype=np.int64)
+    for i, row in enumerate(listing.rows):  # the CSV's line number: data row row - 2
+        value = values[int(row or 0) - 2]
+        out[i] = ids.setdefault(value, len(ids)) if value else -(i + 1)
+    return out
+
+
+def _kept(groups: np.ndarray | None, listing: ImageList, scan: ScannedImages
+          ) -> np.ndarray | None:
+    """``groups`` (one per listed file) of the files the scan kept: its paths are the
+    listing's in order, the bad ones left out."""
+    if groups is None:
+        return None
+    kept, j = [], 0
+    for i, path in enumerate(listing.paths):
+        if j < len(scan.paths) and scan.paths[j] == path:
+            kept.append(i)
+            j += 1
+    return groups[np.array(kept, dtype=np.int64)]
+
+
+def _raw_split(role: str, spec: str, scan: ScannedImages, groups: np.ndarray | None
+               ) -> RawSplit:
+    """One split's readable images as the shared checks see rows: the key of a row is its
+    file's SHA-256 (equal bytes, equal keys), its row number its 1-based position in ``scan``."""
+    names: dict[str, int] = {}
+    codes = np.array([names.setdefault(str(label), len(names)) for label in scan.labels],
+                     dtype=np.int64)
+    return RawSplit(role, spec, pa.array(scan.sha256, type=pa.large_string()), list(names),
+                    codes, groups, np.arange(1, len(scan) + 1, dtype=np.int64), len(scan))
+
+
+def _terms(scanned: dict[str, ScannedImages], *, folder: bool) -> ck.Terms:
+    """How the shared checks' messages speak of images: files named by their path under the
+    split's folder (or the CSV's folder)."""
+
+    def where(raw: RawSplit, rows: Sequence[int]) -> str:
+        scan = scanned[raw.role]
+        shown = [_relative(scan.paths[r - 1], scan) for r in rows[:EXAMPLE_FILES]]
+        more = f" and {len(rows) - EXAMPLE_FILES} more" if len(rows) > EXAMPLE_FILES else ""
+        return f"{'image' if len(rows) == 1 else 'images'} {', '.join(shown)}{more}"
+
+    return ck.Terms(row="image", key="file", compared="same bytes", grouped_by="identical files",
+                    where=where, label_column=not folder,
+                    single_class="the training images hold a single class ({names}); a "
+                                 "classifier needs at least 2: add a subfolder (or CSV label) "
+                                 "per class")
+
+
+def _relative(path: Path, scan: ScannedImages) -> str:
+    """``path`` under the scanned folder, or the CSV's folder (paths in a CSV are relative to
+    it); absolute when outside."""
+    source = Path(scan.source)
     try:
-        _, keep = stratified_split(labels, held, seed)
+        return str(path.relative_to(source if source.is_dir() else source.parent))
     except ValueError:
-        keep = np.sort(np.random.default_rng(seed).permutation(len(labels))[:limit])
-    return keep[:limit]
+        return str(path)
+
+
+def _image_report(report: dict[str, Any], specs: dict[str, str | None],
+                  listings: dict[str, ImageList], scanned: dict[str, ScannedImages],
+                  scan_of: Any) -> dict[str, Any]:
+    """The shared checks' report in the words of images: each split's entry counts the files
+    listed (``rows_read``), the bad ones (``bad_files``, ``skipped_files``) and names files
+    in ``examples``; there are no empty texts, and no near-duplicates (files are compared
+    byte for byte, so ``normalised_duplicates`` would repeat ``exact_duplicates``)."""
+    report["checks"] = [c for c in report["checks"] if c["check"] != "normalised_duplicates"]
+    for role, entry in report["splits"].items():
+        from_train = entry["file"] is None
+        for key in ("empty_text", "empty_label", "files", "skipped_rows",
+                    "normalised_duplicates"):
+            entry.pop(key, None)
+            entry["rows_removed"].pop(key, None)
+        scan = scan_of(role)
+        entry["examples"] = {k: [_relative(scan.paths[r - 1], scan) for r in rows]
+                             for k, rows in entry["examples"].items()}
+        if from_train:
+            entry["bad_files"] = 0
+            continue
+        listing = listings[role]
+        entry["source"] = "folder" if Path(str(specs[role])).is_dir() else "csv"
+        entry["rows_read"] = len(listing.paths) + len(listing.skipped)
+        entry["bad_files"] = len(scanned[role].skipped)
+        entry["skipped_files"] = scanned[role].skipped[:SKIPPED_FILES]
+    report.setdefault("validation_split", None)
+    return {"task": "image-classification", **report}
 
 
 def _transforms(loaded: Any, model_name: str, channels: int, size: int, train: ImageSplit,
