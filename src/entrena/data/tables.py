@@ -142,6 +142,33 @@ def open_sources(*, train: str, validation: str | None, test: str | None,
             for role, spec in specs.items() if spec is not None}
 
 
+def split_specs(loaded: Any) -> dict[str, str | None]:
+    """``data.train``, ``data.validation`` and ``data.test`` of a loaded config, resolved
+    against the config's folder (``None`` for an absent split)."""
+    data = loaded.config.data
+    return {role: loaded.resolve_path(getattr(data, role)) if getattr(data, role) else None
+            for role in ("train", "validation", "test")}
+
+
+def open_config_sources(loaded: Any) -> tuple[dict[str, str | None],
+                                              dict[str, list[SourceFile]], Path]:
+    """The resolved split paths, their opened files (:func:`open_sources` with the config's
+    encoding and delimiter) and the prepared-data cache folder of a loaded config.
+
+    Raises:
+        DataError: ``data.train`` is empty, or a file cannot be opened.
+    """
+    from entrena.data.cache import default_cache_dir
+
+    data = loaded.config.data
+    cache_root = default_cache_dir(loaded.resolve_path(data.cache_dir) if data.cache_dir
+                                   else None)
+    specs = split_specs(loaded)
+    files = open_sources(**specs, encoding=data.encoding, delimiter=data.delimiter,
+                         cache_dir=cache_root)
+    return specs, files, cache_root
+
+
 def stratified_split(labels: np.ndarray, fraction: float, seed: int
                      ) -> tuple[np.ndarray, np.ndarray]:
     """Split indices into (kept, held out), stratified by label, seeded.

@@ -46,7 +46,7 @@ from entrena.data.image_batches import ImageTransforms, channel_stats, iter_resi
 from entrena.data.image_cache import ImageSplit, ImageSplits, load_entry, write_entry
 from entrena.data.images import ImageList, ScannedImages, choose_channels, list_images, scan_images
 from entrena.data.reading import RawSplit
-from entrena.data.tables import check_and_split
+from entrena.data.tables import check_and_split, split_specs
 from entrena.errors import ConfigError, DataError
 
 __all__ = ["IMAGE_CACHE_FORMAT", "PreparedImages", "prepare_images", "decoded_cache_wanted",
@@ -157,8 +157,7 @@ def prepare_images(loaded: Any, sources: dict[str, str]) -> PreparedImages:
     started = time.perf_counter()
     cfg = loaded.config
     data = cfg.data
-    specs = {role: loaded.resolve_path(getattr(data, role)) if getattr(data, role) else None
-             for role in ("train", "validation", "test")}
+    specs = split_specs(loaded)
     for role, spec in specs.items():
         if spec and "://" in spec:
             raise DataError(f"data.{role}: {spec}: image data must be a local folder or CSV; "

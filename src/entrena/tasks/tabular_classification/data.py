@@ -31,7 +31,6 @@ import numpy as np
 import pandas as pd
 
 from entrena.config import LoadedConfig
-from entrena.data.cache import default_cache_dir
 from entrena.data.hygiene import CheckPolicy, check_record
 from entrena.data.preprocessing import (
     feature_names,
@@ -41,7 +40,7 @@ from entrena.data.preprocessing import (
     unseen_categories,
 )
 from entrena.data.reading import format_rows
-from entrena.data.tables import LabelledSplits, check_and_split, open_sources
+from entrena.data.tables import LabelledSplits, check_and_split, open_config_sources
 from entrena.data.tabular import (
     all_missing,
     column_kinds,
@@ -103,12 +102,7 @@ def prepare_table(loaded: LoadedConfig) -> PreparedTable:
     started = time.perf_counter()
     cfg = loaded.config
     data = cfg.data
-    cache_root = default_cache_dir(loaded.resolve_path(data.cache_dir) if data.cache_dir
-                                   else None)
-    specs = {role: loaded.resolve_path(getattr(data, role)) if getattr(data, role) else None
-             for role in ("train", "validation", "test")}
-    files = open_sources(**specs, encoding=data.encoding, delimiter=data.delimiter,
-                         cache_dir=cache_root)
+    specs, files, cache_root = open_config_sources(loaded)
     frames, infos = {}, {}
     for role in files:
         frames[role], infos[role] = read_frame(role, files[role])

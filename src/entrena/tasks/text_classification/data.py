@@ -29,10 +29,10 @@ import numpy as np
 
 from entrena.config import Config, LoadedConfig
 from entrena.config.models import resolve_model_name
-from entrena.data.cache import CACHE_FORMAT, PreparedCache, default_cache_dir
+from entrena.data.cache import CACHE_FORMAT, PreparedCache
 from entrena.data.encoding import EncodedTexts, choose_max_length, tokenizer_fingerprint
 from entrena.data.hygiene import CheckPolicy, check_record, truncated_fraction
-from entrena.data.tables import LabelledSplits, load_splits, open_sources
+from entrena.data.tables import LabelledSplits, load_splits, open_config_sources
 from entrena.errors import ConfigError
 
 __all__ = ["PreparedData", "prepare_texts", "resolve_model_sources"]
@@ -145,12 +145,7 @@ def prepare_texts(loaded: LoadedConfig, sources: dict[str, str]) -> PreparedData
     started = time.perf_counter()
     cfg = loaded.config
     data = cfg.data
-    cache_root = default_cache_dir(loaded.resolve_path(data.cache_dir) if data.cache_dir
-                                   else None)
-    specs = {role: loaded.resolve_path(getattr(data, role)) if getattr(data, role) else None
-             for role in ("train", "validation", "test")}
-    files = open_sources(**specs, encoding=data.encoding, delimiter=data.delimiter,
-                         cache_dir=cache_root)
+    specs, files, cache_root = open_config_sources(loaded)
 
     from entrena.tasks.text_classification.model import build_tokenizer
 
