@@ -156,7 +156,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     monitor = Monitor(es.monitor, es.mode, es.min_delta)
     early_stopping = EarlyStopping(monitor, es.patience) if es.enabled else None
     schedule = LRSchedule(tcfg.scheduler, tcfg.warmup_fraction, monitor,
-                          factor=tcfg.plateau_factor, patience=tcfg.plateau_patience)
+                          factor=tcfg.plateau_factor, patience=tcfg.plateau_patience,
+                          peak_learning_rate=tcfg.learning_rate)
     checkpoint = ModelCheckpoint(paths.checkpoints if leader else None, monitor,
                                  restore=tcfg.restore_best_weights)
     preemption = Preemption()
