@@ -223,7 +223,9 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                            gradient_clip_norm=tcfg.gradient_clip_norm,
                            evals_per_epoch=tcfg.evals_per_epoch,
                            on_nonfinite=tcfg.on_nonfinite,
-                           check_gradients=backend.precision != "16-mixed")
+                           check_gradients=backend.precision != "16-mixed",
+                           divergence_factor=tcfg.divergence_factor,
+                           max_skipped_fraction=tcfg.max_skipped_fraction)
     log.info("training on %d examples, validating on %d; %d labels: %s", len(splits.train),
              len(splits.validation), len(splits.labels), ", ".join(splits.labels))
     reset_peak_memory(backend.accelerator)  # the fit's own peak, after planning's probe
@@ -365,17 +367,40 @@ def _nonfinite_error(state: TrainState, paths: RunPaths, splits: LabelledSplits,
     write_json_atomic(paths.nonfinite, report)
     tcfg = loaded.config.train
     loss = float(bad.get("loss", float("nan")))
-    what, value = (("loss", loss) if not math.isfinite(loss)
-                   else ("gradient norm", bad.get("grad_norm")))
-    saved = (f"the last good state (step {state.step}) is in {checkpoint}" if checkpoint
-             else "no step had been taken yet, so there is no state to keep")
+    if bad.get("reason") == "diverged":
+        what = (f"diverged loss ({loss:.4g}, above {bad.get('loss_limit', 0.0):.4g} = "
+                f"train.divergence_factor {tcfg.divergence_factor:g} x its running median)")
+    elif not math.isfinite(loss):
+        what = f"non-finite loss ({loss})"
+    else:
+        what = f"non-finite gradient norm ({bad.get('grad_norm')})"
+    bad_loss = bad.get("reason") == "diverged" or not math.isfinite(loss)
+    if checkpoint:
+        saved = f"the last good state (step {state.step}) is in {checkpoint}"
+        if bad_loss and state.step < int(bad.get("step", 1)) - 1:
+            saved += " (the step before gave this loss, so it was undone)"
+    elif state.resumes:
+        saved = (f"nothing new was saved: the checkpoint this session resumed from (step "
+                 f"{state.step}) is the last state kept")
+        if bad_loss:
+            saved += " and it already gives this loss (lower the learning rate more, or --restart)"
+    else:
+        saved = ("no step had been taken yet, so there is no state to keep (the next run "
+                 "starts over)")
+    gave_up = ""
+    if bad.get("attempted_steps") is not None:
+        gave_up = (f"; train.on_nonfinite: skip_batch gave up after skipping "
+                   f"{bad.get('skipped_steps')} of {bad.get('attempted_steps')} steps (more than "
+                   f"train.max_skipped_fraction {tcfg.max_skipped_fraction:g})")
     shown = ", ".join(map(str, rows[:10])) + (" …" if len(rows) > 10 else "")
+    skip = ("" if tcfg.on_nonfinite == "skip_batch"
+            else "; or set train.on_nonfinite: skip_batch")
     return NonFiniteError(
-        f"non-finite {what} ({value}) at step {bad.get('step')} (epoch "
-        f"{int(bad.get('epoch', 0)) + 1}), caught before the weights changed; {saved}; the "
-        f"batch's examples (rows {shown} of {loaded.config.data.train}) are listed in "
+        f"{what} at step {bad.get('step')} (epoch "
+        f"{int(bad.get('epoch', 0)) + 1}), caught before the weights changed{gave_up}; {saved}; "
+        f"the batch's examples (rows {shown} of {loaded.config.data.train}) are listed in "
         f"{paths.nonfinite}. Usual fixes: lower train.learning_rate (now "
         f"{tcfg.learning_rate:g}); keep train.gradient_clip_norm on (now "
         f"{tcfg.gradient_clip_norm}); train in 32-true or bf16-mixed rather than 16-mixed "
-        f"(train.precision); look at those rows for empty or extreme inputs; or set "
-        f"train.on_nonfinite: skip_batch. Then resume with --resume-with-changes, or --restart")
+        f"(train.precision); look at those rows for empty or extreme inputs{skip}. Then "
+        f"resume with --resume-with-changes, or --restart")
