@@ -145,3 +145,19 @@ def test_skip_batch_gives_up_instead_of_shipping_a_broken_model(data_dir, tmp_pa
     assert actions == ["skip_batch", "skip_batch", "stop"]
     assert not (run_dir / "model").exists()
     assert json.loads((run_dir / "status.json").read_text())["status"] == "failed"
+
+
+def test_a_non_finite_final_model_is_never_finished_nor_saved(data_dir, tmp_path):
+    # Every guard off: the weights go non-finite and every later step is skipped.
+    run_dir = tmp_path / "run"
+    with pytest.raises(NonFiniteError) as raised:
+        entrena.train(make_config(data_dir, **{"train.learning_rate": 1e6,
+                                              "train.on_nonfinite": "skip_batch",
+                                              "train.divergence_factor": None,
+                                              "train.max_skipped_fraction": 1.0}),
+                      run_dir=run_dir, console=quiet())
+    message = str(raised.value)
+    assert "so no model was saved and the run is not finished" in message
+    assert "steps were skipped for a non-finite or diverged loss" in message
+    assert not (run_dir / "model").exists() and not (run_dir / "metrics.json").exists()
+    assert json.loads((run_dir / "status.json").read_text())["status"] == "failed"

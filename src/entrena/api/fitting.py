@@ -248,6 +248,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
 
     metrics: dict[str, Any] = {}
     metrics["validation"] = evaluate(model)  # with the restored best weights
+    _refuse_nonfinite_model(model, metrics["validation"], state, checkpoint.restored)
     if splits.test is not None:
         logits, labels, loss = predict(backend, model, batches("test", shuffle=False))
         metrics["test"] = {"loss": loss, **classification_metrics(
@@ -350,6 +351,25 @@ def _interrupted_error(state: TrainState, preemption: Preemption) -> Interrupted
     message = (f"stopped at step {state.step} ({name}); nothing new to save since the "
                f"checkpoint it resumed from; run the same command to resume")
     return Interrupted(message, signal_name=name, step=state.step)
+
+
+def _refuse_nonfinite_model(model: Any, validation: dict[str, float], state: TrainState,
+                            restored: bool) -> None:
+    """A model whose weights or validation loss are not finite is never tested, saved or
+    called finished (``NonFiniteError``; the checkpoints stay)."""
+    loss = float(validation.get("loss", float("nan")))
+    weights_finite = all(bool(torch.isfinite(p).all()) for p in unwrap(model).parameters())
+    if weights_finite and math.isfinite(loss):
+        return
+    which = (f"the best weights (step {state.best_step})" if restored
+             else f"the final weights (step {state.step})")
+    what = ("hold non-finite values" if not weights_finite
+            else f"give a non-finite validation loss ({loss})")
+    raise NonFiniteError(
+        f"{which} {what}, so no model was saved and the run is not finished "
+        f"({state.skipped_steps} steps were skipped for a non-finite or diverged loss); lower "
+        f"train.learning_rate, keep train.divergence_factor and train.on_nonfinite: stop on, "
+        f"and run again with --restart")
 
 
 def _nonfinite_error(state: TrainState, paths: RunPaths, splits: LabelledSplits,
