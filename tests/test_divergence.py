@@ -1,6 +1,7 @@
 """A diverged run never ships: the divergence guard (a loss far above its running median stops
-the run before that update is kept, back at the last sane state), `skip_batch` giving up and
-the advised resume with a lower learning rate. Tiny BERT on 96 generated rows, on CPU."""
+the run before that update is kept, back at the last sane state), `skip_batch` giving up, the
+advised resume with a lower learning rate, and `predict`/`export` refusing a model whose
+outputs are not finite. Tiny BERT on 96 generated rows, on CPU."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 from rich.console import Console
+from safetensors.torch import load_file, save_file
 
 import entrena
 from conftest import build_config, review_rows, write_csv
 from entrena.engine.checkpointing import CheckpointStore
 from entrena.engine.guard import StepUndo, divergence_threshold, gives_up, record_loss
-from entrena.errors import NonFiniteError
+from entrena.errors import ModelError, NonFiniteError
 
 
 def quiet() -> Console:
@@ -161,3 +163,37 @@ def test_a_non_finite_final_model_is_never_finished_nor_saved(data_dir, tmp_path
     assert "steps were skipped for a non-finite or diverged loss" in message
     assert not (run_dir / "model").exists() and not (run_dir / "metrics.json").exists()
     assert json.loads((run_dir / "status.json").read_text())["status"] == "failed"
+
+
+@pytest.fixture(scope="module")
+def broken_run(data_dir, tmp_path_factory) -> Path:
+    """A finished tiny run whose saved weights were then overwritten with NaN (a model from
+    before the guard, or damaged on disk)."""
+    run_dir = tmp_path_factory.mktemp("broken") / "run"
+    entrena.train(make_config(data_dir, **{"train.max_epochs": 1}), run_dir=run_dir,
+                  console=quiet())
+    weights = run_dir / "model" / "model.safetensors"
+    tensors = load_file(str(weights))
+    save_file({k: torch.full_like(v, float("nan")) if v.is_floating_point() else v
+               for k, v in tensors.items()}, str(weights))
+    return run_dir
+
+
+def test_predict_refuses_a_model_whose_outputs_are_not_finite(broken_run, data_dir, tmp_path):
+    output = tmp_path / "out.csv"
+    with pytest.raises(ModelError) as raised:
+        entrena.predict(broken_run, data_dir / "test.csv", output=output, progress=False)
+    assert str(raised.value) == (
+        f"{broken_run}: the model outputs NaN values for 32 of 32 input rows, so its labels "
+        "and probabilities mean nothing; its weights are broken (a diverged run): train it "
+        "again with a lower train.learning_rate (entrena train CONFIG --restart)")
+    assert raised.value.exit_code == 2
+    assert not output.exists()
+
+
+def test_export_refuses_a_model_whose_outputs_are_not_finite(broken_run):
+    with pytest.raises(ModelError) as raised:
+        entrena.export(broken_run, latency_calls=1)
+    assert str(raised.value).startswith(
+        f"{broken_run / 'model'}: the model outputs NaN values for 32 of 32 parity texts (")
+    assert not (broken_run / "export").exists()

@@ -34,6 +34,7 @@ from entrena.exporting.inference import (
     TorchRunner,
     batch_inputs,
     predict_logits,
+    require_finite,
 )
 
 __all__ = ["ParityExamples", "parity_examples", "write_bundle", "EXAMPLE_TEXTS"]
@@ -188,6 +189,8 @@ def write_bundle(run: RunModel, fmt: ExportFormat, *, quantize: str | None, opse
     log.info("parity data: %d %s examples; running the PyTorch model", len(encoded),
              examples.dataset)
     reference = logits_of(torch_runner, set())
+    require_finite(reference[0], model=run.paths.model,
+                   inputs=f"parity texts ({examples.dataset})")
     ids, mask = batch_inputs(encoder.encode(EXAMPLE_TEXTS), [0, 1], prep.max_length,
                              encoder.pad_id)
     example = (torch.from_numpy(ids), torch.from_numpy(mask))

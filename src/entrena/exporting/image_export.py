@@ -31,7 +31,7 @@ from entrena.exporting.bundle import META_FILE, RunModel, finish_bundle
 from entrena.exporting.card import _data_lines, _metric_rows, _num, _pct
 from entrena.exporting.checks import Thresholds, parity_report, row_latency
 from entrena.exporting.exporter import _versions
-from entrena.exporting.inference import Runner, TorchRunner
+from entrena.exporting.inference import Runner, TorchRunner, require_finite
 
 __all__ = ["ImageExamples", "image_examples", "write_image_bundle", "image_card",
            "is_image_model"]
@@ -155,7 +155,8 @@ def write_image_bundle(run: RunModel, fmt: Any, *, quantize: str | None, opset: 
     model, meta = load_image_classifier(run.paths.model)
     pixels = examples.pixels
     torch_runner = TorchRunner(model)
-    reference = _logits(torch_runner, pixels)
+    reference = require_finite(_logits(torch_runner, pixels), model=run.paths.model,
+                               inputs="parity images")
     singles = list(range(min(8, len(pixels))))
     reference_one = np.concatenate([torch_runner(pixels[i:i + 1]) for i in singles])
     two = pixels[:2] if len(pixels) >= 2 else np.repeat(pixels, 2, axis=0)

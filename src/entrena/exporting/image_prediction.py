@@ -19,7 +19,7 @@ from entrena.data.image_batches import ImageTransforms, decode_resized
 from entrena.errors import DataError
 from entrena.exporting import onnx_format
 from entrena.exporting.bundle import META_FILE
-from entrena.exporting.inference import Runner, TorchRunner, softmax
+from entrena.exporting.inference import Runner, TorchRunner, require_finite, softmax
 
 __all__ = ["ImagePredictor", "predict_images"]
 
@@ -136,6 +136,7 @@ class ImagePredictor:
 
     def __init__(self, folder: Path, kind: str, manifest: dict[str, Any] | None = None,
                  threads: int | None = None):
+        self.folder = folder
         if kind == "run":
             from entrena.tasks.image_model import load_image_classifier
 
@@ -188,5 +189,7 @@ class ImagePredictor:
                     status[i] = f"skipped: {reason}"
             if kept:
                 pixels = t.normalise(torch.stack(images)).numpy()
-                probs[kept] = softmax(self.runner(pixels))
+                logits = require_finite(self.runner(pixels), model=self.folder,
+                                        inputs="images")
+                probs[kept] = softmax(logits)
         return probs, status

@@ -23,7 +23,13 @@ from entrena.exporting.bundle import (
     read_manifest,
 )
 from entrena.exporting.formats import FORMATS
-from entrena.exporting.inference import Runner, TextEncoder, predict_logits, softmax
+from entrena.exporting.inference import (
+    Runner,
+    TextEncoder,
+    predict_logits,
+    require_finite,
+    softmax,
+)
 
 __all__ = ["BACKENDS", "SKIPPED_EMPTY", "ModelSource", "resolve_source", "Predictor",
            "output_columns"]
@@ -178,6 +184,7 @@ class Predictor:
             encoded = self.encoder.encode(texts)
             logits = predict_logits(self.runner, encoded, max_length=self.preprocessing.max_length,
                                     pad_id=self.encoder.pad_id, batch_size=batch_size)
+            require_finite(logits, model=self.source.path, inputs="input rows")
             probs[~empty] = softmax(logits)
             predicted[~empty] = np.asarray(labels, dtype=object)[logits.argmax(1)]
         out["predicted_label"] = predicted

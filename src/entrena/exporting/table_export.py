@@ -32,7 +32,7 @@ from entrena.exporting.bundle import META_FILE, RunModel, finish_bundle
 from entrena.exporting.card import _data_lines, _metric_rows, _num, _pct
 from entrena.exporting.checks import Thresholds, parity_report, row_latency
 from entrena.exporting.exporter import MAX_PARITY_EXAMPLES, _label_index, _versions
-from entrena.exporting.inference import Runner, TorchRunner, softmax
+from entrena.exporting.inference import Runner, TorchRunner, require_finite, softmax
 
 __all__ = ["TableRows", "table_rows", "write_table_bundle", "TablePredictor", "is_table_model",
            "SKIPPED_EMPTY_ROW"]
@@ -152,7 +152,8 @@ def write_table_bundle(run: RunModel, fmt: Any, *, quantize: str | None, opset: 
         raise DataError(f"no rows to check parity on ({rows.dataset}); pass --parity-data FILE")
     features = transform(rows.frame, meta["preprocessing"])
     torch_runner = TorchRunner(model)
-    reference = _logits(torch_runner, features)
+    reference = require_finite(_logits(torch_runner, features), model=run.paths.model,
+                               inputs=f"parity rows ({rows.dataset})")
     singles_index = list(range(min(8, len(features))))
     reference_one = np.concatenate([torch_runner(features[i:i + 1]) for i in singles_index])
     example = {"features": torch.from_numpy(features[:2] if len(features) >= 2
@@ -273,6 +274,7 @@ class TablePredictor:
 
     def __init__(self, folder: Path, kind: str, manifest: dict[str, Any] | None = None,
                  threads: int | None = None):
+        self.folder = folder
         if kind == "run":
             from entrena.tasks.tabular_model import load_mlp
 
@@ -360,6 +362,7 @@ class TablePredictor:
             for column, count in unseen_categories(kept, self.params).items():
                 self.unseen[column] = self.unseen.get(column, 0) + count
             logits = _logits(self.runner, transform(kept, self.params), batch_size)
+            require_finite(logits, model=self.folder, inputs=f"rows of {source}")
             probs[~empty] = softmax(logits)
             predicted[~empty] = np.asarray(self.labels, dtype=object)[logits.argmax(1)]
         out["predicted_label"] = predicted
