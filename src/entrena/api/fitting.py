@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -22,7 +21,7 @@ from entrena.callbacks.preemption import Preemption, TimeLimit
 from entrena.callbacks.progress import ProgressBar
 from entrena.config import LoadedConfig
 from entrena.core.callback import Callback
-from entrena.core.files import write_json_atomic
+from entrena.core.files import dumps_strict, write_json_atomic
 from entrena.core.rundir import RunPaths
 from entrena.core.state import TrainState
 from entrena.data.tables import LabelledSplits
@@ -296,7 +295,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
 
     task.save_model(unwrap(model), prepared, paths.model)
     tmp = paths.metrics.with_name(".metrics.json.tmp")
-    tmp.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    tmp.write_text(dumps_strict(metrics, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, paths.metrics)
     _write_report(paths)
     if tracker is not None:

@@ -8,7 +8,6 @@ the bundle into place (with ``parity.passed: false``); the caller decides what t
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import shutil
 import tempfile
@@ -19,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from entrena.core.files import plain_mode
+from entrena.core.files import dumps_strict, plain_mode
 from entrena.data.sources import read_table, require_columns
 from entrena.data.tables import empty_values
 from entrena.errors import ConfigError, DataError
@@ -202,7 +201,7 @@ def write_bundle(run: RunModel, fmt: ExportFormat, *, quantize: str | None, opse
     try:
         tokenizer.save_pretrained(work)
         meta_out = {**meta, **prep.to_json(), "pad_token_id": encoder.pad_id}
-        (work / META_FILE).write_text(json.dumps(meta_out, indent=2) + "\n", encoding="utf-8")
+        (work / META_FILE).write_text(dumps_strict(meta_out, indent=2) + "\n", encoding="utf-8")
         info, parity, exported_runner, fallback = _export_attempts(
             fmt, model, example, work, quantize=quantize,
             opset=opset if opset is not None else onnx_format.DEFAULT_OPSET,

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from entrena.core.files import plain_mode
+from entrena.core.files import dumps_strict, plain_mode
 from entrena.data.image_batches import ImageTransforms, decode_resized
 from entrena.data.images import list_images
 from entrena.errors import ConfigError, DataError
@@ -195,7 +195,7 @@ def write_image_bundle(run: RunModel, fmt: Any, *, quantize: str | None, opset: 
         meta_out = {**meta, "image_column": data.get("image_column") or "image",
                     "label_column": data.get("label_column", "label"),
                     "on_bad_rows": data.get("on_bad_rows", "skip")}
-        (work / META_FILE).write_text(json.dumps(meta_out, indent=2) + "\n", encoding="utf-8")
+        (work / META_FILE).write_text(dumps_strict(meta_out, indent=2) + "\n", encoding="utf-8")
         t = meta["transforms"]
         manifest: dict[str, Any] = {
             "format": "onnx", "quantize": quantize, **info,

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from entrena.core.files import plain_mode
+from entrena.core.files import dumps_strict, plain_mode
 from entrena.data.preprocessing import invalid_numbers, transform, unseen_categories
 from entrena.data.reading import format_rows
 from entrena.data.sources import read_table
@@ -187,11 +187,11 @@ def write_table_bundle(run: RunModel, fmt: Any, *, quantize: str | None, opset: 
         latency["inputs"] = (f"the first parity rows in file order, preprocessed; "
                              f"{latency_calls} timed calls per engine after 3 warm-up calls, "
                              "the engines taking turns (preprocessing not timed)")
-        (work / PREPROCESSING_FILE).write_text(json.dumps(meta["preprocessing"], indent=2) + "\n")
+        (work / PREPROCESSING_FILE).write_text(dumps_strict(meta["preprocessing"], indent=2) + "\n")
         meta_out = {k: v for k, v in meta.items() if k != "preprocessing"}
         meta_out["label_column"] = run.config.get("data", {}).get("label_column", "label")
         meta_out["on_bad_rows"] = run.config.get("data", {}).get("on_bad_rows", "skip")
-        (work / META_FILE).write_text(json.dumps(meta_out, indent=2) + "\n", encoding="utf-8")
+        (work / META_FILE).write_text(dumps_strict(meta_out, indent=2) + "\n", encoding="utf-8")
         manifest: dict[str, Any] = {
             "format": "onnx", "quantize": quantize, **info,
             "export_time_s": time.perf_counter() - started,
