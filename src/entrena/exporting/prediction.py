@@ -176,6 +176,12 @@ class Predictor:
                                                       if len(rows) > 10 else "")
             raise DataError(f"empty {text_column!r} in input rows {shown}; fix or remove them, "
                             "or pass --on-bad-rows skip to predict the rest")
+        nested = [i for i, t in enumerate(frame[text_column].to_numpy())
+                  if not empty[i] and isinstance(t, list | dict)]
+        if nested:
+            rows = ", ".join(str(i + first_row) for i in nested[:10])
+            raise DataError(f"input rows {rows}: {text_column!r} is a JSON list or object, not "
+                            "a text; write one string per row")
         out = frame.drop(columns=[c for c in output_columns(labels) if c in frame.columns])
         texts = [str(t) for t in frame[text_column].to_numpy()[~empty]]
         probs = np.full((len(frame), len(labels)), np.nan)
