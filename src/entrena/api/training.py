@@ -24,9 +24,10 @@ from entrena.config import Config, load_config
 from entrena.config.fingerprint import config_changes, config_hash, format_changes
 from entrena.core.files import write_json_atomic
 from entrena.core.rundir import RunPaths
+from entrena.data.changes import data_changes
 from entrena.engine.checkpointing import CheckpointInfo, CheckpointStore
 from entrena.engine.distributed import launched_rank
-from entrena.errors import ConfigError, EntrenaError, Interrupted
+from entrena.errors import ConfigError, DataError, EntrenaError, Interrupted
 from entrena.units import format_duration
 
 __all__ = ["TrainResult", "train", "resolve_run_dir"]
@@ -130,17 +131,29 @@ def _choose_resume(paths: RunPaths, resolved: dict[str, Any], new_hash: str,
     return info
 
 
-def _warn_if_data_changed(paths: RunPaths, report: dict[str, Any]) -> None:
-    """A resumed run whose prepared data differs from the one it started on says so."""
+def _check_data_unchanged(paths: RunPaths, report: dict[str, Any],
+                          resume_with_changes: bool) -> None:
+    """A resumed run whose data differs from the data it started on is refused, as a changed
+    config is, unless ``resume_with_changes`` (then a warning lists the changes).
+
+    Raises:
+        DataError: Lists what changed (files, hashes, rows) and the ways on.
+    """
     try:
-        before = json.loads(paths.data_report.read_text(encoding="utf-8")).get("fingerprint")
-    except (OSError, ValueError, AttributeError):
+        before = json.loads(paths.data_report.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return
-    after = report.get("fingerprint")
-    if before and after and before != after:
-        log.warning("the data (or its settings) changed since this run started (prepared-data "
-                    "fingerprint %s -> %s); the resumed run goes on with the new data; use "
-                    "--restart to start over on it", before, after)
+    changes = data_changes(before, report) if isinstance(before, dict) else []
+    if not changes:
+        return
+    listed = "\n".join(f"  {line}" for line in changes)
+    if not resume_with_changes:
+        raise DataError(
+            f"{paths.root}: the data differs from the data this run was trained on:\n{listed}\n"
+            f"resuming would go on with other data than the checkpoint saw; pass "
+            f"--resume-with-changes to go on with the new data, --restart to start over on "
+            f"it, or --run-dir for a new run")
+    log.warning("resuming with changed data (--resume-with-changes):\n%s", listed)
 
 
 def _announce_table(console: Any, renderable: Any) -> None:
@@ -211,7 +224,9 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
     Raises:
         ConfigError: The config is invalid, names an unknown model (before data is read), or
             differs from the unfinished run's (without ``resume_with_changes``).
-        DataError: A data file is missing, unreadable or inconsistent with the config.
+        DataError: A data file is missing, unreadable or inconsistent with the config, or
+            differs from the data the unfinished run started on (without
+            ``resume_with_changes``).
         ResourceError: The requested device is missing, or the disk is full at a checkpoint.
         Interrupted: SIGTERM, SIGUSR1 or SIGINT arrived; a checkpoint was saved first.
         NonFiniteError: A NaN/Inf loss or gradient under ``train.on_nonfinite: stop``.
@@ -241,7 +256,7 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
     prepared = prepare_data(loaded, sources)  # data errors come before anything is written
     _announce_table(console, report_table(prepared.report))
     if resume is not None:
-        _warn_if_data_changed(paths, prepared.report)
+        _check_data_unchanged(paths, prepared.report, resume_with_changes)
     failure = check_failure(prepared.report, paths.data_report)
     if failure is not None:  # a check set to `error` failed: the report, and nothing else
         write_report(paths, prepared.report, only_if_untrained=False)
