@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from entrena.data.image_batches import ImageTransforms, decode_resized
+from entrena.data.images import decode_failure
 from entrena.errors import DataError
 from entrena.exporting import onnx_format
 from entrena.exporting.bundle import META_FILE
@@ -176,13 +177,8 @@ class ImagePredictor:
                 try:
                     images.append(decode_resized(paths[i], t.channels, t.size))
                     kept.append(i)
-                except (OSError, ValueError, SyntaxError) as exc:
-                    if isinstance(exc, FileNotFoundError):
-                        reason = "missing file"
-                    elif "identify" in str(exc):
-                        reason = "not an image Pillow can read"
-                    else:
-                        reason = f"damaged image ({str(exc).splitlines()[0][:80]})"
+                except Exception as exc:  # noqa: BLE001  # any decoder failure: that file's
+                    reason = decode_failure(exc)
                     if on_bad_rows == "error":
                         raise DataError(f"{paths[i]}: {reason}; remove it or pass "
                                         "--on-bad-rows skip") from exc
