@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -240,6 +241,9 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                     evaluate=evaluate, settings=settings, callbacks=all_callbacks, state=state,
                     save_checkpoint=save_checkpoint)
     fit_peak_bytes = peak_memory_bytes(backend.accelerator)
+    if preemption.signal_name and not state.interrupted:
+        # It came as the fit ended (no step left to stop at): stop as outside the fit.
+        signal.raise_signal(getattr(signal, preemption.signal_name))
     if state.interrupted == "nonfinite":
         raise _nonfinite_error(state, paths, splits, loaded)
     if state.interrupted:

@@ -20,6 +20,7 @@ from entrena.api.preparing import (
     resolve_run_dir,
     write_report,
 )
+from entrena.api.stopping import StopSignal, stop_signals, stopped_error
 from entrena.config import Config, load_config
 from entrena.config.fingerprint import config_changes, config_hash, format_changes
 from entrena.core.files import write_json_atomic
@@ -230,10 +231,31 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
         ResourceError: The requested device is missing, or the disk is full at a checkpoint.
         Interrupted: SIGTERM, SIGUSR1 or SIGINT arrived; a checkpoint was saved first.
         NonFiniteError: A NaN/Inf loss or gradient under ``train.on_nonfinite: stop``.
+
+    A stop signal outside the fit (preparing the data, planning, testing, saving) raises
+    ``Interrupted`` too, at once, saying what is saved and what the same command will do.
     """
+    where: dict[str, Any] = {}
+    with stop_signals():
+        try:
+            return _train(config, run_dir=run_dir, overrides=overrides, restart=restart,
+                          resume_with_changes=resume_with_changes, callbacks=callbacks,
+                          console=console, tracking_tags=tracking_tags, where=where)
+        except StopSignal as stop:
+            raise stopped_error(stop.signal_name, where.get("paths"),
+                                where.get("phase", "")) from None
+
+
+def _train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | None,
+           overrides: list[str] | dict[str, Any] | None, restart: bool,
+           resume_with_changes: bool, callbacks: list[Any] | None, console: Any,
+           tracking_tags: dict[str, str] | None, where: dict[str, Any]) -> TrainResult:
+    """:func:`train`'s work; fills ``where`` (``paths``, ``phase``) for a stop message."""
+    where["phase"] = "reading the config"
     loaded = load_config(config, overrides)
     sources = _check_model_source(loaded)
     paths = RunPaths(resolve_run_dir(loaded.config, run_dir))
+    where["paths"] = paths
     if launched_rank() > 0:  # a process that rank 0 started (DDP): it reads, never writes
         return _train_worker(loaded, sources, paths, callbacks or [])
 
@@ -253,6 +275,7 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
                         "checkpoint; starting it over", paths.root)
             shutil.rmtree(paths.root)
 
+    where["phase"] = "preparing the data"
     prepared = prepare_data(loaded, sources)  # data errors come before anything is written
     _announce_table(console, report_table(prepared.report))
     if resume is not None:
@@ -265,6 +288,7 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
     from entrena.api.fitting import run_fit  # heavy imports (torch) only past validation
 
     created = resume is None
+    where["phase"] = "planning"
     paths.root.mkdir(parents=True, exist_ok=True)
     handler = _attach_log_file(paths.log)
     try:
@@ -282,6 +306,10 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
     except Interrupted as exc:
         _write_json_atomic(paths.status, {"status": "interrupted", "signal": exc.signal_name,
                                           "step": exc.step, "time": time.time()})
+        raise
+    except StopSignal as exc:  # outside the fit: train() says what is saved
+        _write_json_atomic(paths.status, {"status": "interrupted", "signal": exc.signal_name,
+                                          "phase": where.get("phase"), "time": time.time()})
         raise
     except EntrenaError as exc:
         if (created and not paths.events.is_file()
