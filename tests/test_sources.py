@@ -183,6 +183,21 @@ def test_prepare_refuses_a_list_label_with_exit_2(tmp_path, config_file):
     assert not (tmp_path / "runs").exists()
 
 
+def test_data_test_set_to_the_training_file_says_so(tmp_path):
+    # It once reported every training row as leaked ("3980 leakage") instead.
+    train = write_csv(tmp_path / "train.csv", review_rows(40))
+    assert data_error(train, test=str(train)) == (
+        f"data.test: {train} is the same file as data.train ({train}): every test row is a "
+        "training row, so its scores would mean nothing; point data.test at held-out data, or "
+        "leave it out (no test scores)")
+    copy = tmp_path / "copy.csv"
+    copy.write_bytes(train.read_bytes())
+    assert data_error(train, validation=str(copy)).startswith(
+        f"data.validation: {copy} is a byte-for-byte copy of data.train ({train}): ")
+    other = write_csv(tmp_path / "other.csv", review_rows(40, seed=3))
+    assert len(splits(train, test=str(other)).test) == 40
+
+
 def test_glob_pattern_reads_every_shard_in_order(tmp_path):
     rows = review_rows(60)
     for i in range(3):
