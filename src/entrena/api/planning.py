@@ -197,7 +197,8 @@ def _shape(cfg: Config, prepared: PreparedData, profile: Any, max_length: int) -
         precision=t.precision, max_epochs=t.max_epochs, max_steps=t.max_steps,
         gradient_accumulation_steps=t.gradient_accumulation_steps,
         evals_per_epoch=t.evals_per_epoch, devices=t.devices, seed=t.seed,
-        group_by_length=t.group_by_length, accelerator=t.accelerator, threads=t.num_threads)
+        group_by_length=t.group_by_length, accelerator=t.accelerator, threads=t.num_threads,
+        undo_copy=t.divergence_factor is not None)
 
 
 def _probe_batches(loaded: LoadedConfig, prepared: Any, max_length: int) -> list[Any]:
