@@ -214,9 +214,11 @@ class ModelConfig(StrictModel):
 
     name: str | None = "minilm-l6"
     """A model alias (`minilm-l6`), a local Hugging Face model directory, or a hub id
-    (`org/name`, needs internet). With `architecture` set, only its tokenizer is used (unless
-    `tokenizer` is set). For `image-classification`: `small-cnn` (tiny images) or a timm model
-    name (`resnet18`, `mobilenetv3_small_100`, `efficientnet_b0` …)."""
+    (`org/name`, or a canonical id without an org such as `bert-base-uncased`; needs
+    internet unless in the Hugging Face cache; no network is exit 2 at once). With
+    `architecture` set, only its tokenizer is used (unless `tokenizer` is set). For
+    `image-classification`: `small-cnn` (tiny images) or a timm model name (`resnet18`,
+    `mobilenetv3_small_100`, `efficientnet_b0` …)."""
     architecture: ArchitectureConfig | None = None
     """Build a randomly initialised BERT encoder of this shape instead of loading weights."""
     tokenizer: str | None = None
