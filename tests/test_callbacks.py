@@ -199,3 +199,34 @@ def test_monitor_reads_the_metric_after_the_dot():
     assert not LOSS.maximize and Monitor("validation.macro_f1").maximize
     assert Monitor("validation.loss", mode="max").maximize
     assert TrainState().padding_fraction == 0.0
+
+
+def test_a_resumed_schedule_takes_the_configured_peak_learning_rate():
+    # A resume with a changed train.learning_rate (--resume-with-changes after a divergence)
+    # trains at the new peak, not at the one saved in the optimizer and scheduler states.
+    def started(lr: float, saved: tuple[dict, dict] | None = None, peak: float | None = None):
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+        schedule = LRSchedule("linear", warmup_fraction=0.0, peak_learning_rate=peak)
+        if saved is not None:
+            optimizer.load_state_dict(saved[0])
+            schedule.load_state_dict(saved[1])
+        state = TrainState(max_steps=10)
+        state.optimizer = optimizer
+        schedule.on_fit_start(state)
+        return optimizer, schedule, state
+
+    optimizer, schedule, state = started(1e6, peak=1e6)
+    for _ in range(3):
+        optimizer.step()
+        schedule.on_batch_end(state)
+    saved = (optimizer.state_dict(), schedule.state_dict())
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(1e6 * 0.7)
+
+    again, _, state = started(1e-3, saved, peak=1e6)  # unchanged: the saved rate, exactly
+    assert again.param_groups[0]["lr"] == saved[0]["param_groups"][0]["lr"]
+    lowered, schedule, state = started(1e-3, saved, peak=1e-3)
+    assert lowered.param_groups[0]["lr"] == pytest.approx(1e-3 * 0.7)
+    assert state.learning_rate == pytest.approx(1e-3 * 0.7)
+    schedule.on_batch_end(state)
+    assert lowered.param_groups[0]["lr"] == pytest.approx(1e-3 * 0.6)

@@ -301,6 +301,39 @@ def test_mlflow_tracking_uri_environment_variable_wins(tmp_path, monkeypatch):
     assert default_tracking_uri(tmp_path, "http://example:5000") == "file:///somewhere"
 
 
+def test_a_tracking_store_that_cannot_open_is_one_warning_at_once(tmp_path, caplog):
+    # sqlite:////proc/x.db once stalled training 104 s behind MLflow's retries and printed
+    # 36 raw warnings.
+    import logging
+    import time
+
+    from entrena.tracking.mlflow_tracker import MLflowTracker
+
+    tracker = MLflowTracker("sqlite:////proc/entrena-test/x.db", "e", "r", tmp_path / "art")
+    started = time.perf_counter()
+    with caplog.at_level(logging.WARNING):
+        tracker.start({"a": 1})
+    assert time.perf_counter() - started < 5.0 and not tracker.enabled
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "MLflow tracking off: opening the tracking store sqlite:////proc/entrena-test/x.db "
+        "failed (")
+    assert warnings[0].endswith("); training goes on")
+
+
+def test_the_store_probe_is_bounded_in_time(monkeypatch):
+    import time
+
+    from entrena.tracking import mlflow_tracker
+
+    monkeypatch.setattr(mlflow_tracker, "_open_store", lambda uri: time.sleep(3))
+    started = time.perf_counter()
+    with pytest.raises(TimeoutError, match=r"no answer in 0\.2 s"):
+        mlflow_tracker.probe_store("postgresql://db.invalid/mlflow", timeout_s=0.2)
+    assert time.perf_counter() - started < 1.0
+    mlflow_tracker.probe_store(f"sqlite:///{Path.cwd() / 'ok' / 'mlflow.db'}")  # opens: no error
+
+
 @pytest.mark.slow
 def test_unreachable_tracking_server_fails_fast(tmp_path):
     script = ("from pathlib import Path\n"

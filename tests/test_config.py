@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import entrena
-from conftest import EXAMPLES, build_config, write_config
+from conftest import EXAMPLES, build_config, run_cli, write_config
 from entrena.api.training import _check_model_source
 from entrena.config import Config, parse_overrides
 from entrena.config.models import MODEL_ALIASES, resolve_model_name
@@ -188,10 +188,69 @@ def test_unknown_alias_lists_aliases_and_closest():
 
 
 def test_alias_error_comes_before_any_data_file_is_read(tmp_path):
-    config = build_config({"model.tokenizer": "bert-tiny", "data.train": "missing/train.csv"})
-    with pytest.raises(ConfigError, match="model.tokenizer = 'bert-tiny' is not a known model "
+    config = build_config({"model.tokenizer": "minilm-l7", "data.train": "missing/train.csv"})
+    with pytest.raises(ConfigError, match="model.tokenizer = 'minilm-l7' is not a known model "
                                           "alias.*aliases: minilm-l6"):
         entrena.train(config)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.fixture
+def no_hub(tmp_path, monkeypatch) -> Path:
+    """A Hub that refuses connections and an empty Hugging Face cache; returns the cache."""
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    return tmp_path / "hf-cache"
+
+
+def test_a_canonical_hub_id_without_an_org_is_a_hub_id(no_hub):
+    snapshot = no_hub / "models--distilbert-base-uncased" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    assert resolve_model_name("distilbert-base-uncased") == "distilbert-base-uncased"  # cached
+    with pytest.raises(ConfigError, match="is not a known model alias"):
+        resolve_model_name("minilm-l7")  # a near miss of an alias stays a typo, not a hub id
+
+
+def test_an_unreachable_hub_is_bad_input_at_once(no_hub, tmp_path):
+    import time
+
+    started = time.perf_counter()
+    with pytest.raises(ConfigError) as info:
+        resolve_model_name("org/nonexistent-model")
+    assert time.perf_counter() - started < 5.0
+    assert str(info.value).startswith(
+        "model.name = 'org/nonexistent-model': cannot download it from http://127.0.0.1:9: no "
+        "network (")
+    assert str(info.value).endswith("); use a local folder (one with the model's config.json) "
+                                    "or an alias (minilm-l6)")
+    with pytest.raises(ConfigError, match="model.name = 'distilbert-base-uncased': cannot "
+                                          "download it from http://127.0.0.1:9: no network"):
+        resolve_model_name("distilbert-base-uncased")
+
+
+def test_hf_hub_offline_without_the_model_cached_says_so(no_hub, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError) as info:
+        resolve_model_name("bert-base-uncased", key="model.tokenizer")
+    assert str(info.value) == (
+        f"model.tokenizer = 'bert-base-uncased': cannot download it: HF_HUB_OFFLINE is set and "
+        f"it is not in the local cache ({no_hub}); use a local folder (one with the model's "
+        f"config.json) or an alias (minilm-l6)")
+
+
+def test_train_with_an_unreachable_hub_model_exits_2_with_one_line(no_hub, tmp_path,
+                                                                    config_file):
+    config = build_config({"model.architecture": None, "model.tokenizer": None,
+                           "model.name": "org/nonexistent-model"})
+    result = run_cli("train", config_file(config), cwd=tmp_path, HF_ENDPOINT="http://127.0.0.1:9",
+                     HF_HUB_CACHE=str(no_hub))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: model.name = 'org/nonexistent-model': cannot download it from "
+        "http://127.0.0.1:9: no network ("), result.stderr
     assert not (tmp_path / "runs").exists()
 
 

@@ -312,6 +312,18 @@ def test_predict_reads_jsonl_and_parquet(tiny_run, tmp_path):
         assert out["status"].tolist() == ["ok", "skipped: empty text", "ok"]
 
 
+def test_predict_refuses_a_json_list_or_object_as_the_text(tiny_run, tmp_path):
+    rows = [{"review": "Great coffee."}, {"review": ["Broken", "bag"]}, {"review": {"a": 1}}]
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "out.csv"
+    with pytest.raises(DataError) as raised:
+        entrena.predict(tiny_run, jsonl, output=out, progress=False)
+    assert str(raised.value) == ("input rows 2, 3: 'review' is a JSON list or object, not a "
+                                 "text; write one string per row")
+    assert not out.exists()
+
+
 def test_predict_on_bad_rows_error_names_the_rows_and_writes_nothing(tiny_run,
                                                                      reviews_with_bad_rows,
                                                                      tmp_path):

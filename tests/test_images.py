@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +80,62 @@ def test_truncated_and_non_image_files_are_skipped_and_counted(tmp_path: Path) -
     assert reasons["truncated.jpg"].startswith("damaged image")
     with pytest.raises(DataError, match=r"truncated\.jpg: damaged image .*on_bad_rows: skip"):
         scan_images(list_images(root), on_bad_rows="error")
+
+
+def huge_png(path: Path, width: int = 20000, height: int = 20000) -> Path:
+    """A PNG whose header says ``width`` x ``height`` (no pixel data: Pillow refuses it on
+    opening, before decoding)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
+                     + chunk(b"IDAT", zlib.compress(b"\0" * 16)) + chunk(b"IEND", b""))
+    return path
+
+
+def test_a_decompression_bomb_is_a_skipped_file_with_the_pixel_limit(tmp_path: Path) -> None:
+    # It once ended prepare/train/predict with "internal error: DecompressionBombError".
+    root = image_folder(tmp_path / "train")
+    bomb = huge_png(root / "left" / "huge.png")
+    scanned = scan_images(list_images(root))
+    assert len(scanned) == 12
+    assert scanned.skipped == [{"path": str(bomb), "reason": (
+        "too large: 400,000,000 pixels, above the limit of 178,956,970 (Pillow's "
+        "decompression-bomb guard); shrink the image")}]
+    with pytest.raises(DataError) as raised:
+        scan_images(list_images(root), on_bad_rows="error")
+    assert str(raised.value).startswith(f"{bomb}: too large: 400,000,000 pixels, above the limit")
+
+
+def test_any_decoder_failure_is_a_skipped_file(tmp_path: Path, monkeypatch) -> None:
+    import entrena.data.images as images
+
+    root = image_folder(tmp_path / "train", per_class=2)
+
+    def broken(data: bytes):
+        raise IndexError("tuple index out of range")
+
+    monkeypatch.setattr(images, "_open", broken)
+    scanned = scan_images(list_images(root))
+    assert {s["reason"] for s in scanned.skipped} == {
+        "damaged image (IndexError: tuple index out of range)"}
+
+
+def test_a_few_colour_images_making_the_model_rgb_are_named(tmp_path: Path, caplog) -> None:
+    root = image_folder(tmp_path / "train")
+    colour = write_image(root / "left" / "colour.png", 0, mode="RGB")
+    scan_images(list_images(root), role="validation")
+    assert "3 channels" not in caplog.text  # the training images decide
+    scanned = scan_images(list_images(root))
+    assert choose_channels(scanned.modes) == 3
+    assert (f"the model gets 3 channels because 1 of 13 training images is in colour: {colour} "
+            "(RGB); the other 12 are grayscale: convert it to grayscale (or remove it) for a "
+            "1-channel model") in caplog.text
+    caplog.clear()
+    scan_images(list_images(image_folder(tmp_path / "rgb", mode="RGB")))
+    assert "3 channels" not in caplog.text  # colour is the rule there, not a stray file
 
 
 def test_csv_of_paths_relative_to_the_csv(tmp_path: Path) -> None:

@@ -130,6 +130,17 @@ def test_model_state_terms_follow_the_precision(tiny_profile):
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_divergence_guards_copy_is_counted(tiny_profile, device):
+    # One copy of the trainable weights (fp32) and of the AdamW moments: 12 bytes a weight.
+    kwargs = dict(batch_size=8, tokens=32, device=device, precision="32-true")
+    without = training_memory(tiny_profile, **kwargs)
+    with_copy = training_memory(tiny_profile, undo_copy=True, **kwargs)
+    extra = 12 * tiny_profile.trainable_parameters
+    assert with_copy.peak_bytes - without.peak_bytes == pytest.approx(extra)
+    assert with_copy.overhead_bytes - without.overhead_bytes == pytest.approx(extra)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_largest_batch_is_the_boundary(tiny_profile, device):
     capacity = 3 * GIB
     kwargs = dict(tokens=256, device=device, precision="32-true" if device == "cpu"

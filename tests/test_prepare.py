@@ -331,7 +331,8 @@ def test_a_test_file_left_empty_by_dropped_labels_is_refused(tiny_data, tmp_path
                                "data.on_unseen_labels) or add rows")
 
 
-def test_resuming_on_changed_data_says_so(tiny_data, config_file, tmp_path, caplog):
+def test_resuming_on_changed_data_is_refused_unless_accepted(tiny_data, config_file, tmp_path,
+                                                             caplog):
     from entrena.core.callback import Callback
 
     class CrashAt3(Callback):
@@ -342,7 +343,37 @@ def test_resuming_on_changed_data_says_so(tiny_data, config_file, tmp_path, capl
     path = config_file(build_config({"train.checkpoint.every_steps": 1, "train.max_epochs": 1}))
     with pytest.raises(RuntimeError, match="power cut"):
         entrena.train(path, callbacks=[CrashAt3()], console=_quiet_console())
-    write_csv(tmp_path / "data" / "test.csv", review_rows(32, seed=5))
-    result = entrena.train(path, console=_quiet_console())
+    # Every label flipped: same rows, other bytes. Refused as a changed config is.
+    flipped = [(text, {"good": "bad", "bad": "good"}[label])
+               for text, label in review_rows(32, seed=2)]
+    test = write_csv(tmp_path / "data" / "test.csv", flipped)
+    with pytest.raises(DataError) as info:
+        entrena.train(path, console=_quiet_console())
+    message = str(info.value)
+    assert message.startswith("runs/tiny: the data differs from the data "
+                              f"this run was trained on:\n  data.test: {test}: SHA-256 ")
+    assert message.endswith("\nresuming would go on with other data than the checkpoint saw; "
+                            "pass --resume-with-changes to go on with the new data, --restart "
+                            "to start over on it, or --run-dir for a new run")
+    assert info.value.exit_code == 2 and "rows" not in message.splitlines()[1]  # 32 both
+    result = entrena.train(path, resume_with_changes=True, console=_quiet_console())
     assert result.resumed_from_step is not None
-    assert "the data (or its settings) changed since this run started" in caplog.text
+    assert "resuming with changed data (--resume-with-changes):\n  data.test: " in caplog.text
+
+
+def test_data_changes_name_files_hashes_and_rows():
+    from entrena.data.changes import data_changes
+
+    def report(fingerprint, sha, rows, images=None):
+        train = {"files": [{"file": "d/train.csv", "sha256": sha, "bytes": 10,
+                            "rows_read": rows}]}
+        return {"fingerprint": fingerprint,
+                "splits": {"train": train, "test": {"rows_read": images or 5}}}
+
+    assert data_changes(report("a", "1" * 64, 9), report("a", "2" * 64, 8)) == []  # same print
+    assert data_changes(report("a", "1" * 64, 9), report("b", "2" * 64, 8, images=6)) == [
+        "data.train: d/train.csv: SHA-256 111111111111… -> 222222222222…, 9 -> 8 rows",
+        "data.test: rows read 5 -> 6"]
+    assert data_changes(report("a", "1" * 64, 9), report("b", "1" * 64, 9)) == [
+        "prepared-data fingerprint a -> b (the same files; the tokenizer or an encoding "
+        "setting differs)"]

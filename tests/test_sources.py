@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import socket
 import threading
 from pathlib import Path
@@ -136,6 +137,65 @@ def test_parquet_without_the_text_column_lists_its_columns(tmp_path):
     assert data_error(path) == (f"{path}: data.text_column = 'text' is not a column of the train "
                                 "data; columns are: 'review', 'label'; set data.text_column to "
                                 "one of them")
+
+
+def test_a_jsonl_list_or_object_where_a_value_belongs_is_refused(tmp_path):
+    # Once "['great']" became a class and an object in the text column was trained on as
+    # its Python repr.
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"text": "a", "label": "x"}\n{"text": "b", "label": ["great"]}\n')
+    assert data_error(path) == (
+        f"data.train: {path}: line 2: 'label' (data.label_column) is a JSON list, [\"great\"], "
+        "not a string or number; write one plain value per field (a list of labels per row "
+        "is not supported)")
+    path.write_text('{"text": {"body": "b"}, "label": "x", "meta": [1]}\n')
+    assert data_error(path).startswith(
+        f"data.train: {path}: line 1: 'text' (data.text_column) is a JSON object, "
+        '{"body": "b"}, not a string or number')
+    path.write_text("".join(f'{{"text": "t{i}", "label": "{"xy"[i % 2]}", "meta": {{"a": 1}}}}\n'
+                            for i in range(8)))
+    assert len(splits(path).train) == 6  # a column that is not read may hold anything
+    with pytest.raises(DataError, match=r"line 1: 'meta' is a JSON object"):
+        read_table(str(path))  # every column read (a table's features)
+
+
+def test_a_parquet_list_column_is_refused(tmp_path):
+    path = tmp_path / "train.parquet"
+    pd.DataFrame({"text": ["a", "b"], "label": [["x"], ["y", "z"]]}).to_parquet(path)
+    assert data_error(path) == (
+        f"data.train: {path}: column 'label' (data.label_column) is a Parquet "
+        "list<element: string> column, not strings or numbers; write one plain value per row "
+        "(a list of labels per row is not supported)")
+
+
+def test_prepare_refuses_a_list_label_with_exit_2(tmp_path, config_file):
+    write_csv(tmp_path / "data" / "test.csv", review_rows(10))
+    lines = [json.dumps({"text": t, "label": [label] if i == 4 else label})
+             for i, (t, label) in enumerate(review_rows(20), start=1)]
+    (tmp_path / "data" / "train.jsonl").write_text("\n".join(lines) + "\n")
+    result = run_cli("prepare", config_file(build_config(train="data/train.jsonl")),
+                     cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        f"error: data.train: {tmp_path / 'data' / 'train.jsonl'}: line 4: 'label' "
+        "(data.label_column) is a JSON list, [\"bad\"], not a string or number; write one "
+        "plain value per field (a list of labels per row is not supported)")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_data_test_set_to_the_training_file_says_so(tmp_path):
+    # It once reported every training row as leaked ("3980 leakage") instead.
+    train = write_csv(tmp_path / "train.csv", review_rows(40))
+    assert data_error(train, test=str(train)) == (
+        f"data.test: {train} is the same file as data.train ({train}): every test row is a "
+        "training row, so its scores would mean nothing; point data.test at held-out data, or "
+        "leave it out (no test scores)")
+    copy = tmp_path / "copy.csv"
+    copy.write_bytes(train.read_bytes())
+    assert data_error(train, validation=str(copy)).startswith(
+        f"data.validation: {copy} is a byte-for-byte copy of data.train ({train}): ")
+    other = write_csv(tmp_path / "other.csv", review_rows(40, seed=3))
+    assert len(splits(train, test=str(other)).test) == 40
 
 
 def test_glob_pattern_reads_every_shard_in_order(tmp_path):

@@ -18,6 +18,7 @@ __all__ = [
     "CheckFailed",
     "Interrupted",
     "NonFiniteError",
+    "ModelError",
     "EXIT_OK",
     "EXIT_INTERNAL",
     "EXIT_BAD_INPUT",
@@ -81,6 +82,10 @@ class Interrupted(EntrenaError):
         self.step = step
         self.signal_to_saved_s = signal_to_saved_s
         self.exit_code = EXIT_INTERRUPTED if signal_name == "SIGINT" else EXIT_PREEMPTED
+
+
+class ModelError(EntrenaError, ValueError):
+    """A saved model cannot be used as it is (its outputs are not finite: a diverged run)."""
 
 
 class NonFiniteError(EntrenaError, FloatingPointError):

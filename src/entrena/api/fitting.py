@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
+import signal
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -22,7 +22,7 @@ from entrena.callbacks.preemption import Preemption, TimeLimit
 from entrena.callbacks.progress import ProgressBar
 from entrena.config import LoadedConfig
 from entrena.core.callback import Callback
-from entrena.core.files import write_json_atomic
+from entrena.core.files import dumps_strict, write_json_atomic
 from entrena.core.rundir import RunPaths
 from entrena.core.state import TrainState
 from entrena.data.tables import LabelledSplits
@@ -154,7 +154,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     monitor = Monitor(es.monitor, _monitor_mode(task, es.monitor, es.mode), es.min_delta)
     early_stopping = EarlyStopping(monitor, es.patience) if es.enabled else None
     schedule = LRSchedule(tcfg.scheduler, tcfg.warmup_fraction, monitor,
-                          factor=tcfg.plateau_factor, patience=tcfg.plateau_patience)
+                          factor=tcfg.plateau_factor, patience=tcfg.plateau_patience,
+                          peak_learning_rate=tcfg.learning_rate)
     checkpoint = ModelCheckpoint(paths.checkpoints if leader else None, monitor,
                                  restore=tcfg.restore_best_weights)
     preemption = Preemption()
@@ -220,7 +221,9 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                            gradient_clip_norm=tcfg.gradient_clip_norm,
                            evals_per_epoch=tcfg.evals_per_epoch,
                            on_nonfinite=tcfg.on_nonfinite,
-                           check_gradients=backend.precision != "16-mixed")
+                           check_gradients=backend.precision != "16-mixed",
+                           divergence_factor=tcfg.divergence_factor,
+                           max_skipped_fraction=tcfg.max_skipped_fraction)
     log.info("training on %d examples, validating on %d; %d labels: %s", len(splits.train),
              len(splits.validation), len(splits.labels), ", ".join(splits.labels))
     reset_peak_memory(backend.accelerator)  # the fit's own peak, after planning's probe
@@ -236,6 +239,9 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                     loss=task.loss, evaluate=evaluate, settings=settings,
                     callbacks=all_callbacks, state=state, save_checkpoint=save_checkpoint)
     fit_peak_bytes = peak_memory_bytes(backend.accelerator)
+    if preemption.signal_name and not state.interrupted:
+        # It came as the fit ended (no step left to stop at): stop as outside the fit.
+        signal.raise_signal(getattr(signal, preemption.signal_name))
     if state.interrupted == "nonfinite":
         raise _nonfinite_error(state, paths, splits, loaded)
     if state.interrupted:
@@ -243,6 +249,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
 
     metrics: dict[str, Any] = {}
     metrics["validation"] = evaluate(model)  # with the restored best weights
+    _refuse_nonfinite_model(model, metrics["validation"], state, checkpoint.restored)
     if splits.test is not None:
         outputs, targets, loss = predict(backend, model, batches("test", shuffle=False),
                                          task.loss)
@@ -291,7 +298,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
 
     task.save_model(unwrap(model), prepared, paths.model)
     tmp = paths.metrics.with_name(".metrics.json.tmp")
-    tmp.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    tmp.write_text(dumps_strict(metrics, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, paths.metrics)
     _write_report(paths)
     if tracker is not None:
@@ -357,6 +364,25 @@ def _interrupted_error(state: TrainState, preemption: Preemption) -> Interrupted
     return Interrupted(message, signal_name=name, step=state.step)
 
 
+def _refuse_nonfinite_model(model: Any, validation: dict[str, float], state: TrainState,
+                            restored: bool) -> None:
+    """A model whose weights or validation loss are not finite is never tested, saved or
+    called finished (``NonFiniteError``; the checkpoints stay)."""
+    loss = float(validation.get("loss", float("nan")))
+    weights_finite = all(bool(torch.isfinite(p).all()) for p in unwrap(model).parameters())
+    if weights_finite and math.isfinite(loss):
+        return
+    which = (f"the best weights (step {state.best_step})" if restored
+             else f"the final weights (step {state.step})")
+    what = ("hold non-finite values" if not weights_finite
+            else f"give a non-finite validation loss ({loss})")
+    raise NonFiniteError(
+        f"{which} {what}, so no model was saved and the run is not finished "
+        f"({state.skipped_steps} steps were skipped for a non-finite or diverged loss); lower "
+        f"train.learning_rate, keep train.divergence_factor and train.on_nonfinite: stop on, "
+        f"and run again with --restart")
+
+
 def _nonfinite_error(state: TrainState, paths: RunPaths, splits: LabelledSplits,
                      loaded: LoadedConfig) -> NonFiniteError:
     bad = dict(state.extras.get("nonfinite", {}))
@@ -372,17 +398,40 @@ def _nonfinite_error(state: TrainState, paths: RunPaths, splits: LabelledSplits,
     write_json_atomic(paths.nonfinite, report)
     tcfg = loaded.config.train
     loss = float(bad.get("loss", float("nan")))
-    what, value = (("loss", loss) if not math.isfinite(loss)
-                   else ("gradient norm", bad.get("grad_norm")))
-    saved = (f"the last good state (step {state.step}) is in {checkpoint}" if checkpoint
-             else "no step had been taken yet, so there is no state to keep")
+    if bad.get("reason") == "diverged":
+        what = (f"diverged loss ({loss:.4g}, above {bad.get('loss_limit', 0.0):.4g} = "
+                f"train.divergence_factor {tcfg.divergence_factor:g} x its running median)")
+    elif not math.isfinite(loss):
+        what = f"non-finite loss ({loss})"
+    else:
+        what = f"non-finite gradient norm ({bad.get('grad_norm')})"
+    bad_loss = bad.get("reason") == "diverged" or not math.isfinite(loss)
+    if checkpoint:
+        saved = f"the last good state (step {state.step}) is in {checkpoint}"
+        if bad_loss and state.step < int(bad.get("step", 1)) - 1:
+            saved += " (the step before gave this loss, so it was undone)"
+    elif state.resumes:
+        saved = (f"nothing new was saved: the checkpoint this session resumed from (step "
+                 f"{state.step}) is the last state kept")
+        if bad_loss:
+            saved += " and it already gives this loss (lower the learning rate more, or --restart)"
+    else:
+        saved = ("no step had been taken yet, so there is no state to keep (the next run "
+                 "starts over)")
+    gave_up = ""
+    if bad.get("attempted_steps") is not None:
+        gave_up = (f"; train.on_nonfinite: skip_batch gave up after skipping "
+                   f"{bad.get('skipped_steps')} of {bad.get('attempted_steps')} steps (more than "
+                   f"train.max_skipped_fraction {tcfg.max_skipped_fraction:g})")
     shown = ", ".join(map(str, rows[:10])) + (" …" if len(rows) > 10 else "")
+    skip = ("" if tcfg.on_nonfinite == "skip_batch"
+            else "; or set train.on_nonfinite: skip_batch")
     return NonFiniteError(
-        f"non-finite {what} ({value}) at step {bad.get('step')} (epoch "
-        f"{int(bad.get('epoch', 0)) + 1}), caught before the weights changed; {saved}; the "
-        f"batch's examples (rows {shown} of {loaded.config.data.train}) are listed in "
+        f"{what} at step {bad.get('step')} (epoch "
+        f"{int(bad.get('epoch', 0)) + 1}), caught before the weights changed{gave_up}; {saved}; "
+        f"the batch's examples (rows {shown} of {loaded.config.data.train}) are listed in "
         f"{paths.nonfinite}. Usual fixes: lower train.learning_rate (now "
         f"{tcfg.learning_rate:g}); keep train.gradient_clip_norm on (now "
         f"{tcfg.gradient_clip_norm}); train in 32-true or bf16-mixed rather than 16-mixed "
-        f"(train.precision); look at those rows for empty or extreme inputs; or set "
-        f"train.on_nonfinite: skip_batch. Then resume with --resume-with-changes, or --restart")
+        f"(train.precision); look at those rows for empty or extreme inputs{skip}. Then "
+        f"resume with --resume-with-changes, or --restart")

@@ -161,7 +161,8 @@ def _shape(cfg: Config, spec: PlanningSpec, profile: Any) -> Any:
         precision=t.precision, max_epochs=t.max_epochs, max_steps=t.max_steps,
         gradient_accumulation_steps=t.gradient_accumulation_steps,
         evals_per_epoch=t.evals_per_epoch, devices=t.devices, seed=t.seed,
-        group_by_length=t.group_by_length, accelerator=t.accelerator, threads=t.num_threads)
+        group_by_length=t.group_by_length, accelerator=t.accelerator, threads=t.num_threads,
+        undo_copy=t.divergence_factor is not None)
 
 
 def _calibrate(model: Any, loaded: LoadedConfig, task: Any, spec: PlanningSpec, profile: Any,

@@ -20,13 +20,15 @@ from entrena.api.preparing import (
     resolve_run_dir,
     write_report,
 )
+from entrena.api.stopping import StopSignal, stop_signals, stopped_error
 from entrena.config import Config
 from entrena.config.fingerprint import config_changes, config_hash, format_changes
 from entrena.core.files import write_json_atomic
 from entrena.core.rundir import RunPaths
+from entrena.data.changes import data_changes
 from entrena.engine.checkpointing import CheckpointInfo, CheckpointStore
 from entrena.engine.distributed import launched_rank
-from entrena.errors import ConfigError, EntrenaError, Interrupted
+from entrena.errors import ConfigError, DataError, EntrenaError, Interrupted
 from entrena.tasks.registry import load_config
 from entrena.units import format_duration
 
@@ -131,17 +133,29 @@ def _choose_resume(paths: RunPaths, resolved: dict[str, Any], new_hash: str,
     return info
 
 
-def _warn_if_data_changed(paths: RunPaths, report: dict[str, Any]) -> None:
-    """A resumed run whose prepared data differs from the one it started on says so."""
+def _check_data_unchanged(paths: RunPaths, report: dict[str, Any],
+                          resume_with_changes: bool) -> None:
+    """A resumed run whose data differs from the data it started on is refused, as a changed
+    config is, unless ``resume_with_changes`` (then a warning lists the changes).
+
+    Raises:
+        DataError: Lists what changed (files, hashes, rows) and the ways on.
+    """
     try:
-        before = json.loads(paths.data_report.read_text(encoding="utf-8")).get("fingerprint")
-    except (OSError, ValueError, AttributeError):
+        before = json.loads(paths.data_report.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return
-    after = report.get("fingerprint")
-    if before and after and before != after:
-        log.warning("the data (or its settings) changed since this run started (prepared-data "
-                    "fingerprint %s -> %s); the resumed run goes on with the new data; use "
-                    "--restart to start over on it", before, after)
+    changes = data_changes(before, report) if isinstance(before, dict) else []
+    if not changes:
+        return
+    listed = "\n".join(f"  {line}" for line in changes)
+    if not resume_with_changes:
+        raise DataError(
+            f"{paths.root}: the data differs from the data this run was trained on:\n{listed}\n"
+            f"resuming would go on with other data than the checkpoint saw; pass "
+            f"--resume-with-changes to go on with the new data, --restart to start over on "
+            f"it, or --run-dir for a new run")
+    log.warning("resuming with changed data (--resume-with-changes):\n%s", listed)
 
 
 def _announce_table(console: Any, renderable: Any) -> None:
@@ -212,14 +226,37 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
     Raises:
         ConfigError: The config is invalid, names an unknown model (before data is read), or
             differs from the unfinished run's (without ``resume_with_changes``).
-        DataError: A data file is missing, unreadable or inconsistent with the config.
+        DataError: A data file is missing, unreadable or inconsistent with the config, or
+            differs from the data the unfinished run started on (without
+            ``resume_with_changes``).
         ResourceError: The requested device is missing, or the disk is full at a checkpoint.
         Interrupted: SIGTERM, SIGUSR1 or SIGINT arrived; a checkpoint was saved first.
         NonFiniteError: A NaN/Inf loss or gradient under ``train.on_nonfinite: stop``.
+
+    A stop signal outside the fit (preparing the data, planning, testing, saving) raises
+    ``Interrupted`` too, at once, saying what is saved and what the same command will do.
     """
+    where: dict[str, Any] = {}
+    with stop_signals():
+        try:
+            return _train(config, run_dir=run_dir, overrides=overrides, restart=restart,
+                          resume_with_changes=resume_with_changes, callbacks=callbacks,
+                          console=console, tracking_tags=tracking_tags, where=where)
+        except StopSignal as stop:
+            raise stopped_error(stop.signal_name, where.get("paths"),
+                                where.get("phase", "")) from None
+
+
+def _train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | None,
+           overrides: list[str] | dict[str, Any] | None, restart: bool,
+           resume_with_changes: bool, callbacks: list[Any] | None, console: Any,
+           tracking_tags: dict[str, str] | None, where: dict[str, Any]) -> TrainResult:
+    """:func:`train`'s work; fills ``where`` (``paths``, ``phase``) for a stop message."""
+    where["phase"] = "reading the config"
     loaded = load_config(config, overrides)
     sources = _check_model_source(loaded)
     paths = RunPaths(resolve_run_dir(loaded.config, run_dir))
+    where["paths"] = paths
     if launched_rank() > 0:  # a process that rank 0 started (DDP): it reads, never writes
         return _train_worker(loaded, sources, paths, callbacks or [])
 
@@ -239,10 +276,11 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
                         "checkpoint; starting it over", paths.root)
             shutil.rmtree(paths.root)
 
+    where["phase"] = "preparing the data"
     prepared = prepare_data(loaded, sources)  # data errors come before anything is written
     _announce_table(console, report_table(prepared.report))
     if resume is not None:
-        _warn_if_data_changed(paths, prepared.report)
+        _check_data_unchanged(paths, prepared.report, resume_with_changes)
     failure = check_failure(prepared.report, paths.data_report)
     if failure is not None:  # a check set to `error` failed: the report, and nothing else
         write_report(paths, prepared.report, only_if_untrained=False)
@@ -251,6 +289,7 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
     from entrena.api.fitting import run_fit  # heavy imports (torch) only past validation
 
     created = resume is None
+    where["phase"] = "planning"
     paths.root.mkdir(parents=True, exist_ok=True)
     handler = _attach_log_file(paths.log)
     try:
@@ -268,6 +307,10 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
     except Interrupted as exc:
         _write_json_atomic(paths.status, {"status": "interrupted", "signal": exc.signal_name,
                                           "step": exc.step, "time": time.time()})
+        raise
+    except StopSignal as exc:  # outside the fit: train() says what is saved
+        _write_json_atomic(paths.status, {"status": "interrupted", "signal": exc.signal_name,
+                                          "phase": where.get("phase"), "time": time.time()})
         raise
     except EntrenaError as exc:
         if (created and not paths.events.is_file()

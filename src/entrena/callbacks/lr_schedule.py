@@ -42,10 +42,15 @@ class LRSchedule(Callback):
         warmup_fraction: Share of planned steps used for warmup (not for ``plateau``).
         monitor: Metric for ``plateau``.
         factor / patience: ``ReduceLROnPlateau`` settings.
+        peak_learning_rate: The configured peak rate: a restored schedule (a resume) takes it
+            instead of the checkpoint's, so that a resume with a changed
+            ``train.learning_rate`` trains at the new rate (not for ``plateau``, whose rate
+            is the checkpoint's).
     """
 
     def __init__(self, kind: str, warmup_fraction: float = 0.0, monitor: Monitor | None = None,
-                 factor: float = 0.5, patience: int = 0):
+                 factor: float = 0.5, patience: int = 0, peak_learning_rate: float | None = None):
+        self.peak_learning_rate = peak_learning_rate
         self.kind = kind
         self.warmup_fraction = warmup_fraction
         self.monitor = monitor or Monitor()
@@ -69,11 +74,19 @@ class LRSchedule(Callback):
         if self._pending is not None:
             self.scheduler.load_state_dict(self._pending)
             self._pending = None
+            rates = self.scheduler.get_last_lr()
+            if self.peak_learning_rate is not None and self.kind != "plateau":
+                peak = self.peak_learning_rate
+                self.scheduler.base_lrs = [peak for _ in optimizer.param_groups]
+                step = self.scheduler.last_epoch
+                rates = [peak * f(step) for f in self.scheduler.lr_lambdas]
+                for group in optimizer.param_groups:
+                    group["initial_lr"] = peak
             # Building a LambdaLR sets every group's rate to the schedule's value at step 0;
             # put back the rate of the restored step (else the rate "resets" on resume).
-            for group, rate in zip(optimizer.param_groups, self.scheduler.get_last_lr(),
-                                   strict=True):
+            for group, rate in zip(optimizer.param_groups, rates, strict=True):
                 group["lr"] = rate
+            self.scheduler._last_lr = list(rates)  # noqa: SLF001  # what get_last_lr() says
         state.scheduler = self.scheduler
         state.learning_rate = optimizer.param_groups[0]["lr"]
 

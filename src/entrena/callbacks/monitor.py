@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from entrena.core.metrics import higher_is_better
@@ -41,7 +42,7 @@ class Monitor:
     def improved(self, value: float, best: float | None) -> bool:
         """Whether ``value`` beats ``best`` by more than ``min_delta`` (any value beats None)."""
         if best is None:
-            return value == value  # NaN never improves
+            return math.isfinite(value)  # NaN or an infinite value never improves
         if self.maximize:
             return value > best + self.min_delta
         return value < best - self.min_delta

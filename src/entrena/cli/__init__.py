@@ -6,7 +6,6 @@ module level, so ``entrena --help`` starts fast.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -16,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from entrena import __version__
+from entrena.core.files import dumps_strict
 from entrena.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -132,7 +132,7 @@ def train(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
         if result.already_finished:
             sys.stderr.write(f"{result.run_dir} is already finished; use --restart to train "
                              "again\n")
-        typer.echo(json.dumps(result.metrics, indent=2))
+        typer.echo(dumps_strict(result.metrics, indent=2))
     else:
         _print_summary(result)
 
@@ -184,12 +184,12 @@ def prepare(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
             return prepare_fn(config, run_dir=run_dir, overrides=set_ or [])
         except DataCheckFailed as exc:
             if json_output:
-                typer.echo(json.dumps(exc.report, indent=2))
+                typer.echo(dumps_strict(exc.report, indent=2))
             raise
 
     result = _call_verb(call, verbose)
     if json_output:
-        typer.echo(json.dumps(result.report, indent=2))
+        typer.echo(dumps_strict(result.report, indent=2))
     elif result.report_path is not None:
         _stderr_console().print(f"data report: {result.report_path}", highlight=False)
 
@@ -234,7 +234,7 @@ def export(run: RunArg,
 
 def _print_export(result: Any, json_output: bool) -> None:
     if json_output:
-        typer.echo(json.dumps({"bundle": str(result.bundle_dir), **result.report}, indent=2))
+        typer.echo(dumps_strict({"bundle": str(result.bundle_dir), **result.report}, indent=2))
         return
     from rich.table import Table
 
@@ -300,7 +300,7 @@ def predict(source: Annotated[Path, typer.Argument(
 
     result = _call_verb(call, verbose)
     if json_output:
-        typer.echo(json.dumps(result.summary, indent=2))
+        typer.echo(dumps_strict(result.summary, indent=2))
     else:
         summary = result.summary
         reasons = ", ".join(summary["skipped"])  # an image model's summary names none
@@ -325,7 +325,7 @@ def doctor(run_dir: Annotated[Path, typer.Option(
 
     report = _call_verb(call, verbose)
     if json_output:
-        typer.echo(json.dumps(report.as_dict(), indent=2))
+        typer.echo(dumps_strict(report.as_dict(), indent=2))
     else:
         _stderr_console().print(report.render())
 
@@ -383,7 +383,7 @@ def plan(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
 
     result = _call_verb(call, verbose)
     if json_output:
-        typer.echo(json.dumps(result.as_dict(), indent=2))
+        typer.echo(dumps_strict(result.as_dict(), indent=2))
     else:
         _stderr_console().print(result.render())
 
@@ -418,7 +418,7 @@ def tune(config: ConfigArg, run_dir: Annotated[Path | None, typer.Option(
 
     result = _call_verb(call, verbose)
     if json_output:
-        typer.echo(json.dumps(result.summary, indent=2, default=str))
+        typer.echo(dumps_strict(result.summary, indent=2, default=str))
         return
     from rich.table import Table
 
@@ -490,7 +490,7 @@ def launch(config: ConfigArg,
 
     result = _call_verb(call, verbose)
     if json_output:
-        typer.echo(json.dumps(result.as_dict(), indent=2))
+        typer.echo(dumps_strict(result.as_dict(), indent=2))
     else:
         for path in result.files:
             _stderr_console().print(f"wrote {path}", highlight=False)

@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import os
+import re
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from entrena.errors import ConfigError
 
-__all__ = ["ModelAlias", "MODEL_ALIASES", "resolve_model_name"]
+__all__ = ["ModelAlias", "MODEL_ALIASES", "HUB_TIMEOUT_S", "check_hub_model", "hub_cached",
+           "resolve_model_name"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,8 @@ def resolve_model_name(name: str, base_dir: Path | None = None, key: str = "mode
 
     Args:
         name: ``minilm-l6``-style alias, a directory (absolute, or relative to ``base_dir``),
-            or a hub id of the form ``org/name``.
+            or a Hugging Face Hub id: ``org/name``, or a canonical id without an org
+            (``bert-base-uncased``; a near miss of an alias is taken for a typo).
         base_dir: Folder relative directories resolve against (the config file's folder).
         key: Config key, for messages.
 
@@ -70,7 +76,9 @@ def resolve_model_name(name: str, base_dir: Path | None = None, key: str = "mode
         A local directory path (alias or directory) or the hub id unchanged.
 
     Raises:
-        ConfigError: The name is neither an alias, nor an existing directory, nor ``org/name``.
+        ConfigError: The name is neither an alias, nor an existing directory, nor a hub id;
+            or a hub model is not cached and the Hub cannot be reached, or does not have it
+            (:func:`check_hub_model`, within :data:`HUB_TIMEOUT_S`).
     """
     if name in MODEL_ALIASES:
         return str(MODEL_ALIASES[name].path())
@@ -83,10 +91,73 @@ def resolve_model_name(name: str, base_dir: Path | None = None, key: str = "mode
                               "Hugging Face model directory; point to the folder that has one")
         return str(candidate.resolve())
     parts = name.split("/")
-    looks_like_hub_id = len(parts) == 2 and all(parts) and not name.startswith((".", "~"))
-    if looks_like_hub_id:
+    looks_like_hub_id = (len(parts) == 2 and all(parts) and not name.startswith((".", "~"))) \
+        or (_HUB_NAME.fullmatch(name) is not None and "--" not in name and ".." not in name
+            and not difflib.get_close_matches(name, list(MODEL_ALIASES), n=1, cutoff=0.75))
+    if looks_like_hub_id:  # org/name, or a canonical id without an org (bert-base-uncased)
+        check_hub_model(name, key)
         return name
     close = difflib.get_close_matches(name, list(MODEL_ALIASES), n=1, cutoff=0.5)
     hint = f"did you mean '{close[0]}'? " if close else ""
     raise ConfigError(f"{key} = {name!r} is not a known model alias, a model directory or a hub id "
                       f"(org/name); {hint}aliases: {', '.join(sorted(MODEL_ALIASES))}")
+
+
+_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]{0,95}")
+"""A Hugging Face repository name (the part after ``org/``, or a canonical id without one)."""
+
+HUB_TIMEOUT_S = 5.0
+"""Seconds the Hugging Face Hub gets to answer whether a model exists before the run stops
+(exit 2): offline, ``from_pretrained`` retried for 51 s and ended in an internal error."""
+
+
+def _hub_cache() -> Path:
+    """The Hugging Face Hub cache folder (``HF_HUB_CACHE``, ``HF_HOME/hub`` or
+    ``~/.cache/huggingface/hub``), as ``huggingface_hub`` finds it."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or str(Path(os.environ.get("XDG_CACHE_HOME", "~/.cache"))
+                                             / "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def hub_cached(name: str) -> bool:
+    """Whether a snapshot of hub model ``name`` with a ``config.json`` is in the local cache."""
+    folder = _hub_cache() / f"models--{name.replace('/', '--')}" / "snapshots"
+    return any(folder.glob("*/config.json")) if folder.is_dir() else False
+
+
+def check_hub_model(name: str, key: str = "model.name", timeout_s: float = HUB_TIMEOUT_S
+                    ) -> None:
+    """Make sure hub model ``name`` can be had: in the local cache, or on a Hub that answers
+    within ``timeout_s`` (``HF_ENDPOINT``, default https://huggingface.co).
+
+    Raises:
+        ConfigError: No network (or ``HF_HUB_OFFLINE`` set) and not cached, or the Hub says
+            the model does not exist (or is private without ``HF_TOKEN``).
+    """
+    if hub_cached(name):
+        return
+    way_out = (f"use a local folder (one with the model's config.json) or an alias "
+               f"({', '.join(sorted(MODEL_ALIASES))})")
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise ConfigError(f"{key} = {name!r}: cannot download it: HF_HUB_OFFLINE is set and it "
+                          f"is not in the local cache ({_hub_cache()}); {way_out}")
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    request = urllib.request.Request(f"{endpoint}/api/models/{name}", method="HEAD")
+    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s):  # noqa: S310 - the Hub's URL
+            return
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 404):
+            raise ConfigError(f"{key} = {name!r}: not on the Hugging Face Hub (HTTP {exc.code}: "
+                              f"no such model, or a private one without HF_TOKEN); check the "
+                              f"id, or {way_out}") from None
+        return  # the Hub answered: from_pretrained will say more
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ConfigError(f"{key} = {name!r}: cannot download it from {endpoint}: no network "
+                          f"({reason}); {way_out}") from None

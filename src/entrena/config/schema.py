@@ -161,9 +161,10 @@ class ModelConfig(StrictModel):
 
     name: str | None = "minilm-l6"
     """A model alias (`minilm-l6`), a local Hugging Face model directory, or a hub id
-    (`org/name`, needs internet). With `architecture` set, only its tokenizer is used (unless
-    `tokenizer` is set). Each task says which models it takes (images: `small-cnn` or a timm
-    model name such as `resnet18`)."""
+    (`org/name`, or a canonical id without an org such as `bert-base-uncased`; needs
+    internet unless in the Hugging Face cache; no network is exit 2 at once). With
+    `architecture` set, only its tokenizer is used (unless `tokenizer` is set). Each task says
+    which models it takes (images: `small-cnn` or a timm model name such as `resnet18`)."""
     architecture: ArchitectureConfig | None = None
     """Build a randomly initialised BERT encoder of this shape instead of loading weights."""
     tokenizer: str | None = None
@@ -291,9 +292,19 @@ class TrainConfig(StrictModel):
     """Stop training after this much time (`90m`, `2h`, `1.5d`; summed over resumed
     sessions): a checkpoint is written, the best weights restored and the model tested."""
     on_nonfinite: Literal["stop", "skip_batch"] = "stop"
-    """A NaN or infinite loss or gradient norm, caught before the weights change: `stop`
-    saves the last good state and the batch's example ids and exits 1; `skip_batch` drops
-    that batch's gradients, logs it and goes on."""
+    """A NaN or infinite loss or gradient norm, or a diverged loss (see `divergence_factor`),
+    caught before the weights change: `stop` saves the last good state (the last one whose
+    loss was sane) and the batch's example ids and exits 1; `skip_batch` drops that batch's
+    gradients, logs it and goes on, until `max_skipped_fraction` is passed."""
+    divergence_factor: Annotated[float, Field(gt=1.0)] | None = 10.0
+    """A step whose loss is above this many times the larger of its running median (last 20
+    steps) and the median of the fit's first 20 steps counts as diverged and is handled as
+    `on_nonfinite` says. Keeps one copy of the weights and optimizer state from before the
+    latest step (memory), so that a stop goes back to the last sane state; `null` turns both
+    off."""
+    max_skipped_fraction: Annotated[float, Field(ge=0.0, le=1.0)] = 0.05
+    """`skip_batch` gives up, and stops as `stop` does, when more than this share of the steps
+    attempted so far were skipped (and at least 3 were)."""
 
     @field_validator("max_time", mode="before")
     @classmethod

@@ -6,13 +6,15 @@ Standard library only.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-__all__ = ["write_atomic", "write_json_atomic", "fsync_dir", "plain_mode", "TEMP_SUFFIX"]
+__all__ = ["write_atomic", "write_json_atomic", "fsync_dir", "plain_mode", "strict_json",
+           "dumps_strict", "NONFINITE_KEY", "TEMP_SUFFIX"]
 
 TEMP_SUFFIX = ".tmp"
 """Temporary files are ``.<name>.<random>.tmp`` beside their target."""
@@ -87,7 +89,52 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], Any], *, durable: bool 
         raise
 
 
+NONFINITE_KEY = "nonfinite_values"
+"""The key of a JSON object that lists the values written as ``null`` because they were NaN or
+infinite: ``{"validation.loss": "NaN", "history[2].loss": "Infinity"}``."""
+
+
+def strict_json(data: Any) -> tuple[Any, dict[str, str]]:
+    """``data`` with every NaN or infinite float replaced by ``None``, and what was replaced.
+
+    Returns:
+        ``(the cleaned copy, {dotted path: "NaN" | "Infinity" | "-Infinity"})``; paths name
+        object keys with dots and list items with ``[i]`` (``history[2].loss``).
+    """
+    found: dict[str, str] = {}
+
+    def clean(value: Any, path: str) -> Any:
+        if isinstance(value, dict):
+            return {key: clean(item, f"{path}.{key}" if path else str(key))
+                    for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [clean(item, f"{path}[{i}]") for i, item in enumerate(value)]
+        if isinstance(value, bool) or value is None:
+            return value
+        if not isinstance(value, float) and getattr(getattr(value, "dtype", None), "kind",
+                                                    "") == "f":
+            value = float(value)  # a NumPy float32 scalar
+        if isinstance(value, float) and not math.isfinite(value):
+            found[path] = "NaN" if math.isnan(value) else ("Infinity" if value > 0
+                                                          else "-Infinity")
+            return None
+        return value
+
+    return clean(data, ""), found
+
+
+def dumps_strict(data: Any, **kwargs: Any) -> str:
+    """``json.dumps`` that writes strict JSON (RFC 8259): a NaN or infinite value becomes
+    ``null``, and an object at the top gets :data:`NONFINITE_KEY` listing them (a list at the
+    top is written without the list). ``kwargs`` go to ``json.dumps``."""
+    cleaned, found = strict_json(data)
+    if found and isinstance(cleaned, dict):
+        cleaned[NONFINITE_KEY] = {**cleaned.get(NONFINITE_KEY, {}), **found}
+    return json.dumps(cleaned, allow_nan=False, **kwargs)
+
+
 def write_json_atomic(path: Path, data: Any, *, durable: bool = True) -> None:
-    """:func:`write_atomic` of ``data`` as indented JSON (UTF-8, trailing newline)."""
-    text = json.dumps(data, indent=2, default=str) + "\n"
+    """:func:`write_atomic` of ``data`` as indented strict JSON (UTF-8, trailing newline;
+    see :func:`dumps_strict`)."""
+    text = dumps_strict(data, indent=2, default=str) + "\n"
     write_atomic(path, lambda handle: handle.write(text.encode("utf-8")), durable=durable)

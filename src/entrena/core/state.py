@@ -39,7 +39,10 @@ class TrainState:
             where one resumes exactly (the value is the reason: ``"steps"``, ``"minutes"`` …).
         last_checkpoint: What the latest save returned (``path``, ``step``, ``bytes``,
             ``write_s``, ``reason``, ``saved_monotonic``); read it in ``on_checkpoint``.
-        skipped_steps: Optimizer steps skipped because of a non-finite loss or gradient.
+        skipped_steps: Optimizer steps skipped because of a non-finite loss or gradient, or a
+            diverged loss.
+        recent_losses / first_losses: The divergence guard's history: the losses of the last
+            and of the first kept steps (see :mod:`entrena.engine.guard`).
         resumes: How many times this fit was resumed from a checkpoint.
         batch_indices: Example indices of the current micro-batch (into the training split).
         best_score / best_step: Best monitored value so far and the step it was reached at.
@@ -69,6 +72,8 @@ class TrainState:
     checkpoint_due: str = ""
     last_checkpoint: dict[str, Any] = field(default_factory=dict)
     skipped_steps: int = 0
+    recent_losses: list[float] = field(default_factory=list)
+    first_losses: list[float] = field(default_factory=list)
     resumes: int = 0
     batch_indices: list[int] = field(default_factory=list)
     best_score: float | None = None
@@ -99,4 +104,5 @@ class TrainState:
 
 _COUNTERS = ("epoch", "step", "batch_in_epoch", "samples_seen", "tokens_seen",
              "padded_tokens_seen", "train_time_s", "data_wait_s", "best_score", "best_step",
-             "history", "stop_reason", "skipped_steps", "resumes")
+             "history", "stop_reason", "skipped_steps", "resumes", "recent_losses",
+             "first_losses")

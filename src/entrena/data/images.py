@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
+import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,7 +38,8 @@ import numpy as np
 from entrena.errors import DataError
 
 __all__ = ["GRAYSCALE_MODES", "ImageList", "ScannedImages", "list_images", "scan_images",
-           "choose_channels", "decode_image", "mode_for_channels"]
+           "choose_channels", "decode_image", "decode_failure", "max_image_pixels",
+           "mode_for_channels"]
 
 log = logging.getLogger("entrena")
 
@@ -223,10 +225,36 @@ def decode_image(source: str | Path | bytes, channels: int) -> np.ndarray:
     return pixels[:, :, None] if pixels.ndim == 2 else pixels
 
 
+def max_image_pixels() -> int:
+    """The most pixels (width x height) an image may have: twice Pillow's
+    ``Image.MAX_IMAGE_PIXELS`` (178,956,970 by default), above which Pillow refuses to open a
+    file as a possible decompression bomb."""
+    from PIL import Image
+
+    return 2 * int(Image.MAX_IMAGE_PIXELS or 0) or 0
+
+
+def decode_failure(exc: BaseException) -> str:
+    """The reason, for a skipped-file list, that decoding one file raised ``exc``."""
+    from PIL import Image, UnidentifiedImageError
+
+    if isinstance(exc, FileNotFoundError):
+        return "missing file"
+    if isinstance(exc, UnidentifiedImageError):
+        return "not an image Pillow can read"
+    if isinstance(exc, Image.DecompressionBombError):
+        found = re.search(r"\((\d+) pixels\)", str(exc))  # "Image size (400000000 pixels) …"
+        count = f"{int(found.group(1)):,} pixels" if found else "too many pixels"
+        return (f"too large: {count}, above the limit of {max_image_pixels():,} (Pillow's "
+                f"decompression-bomb guard); shrink the image")
+    reason = str(exc).splitlines()[0] if str(exc) else ""
+    if not isinstance(exc, OSError | ValueError | SyntaxError):
+        reason = f"{type(exc).__name__}: {reason}" if reason else type(exc).__name__
+    return f"damaged image ({reason or type(exc).__name__})"
+
+
 def _check_one(path: Path) -> tuple[str, str, int, int] | str:
     """``(sha256, mode, width, height)`` of a readable image, else the reason it is not."""
-    from PIL import UnidentifiedImageError
-
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -235,11 +263,8 @@ def _check_one(path: Path) -> tuple[str, str, int, int] | str:
         return f"unreadable file ({exc.strerror or exc})"
     try:
         image = _open(data)
-    except UnidentifiedImageError:
-        return "not an image Pillow can read"
-    except (OSError, ValueError, SyntaxError) as exc:  # truncated, corrupt, bad header
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return f"damaged image ({reason})"
+    except Exception as exc:  # noqa: BLE001  # any decoder failure is this file's problem
+        return decode_failure(exc)
     return hashlib.sha256(data).hexdigest(), image.mode, image.width, image.height
 
 
@@ -283,10 +308,26 @@ def scan_images(listing: ImageList, *, on_bad_rows: str = "skip", threads: int =
         log.warning("%s images: skipped %d of %d entries: %s%s (listed in data_report.json)",
                     role, len(skipped), len(paths) + len(listing.skipped), shown, more)
     good = [results[i] for i in kept]
+    if role == "train":
+        _warn_minority_colour([paths[i] for i in kept], [r[1] for r in good])
     sizes = np.array([[r[2], r[3]] for r in good], dtype=np.int64).reshape(-1, 2)
     return ScannedImages(paths=[paths[i] for i in kept], labels=[listing.labels[i] for i in kept],
                          sha256=[r[0] for r in good], modes=[r[1] for r in good], sizes=sizes,
                          skipped=skipped, source=listing.source)
+
+
+def _warn_minority_colour(paths: Sequence[Path], modes: Sequence[str]) -> None:
+    """Warn, naming them, when a few colour images make a grayscale set train in colour."""
+    colour = [i for i, mode in enumerate(modes) if mode not in GRAYSCALE_MODES]
+    if not colour or 2 * len(colour) >= len(modes):
+        return
+    shown = ", ".join(f"{paths[i]} ({modes[i]})" for i in colour[:5])
+    more = f" and {len(colour) - 5} more" if len(colour) > 5 else ""
+    log.warning("the model gets 3 channels because %d of %d training images %s in colour: "
+                "%s%s; the other %d are grayscale: convert %s to grayscale (or remove %s) "
+                "for a 1-channel model", len(colour), len(modes),
+                "is" if len(colour) == 1 else "are", shown, more, len(modes) - len(colour),
+                "it" if len(colour) == 1 else "them", "it" if len(colour) == 1 else "them")
 
 
 def choose_channels(modes: Sequence[str]) -> int:

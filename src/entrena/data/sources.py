@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -261,6 +262,7 @@ def _jsonl_chunks(file: SourceFile, wanted: dict[str, str] | None, key: str, rol
                     raise DataError(f"{key}: {file.name}: line {number} is a JSON "
                                     f"{type(record).__name__}, not an object; write one "
                                     "{\"column\": value, …} object per line")
+                _refuse_nested(record, wanted, f"{key}: {file.name}: line {number}")
                 records.append(record)
                 if len(records) == chunk_rows:
                     if not checked:
@@ -279,6 +281,32 @@ def _jsonl_chunks(file: SourceFile, wanted: dict[str, str] | None, key: str, rol
             _check_keys(seen, wanted, file, role)
     if records:
         yield _records_frame(records, wanted)
+
+
+def _refuse_nested(record: dict[str, Any], wanted: dict[str, str] | None, where: str) -> None:
+    """Refuse a JSON list or object where a column holds one value (a label, a text, a
+    feature): pandas would keep it as a Python object and its ``str()`` (``"['great']"``)
+    would become a class or a text.
+
+    Args:
+        record: One parsed JSON line.
+        wanted: ``{config key: column}`` read from the file; ``None``: every column is.
+        where: ``"data.train: train.jsonl: line 3"``, the start of the message.
+
+    Raises:
+        DataError: Names the line, the column, its config key and the value.
+    """
+    keys = {column: key for key, column in wanted.items()} if wanted is not None else None
+    for column, value in record.items():
+        if not isinstance(value, list | dict) or (keys is not None and column not in keys):
+            continue
+        kind = "list" if isinstance(value, list) else "object"
+        shown = json.dumps(value, ensure_ascii=False)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        named = f" ({keys[column]})" if keys is not None else ""
+        raise DataError(f"{where}: {column!r}{named} is a JSON {kind}, {shown}, not a string "
+                        f"or number; write one plain value per field (a list of labels per "
+                        f"row is not supported)")
 
 
 def _check_keys(seen: dict[str, None], wanted: dict[str, str] | None, file: SourceFile,
@@ -311,6 +339,13 @@ def _parquet_chunks(file: SourceFile, wanted: dict[str, str] | None, key: str, r
         require_columns(names, wanted, path=file.name, role=role)
         original = dict(zip(names, parquet.schema_arrow.names, strict=True))
         columns = [original[c] for c in dict.fromkeys(wanted.values())]
+    for field in parquet.schema_arrow:
+        if (columns is None or field.name in columns) and pa.types.is_nested(field.type):
+            named = next((f" ({k})" for k, c in (wanted or {}).items()
+                          if c == str(field.name).strip()), "")
+            raise DataError(f"{key}: {file.name}: column {str(field.name).strip()!r}{named} is a "
+                            f"Parquet {field.type} column, not strings or numbers; write one "
+                            f"plain value per row (a list of labels per row is not supported)")
     try:
         for batch in parquet.iter_batches(batch_size=chunk_rows, columns=columns):
             yield _strip_columns(batch.to_pandas())

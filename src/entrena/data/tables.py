@@ -137,9 +137,35 @@ def open_sources(*, train: str, validation: str | None, test: str | None,
         raise DataError("data.train is empty; set it to the training data (a CSV, TSV, JSONL "
                         "or Parquet file, a glob pattern or a URL)")
     specs = {"train": train, "validation": validation, "test": test}
-    return {role: open_source(spec, key=f"data.{role}", cache_dir=cache_dir,
-                              encoding=encoding, delimiter=delimiter)
-            for role, spec in specs.items() if spec is not None}
+    opened = {role: open_source(spec, key=f"data.{role}", cache_dir=cache_dir,
+                                encoding=encoding, delimiter=delimiter)
+              for role, spec in specs.items() if spec is not None}
+    _refuse_training_copies(opened, specs)
+    return opened
+
+
+def _refuse_training_copies(opened: dict[str, list[SourceFile]],
+                            specs: dict[str, str | None]) -> None:
+    """Refuse a validation or test split whose files are the training files (the same path,
+    or the same bytes): the leakage check would drop every training row and name a count,
+    not the mistake.
+
+    Raises:
+        DataError: Names the key, the file and what to do instead.
+    """
+    train = {f.scan.sha256 for f in opened["train"]}
+    for role in ("validation", "test"):
+        files = opened.get(role)
+        if not files or not {f.scan.sha256 for f in files} <= train:
+            continue
+        same = "the same file as" if all(
+            f.path.resolve() in {t.path.resolve() for t in opened["train"]} for f in files) \
+            else "a byte-for-byte copy of"
+        instead = ("or leave it out (validation is then split off the training data)"
+                   if role == "validation" else "or leave it out (no test scores)")
+        raise DataError(f"data.{role}: {specs[role]} is {same} data.train ({specs['train']}): "
+                        f"every {role} row is a training row, so its scores would mean "
+                        f"nothing; point data.{role} at held-out data, {instead}")
 
 
 def split_specs(loaded: Any) -> dict[str, str | None]:

@@ -21,6 +21,7 @@ import torch
 from entrena.core.callback import Callback
 from entrena.core.events import Event
 from entrena.core.state import TrainState
+from entrena.engine.guard import StepUndo, divergence_threshold, gives_up, record_loss
 
 __all__ = ["BatchSource", "FitSettings", "LossFn", "SaveCheckpoint", "fit", "predict",
            "evaluation_points", "model_inputs", "token_counts"]
@@ -62,9 +63,16 @@ class FitSettings:
     """Loop settings (plain values, built from ``train.*`` by the api layer).
 
     Attributes:
-        on_nonfinite: ``"stop"`` or ``"skip_batch"``: what a NaN/Inf loss or gradient norm does.
+        on_nonfinite: ``"stop"`` or ``"skip_batch"``: what a NaN/Inf loss or gradient norm
+            (or a diverged loss) does.
         check_gradients: Check the gradient norm too (off under a gradient scaler, i.e.
             ``16-mixed``, whose overflowing steps are skipped by the scaler by design).
+        divergence_factor: A step loss above this many times its running median (see
+            :func:`~entrena.engine.guard.divergence_threshold`) is treated like a non-finite
+            one; ``None`` turns the guard, and the one-step undo behind it, off.
+        max_skipped_fraction: ``skip_batch`` gives up (and stops as ``stop`` does) when more
+            than this share of the steps attempted were skipped (and at least 3); ``None``:
+            never.
     """
 
     max_epochs: int
@@ -74,6 +82,8 @@ class FitSettings:
     evals_per_epoch: int = 1
     on_nonfinite: str = "stop"
     check_gradients: bool = True
+    divergence_factor: float | None = None
+    max_skipped_fraction: float | None = None
 
 
 LossFn = Callable[[Any, dict[str, torch.Tensor]], tuple[torch.Tensor, int]]
@@ -146,10 +156,10 @@ class _Saver:
         self.hooks = hooks
         self.last = (state.epoch, state.batch_in_epoch, state.step)
 
-    def __call__(self, state: TrainState, reason: str) -> None:
+    def __call__(self, state: TrainState, reason: str, force: bool = False) -> None:
         state.checkpoint_due = ""
         position = (state.epoch, state.batch_in_epoch, state.step)
-        if self.save is None or position == self.last:
+        if self.save is None or (position == self.last and not force):
             return
         state.last_checkpoint = dict(self.save(state, reason) or {}, reason=reason)
         self.last = position
@@ -166,6 +176,33 @@ def _gradient_norm(backend: Any, model: Any, optimizer: Any, settings: FitSettin
     else:
         return None
     return float(norm) if norm is not None else None
+
+
+def _undo_counters(state: TrainState, group_start: tuple[int, int, int, int, float]
+                   ) -> dict[str, Any]:
+    """The counters at the start of the step about to be taken (what an undo goes back to)."""
+    (batch_in_epoch, samples_seen, tokens_seen, padded_tokens_seen, train_time_s) = group_start
+    return {"epoch": state.epoch, "step": state.step, "batch_in_epoch": batch_in_epoch,
+            "samples_seen": samples_seen, "tokens_seen": tokens_seen,
+            "padded_tokens_seen": padded_tokens_seen, "train_time_s": train_time_s,
+            "skipped_steps": state.skipped_steps,
+            "recent_losses": list(state.recent_losses), "first_losses": list(state.first_losses),
+            "learning_rates": [group["lr"] for group in state.optimizer.param_groups]}
+
+
+def _roll_back(state: TrainState, undo: StepUndo) -> None:
+    """Back to the state before the latest optimizer step: weights, optimizer state, LR
+    schedule, position and counters (the steps skipped since count no more; resumes and
+    history stay as they are)."""
+    counters = undo.restore()
+    for group, rate in zip(state.optimizer.param_groups, counters["learning_rates"],
+                           strict=True):
+        group["lr"] = rate
+    for key, value in counters.items():
+        if key != "learning_rates":
+            setattr(state, key, value)
+    state.learning_rate = state.optimizer.param_groups[0]["lr"]
+    log.info("rolled back to step %d, the last state whose loss was sane", state.step)
 
 
 def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource, loss: LossFn,
@@ -205,6 +242,7 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource, loss: L
     eval_points = evaluation_points(batches_per_epoch, settings.evals_per_epoch)
     hooks = _Callbacks(callbacks)
     save = _Saver(save_checkpoint, hooks, state)
+    undo = StepUndo(model, optimizer) if settings.divergence_factor is not None else None
 
     model.train()
     hooks.fire(Event.FIT_START, state)
@@ -240,36 +278,64 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource, loss: L
             hooks.fire(Event.AFTER_BACKWARD, state)
             stepped = False
             if last_micro:
-                # Non-finite guard: before optimizer.step(), so bad values never reach the weights.
+                # Non-finite and divergence guard: before optimizer.step(), so bad values
+                # never reach the weights.
+                step_loss = sum(group_losses) / len(group_losses)
+                limit = divergence_threshold(state.recent_losses, state.first_losses,
+                                             settings.divergence_factor)
                 losses_finite = all(math.isfinite(v) for v in group_losses)
+                bad_loss = not losses_finite or (limit is not None and step_loss > limit)
                 grad_norm = (_gradient_norm(backend, model, optimizer, settings)
-                             if losses_finite else None)
-                if not losses_finite or (settings.check_gradients and grad_norm is not None
-                                         and not math.isfinite(grad_norm)):
+                             if not bad_loss else None)
+                if bad_loss or (settings.check_gradients and grad_norm is not None
+                                and not math.isfinite(grad_norm)):
                     optimizer.zero_grad(set_to_none=True)
+                    give_up = (settings.on_nonfinite == "skip_batch"
+                               and settings.max_skipped_fraction is not None
+                               and gives_up(state.skipped_steps + 1,
+                                            state.step + state.skipped_steps + 1,
+                                            settings.max_skipped_fraction))
                     state.extras["nonfinite"] = {
                         "step": state.step + 1, "epoch": state.epoch, "batch": position + 1,
+                        "reason": "diverged" if losses_finite and bad_loss else "nonfinite",
                         "loss": next((v for v in group_losses if not math.isfinite(v)),
-                                     loss_value),
+                                     step_loss if bad_loss else loss_value),
+                        "loss_limit": limit,
                         "grad_norm": grad_norm, "example_indices": group_indices,
-                        "action": settings.on_nonfinite}
-                    if settings.on_nonfinite == "stop":
+                        "action": "stop" if give_up else settings.on_nonfinite}
+                    if give_up:
+                        state.skipped_steps += 1
+                        state.extras["nonfinite"].update(
+                            skipped_steps=state.skipped_steps,
+                            attempted_steps=state.step + state.skipped_steps)
+                    if settings.on_nonfinite == "stop" or give_up:
                         # The weights and optimizer are those of the previous step boundary:
-                        # rewind the position and counters to it, save, and leave.
+                        # rewind the position and counters to it. When that state's own loss
+                        # (this one) is bad, go one step further back, to the last state whose
+                        # loss was sane. Save, and leave.
                         (state.batch_in_epoch, state.samples_seen, state.tokens_seen,
                          state.padded_tokens_seen, state.train_time_s) = group_start
+                        rolled_back = bad_loss and undo is not None and undo.taken
+                        if rolled_back:
+                            _roll_back(state, undo)
+                        state.extras["nonfinite"]["resume_step"] = state.step
                         state.interrupted = "nonfinite"
                         hooks.fire(Event.STEP_END, state)
-                        save(state, "nonfinite")
+                        save(state, "nonfinite", force=rolled_back)
                         break
                     state.skipped_steps += 1
-                    log.warning("skipped step %d (epoch %d): loss %s, gradient norm %s; "
+                    log.warning("skipped step %d (epoch %d): %s %s, gradient norm %s; "
                                 "example indices %s", state.step + 1, state.epoch + 1,
+                                "loss" if state.extras["nonfinite"]["reason"] == "nonfinite"
+                                else f"loss above {limit:.4g} (diverged):",
                                 state.extras["nonfinite"]["loss"], grad_norm, group_indices)
                 else:
+                    if undo is not None:
+                        undo.take(_undo_counters(state, group_start), state.scheduler)
                     optimizer.step()
                     optimizer.zero_grad(set_to_none=True)
                     state.step += 1
+                    record_loss(state.recent_losses, state.first_losses, step_loss)
                     stepped = True
             state.batch_in_epoch = position + 1
             state.loss = loss_value

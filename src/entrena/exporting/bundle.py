@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from entrena.core.files import dumps_strict
 from entrena.core.rundir import RunPaths
 from entrena.errors import DataError
 
@@ -253,7 +254,7 @@ def finish_bundle(work: Path, destination: Path, manifest: dict[str, Any],
     for _ in range(2):  # the bundle size includes export.json and the card themselves
         manifest["size_bytes"]["bundle"] = sum(p.stat().st_size for p in work.rglob("*")
                                                if p.is_file())
-        (work / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n",
+        (work / MANIFEST_FILE).write_text(dumps_strict(manifest, indent=2) + "\n",
                                           encoding="utf-8")
         (work / CARD_FILE).write_text(card(manifest), encoding="utf-8")
     if destination.exists():

@@ -27,7 +27,7 @@ from entrena.errors import DataError
 from entrena.exporting import onnx_format
 from entrena.exporting.bundle import ExportRequest, RunModel, finish_bundle, versions
 from entrena.exporting.checks import parity_report, row_latency
-from entrena.exporting.inference import TorchRunner, batched_logits
+from entrena.exporting.inference import TorchRunner, batched_logits, require_finite
 
 __all__ = ["FixedInputExport", "write_fixed_input_bundle", "BATCH", "SINGLE_CHECKS"]
 
@@ -92,7 +92,8 @@ def write_fixed_input_bundle(run: RunModel, spec: FixedInputExport,
         raise DataError(f"nothing to check parity on ({spec.dataset}); pass --parity-data")
     torch_runner = TorchRunner(spec.model)
     singles = list(range(min(SINGLE_CHECKS, len(inputs))))
-    reference = batched_logits(torch_runner, inputs, BATCH)
+    reference = require_finite(batched_logits(torch_runner, inputs, BATCH),
+                               model=run.paths.model, inputs=f"parity inputs ({spec.dataset})")
     reference_one = np.concatenate([torch_runner(inputs[i:i + 1]) for i in singles])
     two = inputs[:2] if len(inputs) >= 2 else np.repeat(inputs, 2, axis=0)
     example = {spec.input_name: torch.from_numpy(np.ascontiguousarray(two))}

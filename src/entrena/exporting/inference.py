@@ -114,6 +114,37 @@ def predict_logits(runner: Runner, encoded: EncodedTexts, *, max_length: int, pa
     return out if out is not None else np.zeros((0, 0), dtype=np.float32)
 
 
+def require_finite(logits: np.ndarray, *, model: Any, inputs: str,
+                   first_row: int | None = None) -> np.ndarray:
+    """``logits`` (B, C) unchanged when every value is finite.
+
+    Args:
+        model: The model's folder or file, for the message.
+        inputs: What was fed to it (``"rows of new.csv"``, ``"the parity examples"``).
+        first_row: The 1-based number of the first input, to name the rows.
+
+    Raises:
+        ModelError: Some logits are NaN or infinite: the weights are broken (a diverged run),
+            so no label or probability of that model means anything.
+    """
+    bad = ~np.isfinite(logits).all(axis=1)
+    if not bad.any():
+        return logits
+    from entrena.errors import ModelError
+
+    rows = np.flatnonzero(bad)
+    named = ""
+    if first_row is not None:
+        shown = ", ".join(str(int(r) + first_row) for r in rows[:10])
+        named = f" ({shown}{' …' if len(rows) > 10 else ''})"
+    kind = "NaN" if np.isnan(logits[bad]).any() else "infinite"
+    raise ModelError(
+        f"{model}: the model outputs {kind} values for {len(rows)} of {len(logits)} "
+        f"{inputs}{named}, so its labels and probabilities mean nothing; its weights are "
+        f"broken (a diverged run): train it again with a lower train.learning_rate "
+        f"(entrena train CONFIG --restart)")
+
+
 def softmax(logits: np.ndarray) -> np.ndarray:
     """Class probabilities from logits (B, C), rows summing to 1 (float64)."""
     shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)

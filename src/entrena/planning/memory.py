@@ -83,7 +83,8 @@ class MemoryEstimate:
             weight copies or the optimizer step's temporary, whichever peak is higher).
         overhead_bytes: Everything else resident: on CPU the process itself (imports, data,
             tokenizer), the best-weights copy and the allocator; on accelerators 0 (the
-            CUDA context is outside ``torch.cuda.max_memory_allocated``).
+            CUDA context is outside ``torch.cuda.max_memory_allocated``); on both, the
+            divergence guard's copy of the weights and optimizer state when it is on.
         peak_bytes: The predicted peak (resident set on CPU, allocated memory on CUDA).
         batch_size: B.
         tokens: The padded length of the largest batch, T.
@@ -134,7 +135,7 @@ def activation_bytes(profile: ModelProfile, tokens: int, *, device: str,
 
 def training_memory(profile: ModelProfile, *, batch_size: int, tokens: int, device: str,
                     precision: str, base_bytes: float = 0.0,
-                    weights_in_base: bool = False) -> MemoryEstimate:
+                    weights_in_base: bool = False, undo_copy: bool = False) -> MemoryEstimate:
     """Predict the peak memory of training at ``batch_size`` × ``tokens``.
 
     Args:
@@ -145,6 +146,8 @@ def training_memory(profile: ModelProfile, *, batch_size: int, tokens: int, devi
         precision: ``32-true``, ``bf16-mixed``, ``16-mixed`` or ``bf16-true``.
         base_bytes: CPU only: the process's resident memory before the fit (imports, data).
         weights_in_base: CPU only: the model's weights are already in ``base_bytes``.
+        undo_copy: The loop keeps a copy of the trainable weights and their optimizer state
+            from before each step (``train.divergence_factor`` set; engine/guard.py).
 
     Returns:
         The :class:`MemoryEstimate`.
@@ -154,6 +157,7 @@ def training_memory(profile: ModelProfile, *, batch_size: int, tokens: int, devi
     gradients = profile.trainable_parameters * g_b
     optimizer = profile.trainable_parameters * o_b
     per_sample, per_layer = activation_bytes(profile, tokens, device=device, precision=precision)
+    undo = profile.trainable_parameters * (w_b + o_b) if undo_copy else 0.0
     activations = batch_size * per_sample + (profile.saved_constant if device == "cpu" else 0)
     layers = CPU_BACKWARD_LAYERS if device == "cpu" else CUDA_BACKWARD_LAYERS
     backward_temp = layers * batch_size * per_layer
@@ -162,7 +166,7 @@ def training_memory(profile: ModelProfile, *, batch_size: int, tokens: int, devi
         # Overhead: the process without the model, ModelCheckpoint's CPU copy of the best
         # weights, and the allocator's own share.
         model_in_base = weights if weights_in_base else 0.0
-        overhead = base_bytes - model_in_base + weights + CPU_ALLOCATOR_OVERHEAD_BYTES
+        overhead = base_bytes - model_in_base + weights + CPU_ALLOCATOR_OVERHEAD_BYTES + undo
         peak = overhead + weights + optimizer + gradients + activations + backward_temp
         return MemoryEstimate(weights, gradients, optimizer, activations, backward_temp,
                               overhead, peak, batch_size, tokens)
@@ -170,14 +174,15 @@ def training_memory(profile: ModelProfile, *, batch_size: int, tokens: int, devi
     during_backward = activations + backward_temp + cast_copies
     at_step = gradients + 4 * profile.trainable_parameters
     transient = max(during_backward - activations, at_step - gradients)
-    peak = weights + optimizer + max(during_backward, at_step)
-    return MemoryEstimate(weights, gradients, optimizer, activations, transient, 0.0, peak,
+    peak = weights + optimizer + max(during_backward, at_step) + undo
+    return MemoryEstimate(weights, gradients, optimizer, activations, transient, undo, peak,
                           batch_size, tokens)
 
 
 def largest_batch(profile: ModelProfile, *, tokens: int, device: str, precision: str,
                   capacity_bytes: float, base_bytes: float = 0.0,
-                  weights_in_base: bool = False, limit: int = 65536) -> int:
+                  weights_in_base: bool = False, undo_copy: bool = False,
+                  limit: int = 65536) -> int:
     """The largest batch size whose predicted peak fits in ``capacity_bytes`` (0 if none).
 
     The peak is the larger of a term growing linearly with B (activations) and terms that do
@@ -185,7 +190,7 @@ def largest_batch(profile: ModelProfile, *, tokens: int, device: str, precision:
     large B, then checked.
     """
     kwargs = dict(tokens=tokens, device=device, precision=precision, base_bytes=base_bytes,
-                  weights_in_base=weights_in_base)
+                  weights_in_base=weights_in_base, undo_copy=undo_copy)
 
     def peak(batch: int) -> float:
         return training_memory(profile, batch_size=batch, **kwargs).peak_bytes

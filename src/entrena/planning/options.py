@@ -49,6 +49,8 @@ class RunShape:
             even when it has a GPU).
         threads: CPU threads the fit uses (``train.num_threads``; ``None``: all physical
             cores), for this CPU's nominal peak.
+        undo_copy: The divergence guard keeps a copy of the weights and optimizer state
+            (``train.divergence_factor`` set).
     """
 
     batch_size: int
@@ -60,6 +62,7 @@ class RunShape:
     eval_batches: int
     accelerator: str = "auto"
     threads: int | None = None
+    undo_copy: bool = False
 
 
 @dataclass
@@ -179,9 +182,10 @@ def local_option(machine: Machine, catalog: Catalog, profile: ModelProfile, shap
         capacity = gpu.memory_total_bytes * (1 - GPU_MEMORY_RESERVE)
         estimate = training_memory(profile, batch_size=shape.batch_size,
                                    tokens=shape.train.longest, device="cuda",
-                                   precision=precision)
+                                   precision=precision, undo_copy=shape.undo_copy)
         max_batch = largest_batch(profile, tokens=shape.train.longest, device="cuda",
-                                  precision=precision, capacity_bytes=capacity)
+                                  precision=precision, capacity_bytes=capacity,
+                                  undo_copy=shape.undo_copy)
         if acc is None:
             notes.append(f"{gpu.name} is not in the catalog: its peak is unknown (use "
                          "--calibrate, or add it to a catalog file)")
@@ -202,10 +206,11 @@ def local_option(machine: Machine, catalog: Catalog, profile: ModelProfile, shap
         estimate = training_memory(profile, batch_size=shape.batch_size,
                                    tokens=shape.train.longest, device="cpu",
                                    precision=precision, base_bytes=base_rss_bytes,
-                                   weights_in_base=weights_in_base)
+                                   weights_in_base=weights_in_base, undo_copy=shape.undo_copy)
         max_batch = largest_batch(profile, tokens=shape.train.longest, device="cpu",
                                   precision=precision, capacity_bytes=capacity or 0,
-                                  base_bytes=base_rss_bytes, weights_in_base=weights_in_base)
+                                  base_bytes=base_rss_bytes, weights_in_base=weights_in_base,
+                                  undo_copy=shape.undo_copy)
     option = Option(name="local", kind="local", description=description, device=device,
                     accelerator=None, count=1, fits=None, batch_size=shape.batch_size,
                     max_batch_size=None, precision=precision, peak_memory_bytes=None,
@@ -265,9 +270,10 @@ def catalog_option(entry: Offer | Accelerator, catalog: Catalog, profile: ModelP
                     cost_usd=None, cost_usd_spot=None, notes=notes)
     capacity = acc.memory_bytes * (1 - GPU_MEMORY_RESERVE) if acc.memory_bytes else None
     estimate = training_memory(profile, batch_size=shape.batch_size, tokens=shape.train.longest,
-                               device=device, precision=precision)
+                               device=device, precision=precision, undo_copy=shape.undo_copy)
     max_batch = (largest_batch(profile, tokens=shape.train.longest, device=device,
-                               precision=precision, capacity_bytes=capacity)
+                               precision=precision, capacity_bytes=capacity,
+                               undo_copy=shape.undo_copy)
                  if capacity else None)
     _fill_memory(option, estimate, capacity, max_batch)
     if capacity is None:

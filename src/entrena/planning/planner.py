@@ -32,7 +32,7 @@ def run_shape(*, train_lengths: Sequence[int], eval_lengths: Sequence[int],
               eval_batch_size: int, precision: str, max_epochs: int, max_steps: int | None,
               gradient_accumulation_steps: int, evals_per_epoch: int, devices: int | str,
               seed: int, group_by_length: bool, accelerator: str = "auto",
-              threads: int | None = None) -> RunShape:
+              threads: int | None = None, undo_copy: bool = False) -> RunShape:
     """The run as the loop will execute it (lengths already truncated at ``max_length``).
 
     Args:
@@ -45,6 +45,7 @@ def run_shape(*, train_lengths: Sequence[int], eval_lengths: Sequence[int],
         seed / group_by_length: ``train.seed`` and ``train.group_by_length``.
         accelerator: ``train.accelerator``.
         threads: ``train.num_threads`` (``None``: all physical cores).
+        undo_copy: ``train.divergence_factor`` is set (the loop keeps a step of undo).
 
     Returns:
         The :class:`~entrena.planning.options.RunShape`.
@@ -63,7 +64,7 @@ def run_shape(*, train_lengths: Sequence[int], eval_lengths: Sequence[int],
                     devices=devices if isinstance(devices, int) else 1, train=train,
                     eval_flops=float(eval_flops),
                     eval_batches=(evals + 1) * evaluation.batches + test.batches,
-                    accelerator=accelerator, threads=threads)
+                    accelerator=accelerator, threads=threads, undo_copy=undo_copy)
 
 
 def make_plan(*, profile: ModelProfile, shape: RunShape, machine: Machine, catalog: Catalog,

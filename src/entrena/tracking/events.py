@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 from entrena.core.callback import Callback
+from entrena.core.files import dumps_strict
 from entrena.core.state import TrainState
 
 __all__ = ["EventLog"]
@@ -40,7 +40,7 @@ class EventLog(Callback):
             self._handle = self.path.open("a", encoding="utf-8")
         record = {"type": record_type, "time": round(time.time(), 3), "step": state.step,
                   "epoch": state.epoch, **fields}
-        self._handle.write(json.dumps(record) + "\n")
+        self._handle.write(dumps_strict(record) + "\n")
         self._handle.flush()
 
     def on_fit_start(self, state: TrainState) -> None:

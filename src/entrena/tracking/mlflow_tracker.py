@@ -10,7 +10,8 @@ from typing import Any
 from entrena.core.callback import Callback
 from entrena.core.state import TrainState
 
-__all__ = ["MLflowTracker", "HTTP_SETTINGS", "default_tracking_uri", "flatten"]
+__all__ = ["MLflowTracker", "HTTP_SETTINGS", "STORE_PROBE_TIMEOUT_S", "default_tracking_uri",
+           "flatten", "probe_store"]
 
 log = logging.getLogger("entrena")
 
@@ -23,6 +24,69 @@ HTTP_SETTINGS = {
 """MLflow's HTTP retry settings for a tracking server, unless the environment sets them. With
 MLflow's defaults (7 retries, backoff factor 2, 120 s timeout) a server that is down held the
 start of training for 255 s before tracking was turned off; with these, about 3 s."""
+
+
+STORE_PROBE_TIMEOUT_S = 5.0
+"""Seconds the tracking store gets to open before tracking is turned off. A database store
+that cannot be opened (``sqlite:////proc/x.db``) otherwise went through MLflow's own retry
+loop: 104 s and 36 warnings before training started."""
+
+
+def _open_store(uri: str) -> None:
+    """Open the store behind ``uri`` once, without MLflow (raises what opening raises)."""
+    from urllib.parse import urlparse
+
+    scheme = urlparse(uri).scheme.lower()
+    if scheme in ("http", "https", "databricks") or not scheme or len(scheme) == 1:
+        return  # HTTP is bounded by HTTP_SETTINGS; a plain path (or C:) is a file store
+    if scheme == "file":
+        return
+    if scheme == "sqlite":
+        import sqlite3
+
+        path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            with sqlite3.connect(path, timeout=STORE_PROBE_TIMEOUT_S) as connection:
+                connection.execute("PRAGMA schema_version").fetchone()
+            connection.close()
+        return
+    import sqlalchemy  # postgresql://, mysql:// …: MLflow's database stores
+
+    engine = sqlalchemy.create_engine(uri, connect_args={
+        "connect_timeout": int(STORE_PROBE_TIMEOUT_S)} if "mssql" not in scheme else {})
+    try:
+        with engine.connect():
+            pass
+    finally:
+        engine.dispose()
+
+
+def probe_store(uri: str, timeout_s: float = STORE_PROBE_TIMEOUT_S) -> None:
+    """Check, within ``timeout_s`` seconds, that the tracking store behind ``uri`` opens.
+
+    Raises:
+        TimeoutError: It did not answer in time.
+        Exception: What opening it raised (``sqlite3.OperationalError`` …).
+    """
+    import threading
+
+    outcome: list[BaseException | None] = []
+
+    def attempt() -> None:
+        try:
+            _open_store(uri)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            outcome.append(exc)
+
+    thread = threading.Thread(target=attempt, name="entrena-tracking-probe", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not outcome:
+        raise TimeoutError(f"no answer in {timeout_s:g} s")
+    if outcome[0] is not None:
+        raise outcome[0]
 
 
 def default_tracking_uri(runs_root: Path, configured: str | None) -> str:
@@ -92,6 +156,11 @@ class MLflowTracker(Callback):
 
             for name in ("mlflow", "alembic"):
                 logging.getLogger(name).setLevel(logging.WARNING)
+            try:
+                probe_store(self.uri)
+            except Exception as exc:  # noqa: BLE001
+                self._fail(f"opening the tracking store {self.uri}", exc)
+                return
 
             self._client = MlflowClient(tracking_uri=self.uri)
             found = self._client.get_experiment_by_name(self.experiment)

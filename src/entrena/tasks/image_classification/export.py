@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from entrena.core.files import dumps_strict
 from entrena.data.image_batches import ImageTransforms, decode_resized
 from entrena.data.images import list_images
 from entrena.errors import DataError
@@ -123,7 +124,7 @@ def write_image_bundle(run: RunModel, request: ExportRequest,
     spec = FixedInputExport(
         model=model, input_name="pixel_values", inputs=examples.pixels,
         labels=examples.labels, dataset=examples.dataset,
-        files={META_FILE: json.dumps(meta_out, indent=2) + "\n"},
+        files={META_FILE: dumps_strict(meta_out, indent=2) + "\n"},
         manifest={"preprocessing": {"labels": meta["labels"], "transforms": t},
                   "inputs": {"pixel_values": f"float32 (batch, {t['channels']}, {t['size']}, "
                                              f"{t['size']}): decoded, converted to "

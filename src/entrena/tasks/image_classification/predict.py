@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 
 from entrena.data.image_batches import ImageTransforms, decode_resized
+from entrena.data.images import decode_failure
 from entrena.errors import DataError
 from entrena.exporting import onnx_format
 from entrena.exporting.bundle import META_FILE
-from entrena.exporting.inference import Runner, TorchRunner, softmax
+from entrena.exporting.inference import Runner, TorchRunner, require_finite, softmax
 from entrena.exporting.prediction import (
     ModelLocation,
     PredictOptions,
@@ -132,6 +133,7 @@ class ImagePredictor:
 
     def __init__(self, folder: Path, kind: str, manifest: dict[str, Any] | None = None,
                  threads: int | None = None):
+        self.folder = folder
         if kind == "run":
             from entrena.tasks.image_classification.model import load_image_classifier
 
@@ -171,18 +173,15 @@ class ImagePredictor:
                 try:
                     images.append(decode_resized(paths[i], t.channels, t.size))
                     kept.append(i)
-                except (OSError, ValueError, SyntaxError) as exc:
-                    if isinstance(exc, FileNotFoundError):
-                        reason = "missing file"
-                    elif "identify" in str(exc):
-                        reason = "not an image Pillow can read"
-                    else:
-                        reason = f"damaged image ({str(exc).splitlines()[0][:80]})"
+                except Exception as exc:  # noqa: BLE001  # any decoder failure: that file's
+                    reason = decode_failure(exc)
                     if on_bad_rows == "error":
                         raise DataError(f"{paths[i]}: {reason}; remove it or pass "
                                         "--on-bad-rows skip") from exc
                     status[i] = f"skipped: {reason}"
             if kept:
                 pixels = t.normalise(torch.stack(images)).numpy()
-                probs[kept] = softmax(self.runner(pixels))
+                logits = require_finite(self.runner(pixels), model=self.folder,
+                                        inputs="images")
+                probs[kept] = softmax(logits)
         return probs, status

@@ -10,7 +10,6 @@ columns a row needs), ``export.json`` and ``MODEL_CARD.md``. Raw rows become fea
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from entrena.core.files import dumps_strict
 from entrena.data.preprocessing import transform
 from entrena.data.sources import read_table
 from entrena.errors import DataError
@@ -107,8 +107,8 @@ def write_table_bundle(run: RunModel, request: ExportRequest, rows: TableRows) -
         model=model, input_name="features",
         inputs=transform(rows.frame, meta["preprocessing"]), labels=rows.labels,
         dataset=rows.dataset,
-        files={PREPROCESSING_FILE: json.dumps(meta["preprocessing"], indent=2) + "\n",
-               META_FILE: json.dumps(meta_out, indent=2) + "\n"},
+        files={PREPROCESSING_FILE: dumps_strict(meta["preprocessing"], indent=2) + "\n",
+               META_FILE: dumps_strict(meta_out, indent=2) + "\n"},
         manifest={"preprocessing": {"labels": meta["labels"], "file": PREPROCESSING_FILE,
                                     "numeric": meta.get("numeric", []),
                                     "categorical": meta.get("categorical", [])},

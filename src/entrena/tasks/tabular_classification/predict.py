@@ -20,7 +20,13 @@ from entrena.data.reading import format_rows
 from entrena.errors import DataError
 from entrena.exporting import onnx_format
 from entrena.exporting.bundle import META_FILE
-from entrena.exporting.inference import Runner, TorchRunner, batched_logits, softmax
+from entrena.exporting.inference import (
+    Runner,
+    TorchRunner,
+    batched_logits,
+    require_finite,
+    softmax,
+)
 from entrena.exporting.prediction import (
     ModelLocation,
     PredictOptions,
@@ -110,6 +116,7 @@ class TablePredictor:
                                                                               "model.onnx"),
                                                  threads)
         self.labels: list[str] = list(meta["labels"])
+        self.folder = folder
         self.columns = feature_columns_of(meta)
         self.na_columns = self.columns
         self.source = source
@@ -178,6 +185,7 @@ class TablePredictor:
             for column, count in unseen_categories(kept, self.params).items():
                 self.unseen[column] = self.unseen.get(column, 0) + count
             logits = batched_logits(self.runner, transform(kept, self.params), batch_size)
+            require_finite(logits, model=self.folder, inputs=f"rows of {source}")
             probs[~empty] = softmax(logits)
         status = np.where(empty, SKIPPED_EMPTY_ROW, "ok")
         return labelled_frame(frame, self.labels, probs, status), empty

@@ -8,7 +8,6 @@ the bundle into place (with ``parity.passed: false``); the caller decides what t
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import shutil
 import tempfile
@@ -18,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from entrena.core.files import plain_mode
+from entrena.core.files import dumps_strict, plain_mode
 from entrena.data.sources import read_table, require_columns
 from entrena.data.tables import empty_values
 from entrena.errors import ConfigError, DataError
@@ -47,6 +46,7 @@ from entrena.exporting.inference import (
     TorchRunner,
     batch_inputs,
     predict_logits,
+    require_finite,
 )
 
 __all__ = ["ParityExamples", "parity_examples", "write_bundle", "EXAMPLE_TEXTS"]
@@ -177,6 +177,8 @@ def write_bundle(run: RunModel, fmt: ExportFormat, *, quantize: str | None, opse
     log.info("parity data: %d %s examples; running the PyTorch model", len(encoded),
              examples.dataset)
     reference = logits_of(torch_runner, set())
+    require_finite(reference[0], model=run.paths.model,
+                   inputs=f"parity texts ({examples.dataset})")
     ids, mask = batch_inputs(encoder.encode(EXAMPLE_TEXTS), [0, 1], prep.max_length,
                              encoder.pad_id)
     example = (torch.from_numpy(ids), torch.from_numpy(mask))
@@ -188,7 +190,7 @@ def write_bundle(run: RunModel, fmt: ExportFormat, *, quantize: str | None, opse
     try:
         tokenizer.save_pretrained(work)
         meta_out = {**meta, **prep.to_json(), "pad_token_id": encoder.pad_id}
-        (work / META_FILE).write_text(json.dumps(meta_out, indent=2) + "\n", encoding="utf-8")
+        (work / META_FILE).write_text(dumps_strict(meta_out, indent=2) + "\n", encoding="utf-8")
         info, parity, exported_runner, fallback = _export_attempts(
             fmt, model, example, work, quantize=quantize,
             opset=opset if opset is not None else onnx_format.DEFAULT_OPSET,

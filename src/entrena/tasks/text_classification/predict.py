@@ -18,7 +18,13 @@ import pandas as pd
 from entrena.data.tables import empty_values
 from entrena.errors import DataError
 from entrena.exporting.bundle import Preprocessing
-from entrena.exporting.inference import Runner, TextEncoder, predict_logits, softmax
+from entrena.exporting.inference import (
+    Runner,
+    TextEncoder,
+    predict_logits,
+    require_finite,
+    softmax,
+)
 from entrena.exporting.prediction import (
     ModelLocation,
     PredictOptions,
@@ -100,6 +106,7 @@ class TextPredictor:
             model_length_limit,
         )
 
+        self.location = location
         if location.kind == "run":
             from entrena.exporting.inference import TorchRunner
 
@@ -151,12 +158,19 @@ class TextPredictor:
                                                       if len(rows) > 10 else "")
             raise DataError(f"empty {text_column!r} in input rows {shown}; fix or remove them, "
                             "or pass --on-bad-rows skip to predict the rest")
+        nested = [i for i, t in enumerate(frame[text_column].to_numpy())
+                  if not empty[i] and isinstance(t, list | dict)]
+        if nested:
+            rows = ", ".join(str(i + first_row) for i in nested[:10])
+            raise DataError(f"input rows {rows}: {text_column!r} is a JSON list or object, not "
+                            "a text; write one string per row")
         texts = [str(t) for t in frame[text_column].to_numpy()[~empty]]
         probs = np.full((len(frame), len(labels)), np.nan)
         if texts:
             encoded = self.encoder.encode(texts)
             logits = predict_logits(self.runner, encoded, max_length=self.preprocessing.max_length,
                                     pad_id=self.encoder.pad_id, batch_size=batch_size)
+            require_finite(logits, model=self.location.path, inputs="input rows")
             probs[~empty] = softmax(logits)
         status = np.where(empty, SKIPPED_EMPTY, "ok")
         return labelled_frame(frame, labels, probs, status), empty
