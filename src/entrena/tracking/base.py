@@ -1,0 +1,87 @@
+"""The tracker extension point: a :class:`Tracker` protocol and a registry by name.
+
+A tracker is a :class:`~entrena.core.callback.Callback` (it sees the loop's events: step and
+validation metrics) that also opens a run with the config as parameters (:meth:`start`) and
+closes it with the final metrics and the run's files (:meth:`finish`). ``tracking.backends``
+names the trackers a run uses; the training recipe builds them with :func:`build_trackers`
+and never names one. A tracker's failure warns once and never stops training.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from entrena.errors import ConfigError
+
+__all__ = ["Tracker", "TrackingContext", "TRACKERS", "register_tracker", "build_trackers"]
+
+
+@runtime_checkable
+class Tracker(Protocol):
+    """What a tracker does besides reacting to the loop's events."""
+
+    def start(self, params: dict[str, Any], tags: dict[str, str] | None = None) -> None:
+        """Open (or, after a resume, reopen) the run and log ``params`` (the config)."""
+        ...
+
+    def finish(self, metrics: dict[str, Any], artifacts: list[Path]) -> None:
+        """Log the final ``metrics`` (``metrics.json``) and ``artifacts`` (files or folders)
+        and close the run."""
+        ...
+
+
+@dataclass(frozen=True)
+class TrackingContext:
+    """What a tracker factory gets.
+
+    Attributes:
+        run_name: The entrena run name (``config.name``).
+        run_dir: The run directory.
+        runs_root: Its parent folder (where default stores live: ``mlflow.db`` …).
+        experiment: ``tracking.experiment``.
+        uri: ``tracking.uri`` (``None``: the tracker's default).
+        every_steps: ``train.log_every_steps``: the interval of step metrics.
+    """
+
+    run_name: str
+    run_dir: Path
+    runs_root: Path
+    experiment: str
+    uri: str | None
+    every_steps: int
+
+
+def _mlflow(context: TrackingContext) -> Tracker:
+    from entrena.tracking.mlflow_tracker import MLflowTracker, default_tracking_uri
+
+    return MLflowTracker(default_tracking_uri(context.runs_root, context.uri),
+                         context.experiment, context.run_name,
+                         context.runs_root / "mlartifacts", context.every_steps)
+
+
+TRACKERS: dict[str, Callable[[TrackingContext], Tracker]] = {"mlflow": _mlflow}
+"""Trackers by ``tracking.backends`` name → a factory taking a :class:`TrackingContext`."""
+
+
+def register_tracker(name: str, factory: Callable[[TrackingContext], Tracker]) -> None:
+    """Add (or replace) the tracker ``name``; ``factory`` builds it for one run."""
+    TRACKERS[name] = factory
+
+
+def build_trackers(names: Sequence[str], context: TrackingContext) -> list[Tracker]:
+    """The trackers ``names`` asks for, built for one run, in order.
+
+    Raises:
+        ConfigError: An unknown name (the known ones and the closest are listed).
+    """
+    unknown = [name for name in names if name not in TRACKERS]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], list(TRACKERS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"tracking.backends: unknown tracker {unknown[0]!r}; choose from "
+                          f"{', '.join(sorted(TRACKERS))}{hint}")
+    return [TRACKERS[name](context) for name in dict.fromkeys(names)]
