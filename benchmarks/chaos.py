@@ -1,8 +1,8 @@
 """Kill `entrena train examples/tiny/config.yaml` again and again; check that it always resumes
 exactly, and record the figures in docs/benchmarks.md.
 
-Usage: .venv/bin/python benchmarks/chaos.py [--kills 20] [--signals 5] [--seed 0]
-                                            [--no-write] [--json]
+Usage: .venv/bin/python benchmarks/chaos.py [--kills 20] [--signals 5] [--phase-signals 3]
+                                            [--seed 0] [--no-write] [--json]
 
 1. An uninterrupted reference run.
 2. One run of the same config, disrupted ``--kills`` times with SIGKILL and ``--signals``
@@ -15,7 +15,13 @@ Usage: .venv/bin/python benchmarks/chaos.py [--kills 20] [--signals 5] [--seed 0
    its marker) and load with ``torch.load``; the restart must say ``resuming from step S``
    with S the newest complete checkpoint's step (or start over when there is none). After a
    SIGTERM the process must exit 143 having saved the step it reports.
-4. The last restart runs to the end; its ``model/`` files must equal the reference's, byte
+4. ``--phase-signals`` more SIGTERMs land outside the fit: all but one at a random moment
+   between the start of a process and its fit (reading the config, preparing the data,
+   planning and its probe), the last one right after the run's last training step (the final
+   evaluation, testing, saving). Each must exit 143 with one ``stopped by SIGTERM …`` line (or
+   the fit's own ``saved checkpoint`` line when it landed inside the fit); the next process
+   must resume from the newest complete checkpoint, and after the last one train no step.
+5. The last restart runs to the end; its ``model/`` files must equal the reference's, byte
    for byte.
 
 Both runs use ``--set train.deterministic=true train.num_threads=1 tracking.enabled=false
@@ -47,6 +53,7 @@ SETTINGS = ["train.deterministic=true", "train.num_threads=1", "tracking.enabled
             "train.checkpoint.every_steps=5", "train.log_every_steps=1"]
 RESUMING = re.compile(r"^resuming from step (\d+), epoch (\d+); (.+) of training lost$", re.M)
 SAVED = re.compile(r"saved checkpoint at step (\d+) \((SIG\w+)\), ([\d.]+)s after the signal")
+STOPPED = re.compile(r"^stopped by SIGTERM (.+)$", re.M)
 
 
 def command(run_dir: Path) -> list[str]:
@@ -167,30 +174,33 @@ class Process:
         return code, self.log.read_text()
 
 
-def reference_run(work: Path) -> tuple[dict[str, bytes], float, dict]:
+def reference_run(work: Path) -> tuple[dict[str, bytes], float, dict, float]:
     run_dir = work / "runs" / "reference"
     run_dir.parent.mkdir(parents=True)
     process = Process(run_dir, work / "reference.log")
+    start_s = process.wait_for_fit() or 0.0
     code, stderr = process.finish()
     if code != 0:
         sys.exit(f"the reference run failed ({code}):\n{stderr[-3000:]}")
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     fit_s = events[-1]["time"] - events[0]["time"]
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    return model_files(run_dir), fit_s, metrics
+    return model_files(run_dir), fit_s, metrics, start_s
 
 
 def model_files(run_dir: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((run_dir / "model").iterdir())}
 
 
-def run_chaos(kills: int, signals: int, seed: int, work: Path) -> dict:
+def run_chaos(kills: int, signals: int, seed: int, work: Path, phase_signals: int = 0) -> dict:
     rng = random.Random(seed)
-    expected, fit_s, ref_metrics = reference_run(work)
+    expected, fit_s, ref_metrics, start_s = reference_run(work)
     total_steps = ref_metrics["fit"]["steps"]
-    print(f"reference: {total_steps} steps, fit {fit_s:.1f}s", file=sys.stderr)
-    plan = ["kill"] * kills + ["term"] * signals
+    print(f"reference: {total_steps} steps, fit {fit_s:.1f}s, start to fit {start_s:.1f}s",
+          file=sys.stderr)
+    plan = ["kill"] * kills + ["term"] * signals + ["early"] * max(0, phase_signals - 1)
     rng.shuffle(plan)
+    plan += ["late"] * min(1, phase_signals)  # after the last step: testing and saving
     # Where each disruption lands: steps spread over the whole run, in order, so that kills
     # meet every phase (mid-epoch, evaluations, epoch ends, checkpoint writes).
     targets = sorted(rng.uniform(0.03, 0.97) * total_steps for _ in plan)
@@ -204,10 +214,18 @@ def run_chaos(kills: int, signals: int, seed: int, work: Path) -> dict:
     for index, kind in enumerate(plan + ["finish"]):
         process = Process(run_dir, work / f"attempt-{index:02d}.log")
         record: dict = {"attempt": index, "kind": kind}
-        began = process.wait_for_fit()
+        if kind == "early":  # before the fit: reading, preparing, planning, the probe
+            time.sleep(rng.uniform(0.2, 0.8) * start_s)
+            record["in_fit"] = bool(fit_starts(run_dir)) and max(fit_starts(run_dir)) \
+                >= process.launched
+            process.popen.send_signal(signal.SIGTERM)
+        began = process.wait_for_fit() if kind != "early" else None
         record["start_to_fit_s"] = began
         mode = ""
-        if kind != "finish" and began is not None:
+        if kind == "late" and began is not None:  # right after the last training step
+            process.wait_for_step(total_steps)
+            process.popen.send_signal(signal.SIGTERM)
+        elif kind in ("kill", "term") and began is not None:
             record["target_step"] = round(targets[index], 1)
             reached = process.wait_for_step(targets[index])
             if kind == "kill":
@@ -259,8 +277,22 @@ def run_chaos(kills: int, signals: int, seed: int, work: Path) -> dict:
                 if int(saved.group(1)) != newest:
                     failures.append(f"attempt {index}: saved step {saved.group(1)} but the "
                                     f"newest checkpoint is {newest}")
+        if kind in ("early", "late"):
+            stopped = STOPPED.search(stderr)
+            record["stopped"] = stopped.group(1) if stopped else None
+            if code == 0 and kind == "late":
+                record["note"] = "finished before the signal"
+            elif code != 143 or not (stopped or SAVED.search(stderr)):
+                failures.append(f"attempt {index}: SIGTERM outside the fit gave exit {code} "
+                                f"without its line, stderr: {stderr[-500:]}")
         if kind == "finish" and code != 0:
             failures.append(f"the final run failed ({code}): {stderr[-2000:]}")
+        if kind == "finish" and records and records[-1]["kind"] == "late" \
+                and records[-1]["exit_code"] == 143:
+            record["steps_trained"] = max(0, process.last_step() + 1)
+            if process.last_step() >= 0:
+                failures.append(f"attempt {index}: trained again (step {process.last_step()}) "
+                                "after a SIGTERM that came once training was over")
         if code == 0 and kind != "finish":
             record["note"] = "finished before the disruption"
         expected_resume = newest
@@ -278,7 +310,9 @@ def run_chaos(kills: int, signals: int, seed: int, work: Path) -> dict:
             "reference_fit_s": fit_s, "total_steps": total_steps,
             "steps_per_epoch": total_steps // ref_metrics["fit"]["epochs"],
             "kills": sum(r["kind"] == "kill" and r["exit_code"] == -9 for r in records),
-            "signals": sum("signal_to_saved_s" in r for r in records)}
+            "signals": sum("signal_to_saved_s" in r for r in records),
+            "phase_signals": sum(r["kind"] in ("early", "late") and r["exit_code"] == 143
+                                 for r in records)}
 
 
 def summary_markdown(result: dict, args: argparse.Namespace) -> str:
@@ -297,6 +331,8 @@ def summary_markdown(result: dict, args: argparse.Namespace) -> str:
         return (f"{fmt.format(statistics.median(values))} (median; "
                 f"{fmt.format(min(values))}–{fmt.format(max(values))})")
 
+    outside = [r for r in records if r["kind"] in ("early", "late") and r["exit_code"] == 143]
+    with_line = sum(r.get("stopped") is not None for r in outside)
     restarts = len(records) - 1
     landed = ", ".join(str(r["killed_after_step"]) for r in killed)
     epochs = (f"of {result['total_steps']}; epochs end at multiples of "
@@ -308,7 +344,8 @@ def summary_markdown(result: dict, args: argparse.Namespace) -> str:
 
 - Date: {today()}; machine: {machine()}
 - Command: `.venv/bin/python benchmarks/chaos.py --kills {args.kills} --signals {args.signals}
-  --seed {args.seed}`; every run with `--set {' --set '.join(SETTINGS)}`
+  --phase-signals {args.phase_signals} --seed {args.seed}`; every run with
+  `--set {' --set '.join(SETTINGS)}`
 - Reference: one uninterrupted run, {result['total_steps']} optimizer steps, fit
   {result['reference_fit_s']:.1f} s (evaluation and checkpoints included)
 - Result: {verdict}
@@ -318,6 +355,8 @@ def summary_markdown(result: dict, args: argparse.Namespace) -> str:
 | SIGKILLs / of them while a checkpoint was being written | {len(killed)} / {during_write} |
 | steps the SIGKILLs landed after ({epochs}) | {landed} |
 | SIGTERMs (exit 143 with a checkpoint of the step reported) | {len(saved)} |
+| SIGTERMs outside the fit (exit 143) / with a `stopped by SIGTERM …` line | {len(outside)} / \
+{with_line} |
 | restarts that resumed from the newest complete checkpoint | {len(resumed)} of {restarts} |
 | restarts with nothing to resume (killed before the first checkpoint) | {fresh} |
 | checkpoints found unreadable after a disruption | {unreadable} |
@@ -337,6 +376,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--signals", type=int, default=5)
+    parser.add_argument("--phase-signals", type=int, default=3,
+                        help="SIGTERMs outside the fit: before it, and one after its last step")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
@@ -344,7 +385,8 @@ def main() -> None:
     if not (ROOT / "examples" / "reviews" / "data" / "train.csv").is_file():
         sys.exit("run `make demo-data` first")
     with tempfile.TemporaryDirectory(prefix="entrena-chaos-") as tmp:
-        result = run_chaos(args.kills, args.signals, args.seed, Path(tmp))
+        result = run_chaos(args.kills, args.signals, args.seed, Path(tmp),
+                           phase_signals=args.phase_signals)
     if args.json:
         print(json.dumps(result, indent=2))
     if not args.no_write:

@@ -182,3 +182,57 @@ def test_tune_help_gives_the_study_directory_it_uses():
     result = CliRunner().invoke(app, ["tune", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     assert "(default: runs/<name>-tune)" in result.output  # it said runs/<name>
+
+
+_WORKER = """
+import sys, time
+sys.path.insert(0, {tests!r})
+import optuna
+from entrena.config import load_config
+from entrena.tuning import run_study
+import test_tune
+
+space = load_config(test_tune._config(space=test_tune.SPACE)).config.tune.space
+
+def slow_trial(number, params, report, max_time_s):
+    time.sleep(0.05)  # trials overlap between the workers
+    return test_tune._fake_trial(number, params, report, max_time_s)
+
+result = run_study(slow_trial, space=space, study_name="s", storage={storage!r},
+                   direction="minimize", startup_trials=2, importances=False, n_trials=6,
+                   seed=int(sys.argv[1]), pruner="none")
+print(result.ran)
+"""
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_two_worker_processes_share_a_study_without_losing_a_trial(tmp_path, kind):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    storage = (f"sqlite:///{tmp_path / 'study.db'}" if kind == "sqlite"
+               else f"journal:{tmp_path / 'study.log'}")
+    script = _WORKER.format(tests=str(Path(__file__).parent), storage=storage)
+    workers = [subprocess.Popen([sys.executable, "-c", script, str(i)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outputs = [worker.communicate(timeout=240) for worker in workers]
+    for worker, (out, err) in zip(workers, outputs, strict=True):
+        assert worker.returncode == 0, err
+        assert out.strip() == "6"
+    from entrena.tuning.study import open_storage
+
+    study = optuna.load_study(study_name="s", storage=open_storage(storage))
+    trials = study.get_trials(deepcopy=False)
+    assert sorted(t.number for t in trials) == list(range(12))  # none lost, none twice
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert all(set(t.params) == set(SPACE) for t in trials)
+
+
+def test_a_journal_storage_that_cannot_be_written_is_a_config_error(tmp_path):
+    from entrena.tuning.study import open_storage
+
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match=r"--storage 'journal:.*': cannot open the journal "
+                                          r"file .*; give a writable path"):
+        open_storage(f"journal:{tmp_path / 'file' / 'study.log'}")

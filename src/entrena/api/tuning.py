@@ -13,7 +13,7 @@ import yaml
 from entrena.api.preparing import resolve_run_dir
 from entrena.config import Config, parse_overrides
 from entrena.config.loading import apply_overrides
-from entrena.core.files import write_json_atomic
+from entrena.core.files import write_atomic, write_json_atomic
 from entrena.errors import ConfigError
 from entrena.tasks.registry import load_config
 from entrena.units import Budget, format_usd, parse_budget, parse_duration_s
@@ -131,7 +131,9 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
         budget: ``"30m"`` caps this invocation's wall time (a running trial stops at it);
             ``"5usd"`` caps its cost at the planner's cost per trial on this machine.
         storage: An Optuna storage URL; default ``sqlite:///<study dir>/study.db``, so a study
-            re-run continues; a PostgreSQL/MySQL URL lets workers on several machines share it.
+            re-run continues; ``journal:PATH`` (Optuna's journal file) for several worker
+            processes on one machine; a PostgreSQL/MySQL URL lets workers on several
+            machines share it.
         study: The study name (default: the config's ``name``).
         run_dir: The study directory (default ``runs/<name>-tune``).
         overrides: ``--set`` style overrides applied to every trial.
@@ -209,10 +211,11 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
         best.pop("tune", None)
         best = apply_overrides(best, result.best["params"])
         best_path = study_dir / "best_config.yaml"
-        best_path.write_text(
-            f"# best of study {name}: trial {result.best['trial']}, {metric} = "
-            f"{result.best['value']:.6g}\n" + yaml.safe_dump(best, sort_keys=False),
-            encoding="utf-8")
+        text = (f"# best of study {name}: trial {result.best['trial']}, {metric} = "
+                f"{result.best['value']:.6g}\n" + yaml.safe_dump(best, sort_keys=False))
+        # Workers finishing together each write it: whole files only, never a mix.
+        write_atomic(best_path, lambda handle: handle.write(text.encode("utf-8")),
+                     durable=False)
         summary["best_config"] = str(best_path)
     write_json_atomic(study_dir / "tune.json", summary, durable=False)
     log.info("study %s: %d trials (%d pruned, %d completed); %s", name, result.trials,

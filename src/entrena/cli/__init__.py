@@ -399,8 +399,9 @@ def tune(config: ConfigArg, run_dir: Annotated[Path | None, typer.Option(
              "--budget", help="Wall time (30m) or money (5usd, the planner's cost per trial) "
              "this invocation may spend.", show_default=False)] = None,
          storage: Annotated[str | None, typer.Option(
-             "--storage", help="Optuna storage URL shared by workers (default: SQLite in "
-             "runs/<name>-tune/study.db).", show_default=False)] = None,
+             "--storage", help="Optuna storage shared by workers: an RDB URL (default: "
+             "SQLite in runs/<name>-tune/study.db) or journal:PATH (a journal file, for "
+             "several worker processes).", show_default=False)] = None,
          study: Annotated[str | None, typer.Option(
              "--study", help="Study name (default: the config's name).",
              show_default=False)] = None,

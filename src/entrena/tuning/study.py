@@ -7,6 +7,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from entrena.config.schema import ParamSpec
@@ -14,7 +15,7 @@ from entrena.errors import ConfigError, NonFiniteError
 from entrena.tuning.pruning import Reporter
 from entrena.tuning.space import suggest
 
-__all__ = ["StudyResult", "TrialFunction", "open_storage", "run_study"]
+__all__ = ["JOURNAL_PREFIX", "StudyResult", "TrialFunction", "open_storage", "run_study"]
 
 log = logging.getLogger("entrena")
 
@@ -59,26 +60,53 @@ class StudyResult:
                 "table": self.table}
 
 
+JOURNAL_PREFIX = "journal:"
+"""``--storage journal:PATH``: Optuna's journal storage, an append-only file under a file
+lock; the storage Optuna recommends for several worker processes on one machine (or a shared
+file system), with no database."""
+
+
 def open_storage(url: str) -> Any:
-    """An Optuna RDB storage for ``url`` (SQLite waits up to 60 s on a lock held by another
-    worker).
+    """An Optuna storage for ``url``: ``journal:PATH`` (a journal file), else an RDB URL
+    (SQLite waits up to 60 s on a lock held by another worker).
 
     Raises:
         ConfigError: The URL cannot be opened (bad scheme, unreachable server, missing driver).
     """
     import optuna
 
+    if url.startswith(JOURNAL_PREFIX):
+        from optuna.storages.journal import JournalFileBackend
+
+        path = Path(url[len(JOURNAL_PREFIX):].removeprefix("//")).expanduser()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        except OSError as exc:
+            raise ConfigError(f"--storage {url!r}: cannot open the journal file {path} "
+                              f"({exc.strerror or exc}); give a writable path") from None
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite:"):
         kwargs = {"connect_args": {"timeout": 60}}
-    try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-    except Exception as exc:  # noqa: BLE001 - sqlalchemy raises many kinds
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(
-            f"--storage {url!r}: cannot open the study storage ({type(exc).__name__}: "
-            f"{first}); give a SQLite URL (sqlite:///runs/study.db), or a reachable "
-            f"postgresql:// or mysql:// URL with its driver installed") from None
+    attempt = 0
+    while True:
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        except Exception as exc:  # noqa: BLE001 - sqlalchemy raises many kinds
+            # Two workers opening a new storage at once both create its tables and stamp
+            # its schema version; the slower one finds them made: open it again.
+            attempt += 1
+            racing = any(mark in str(exc) for mark in ("already exists", "alembic_version",
+                                                      "database is locked"))
+            if racing and attempt < 5:
+                time.sleep(0.2 * attempt)
+                continue
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ConfigError(
+                f"--storage {url!r}: cannot open the study storage ({type(exc).__name__}: "
+                f"{first}); give a SQLite URL (sqlite:///runs/study.db), a journal file "
+                f"(journal:runs/study.log), or a reachable postgresql:// or mysql:// URL with "
+                f"its driver installed") from None
 
 
 def run_study(run_trial: TrialFunction, *, space: dict[str, ParamSpec], study_name: str,
