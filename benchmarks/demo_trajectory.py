@@ -32,7 +32,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "demo-trajectory"
 def record_seed(seed: int, evals_per_epoch: int, out: Path) -> None:
     """Train seed ``seed`` and append one JSON row per evaluation to ``out``."""
     import entrena
-    import entrena.api.fitting as fitting
+    import entrena.recipes.training as fitting
     from entrena.core.callback import Callback
     from entrena.engine.loop import predict
     from entrena.tasks.metrics import classification_metrics, cross_entropy_loss

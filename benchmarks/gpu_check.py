@@ -73,12 +73,12 @@ def run_config(config: dict, catalog) -> dict:
 
     import torch
 
-    from entrena.api.fitting import build_optimizer
     from entrena.config.models import resolve_model_name
     from entrena.engine.backend import create_backend
     from entrena.planning.memory import training_memory
     from entrena.planning.model import profile_model
     from entrena.planning.options import peak_for_precision
+    from entrena.recipes.training import build_optimizer
     from entrena.tasks.text_classification.model import build_classifier, meta_classifier
 
     started = time.perf_counter()
@@ -167,9 +167,9 @@ def shape_churn(catalog) -> dict:
 
     import torch
 
-    from entrena.api.fitting import build_optimizer
     from entrena.config.models import resolve_model_name
     from entrena.engine.backend import create_backend
+    from entrena.recipes.training import build_optimizer
     from entrena.tasks.text_classification.model import build_classifier
 
     gc.collect()

@@ -6,7 +6,7 @@
 One process, one model (MiniLM-L6 from the package with entrena's mean-pooling head), one list
 of pre-built batches (the reviews' first training batches as entrena's length-grouped loader
 cuts them). Each arm starts from a copy of the same weights with a fresh AdamW
-(``entrena.api.fitting.build_optimizer``: no decay on 1-D tensors), the same precision
+(``entrena.recipes.training.build_optimizer``: no decay on 1-D tensors), the same precision
 (``train.precision: auto`` on this device), a linear schedule with 10% warmup and gradient
 clipping at 1.0:
 
@@ -100,11 +100,11 @@ def build(mode: str, folder: Path) -> dict[str, Any]:
 
 def entrena_arm(backend: Any, built: dict[str, Any], folder: Path, threads: int) -> float:
     """Seconds of ``entrena.engine.loop.fit`` over the batches."""
-    from entrena.api.efficiency import build_monitor
-    from entrena.api.fitting import build_optimizer
-    from entrena.api.training_plan import peak_memory_bytes
     from entrena.callbacks.lr_schedule import LRSchedule
     from entrena.engine.loop import FitSettings, fit
+    from entrena.recipes.efficiency import build_monitor
+    from entrena.recipes.planning import peak_memory_bytes
+    from entrena.recipes.training import build_optimizer
     from entrena.tasks.metrics import cross_entropy_loss
     from entrena.tracking.events import EventLog
 
@@ -152,8 +152,8 @@ def hand_arm(device: Any, precision: str, built: dict[str, Any]) -> float:
     import torch
     import torch.nn.functional as F
 
-    from entrena.api.fitting import build_optimizer
     from entrena.callbacks.lr_schedule import warmup_decay_factor
+    from entrena.recipes.training import build_optimizer
 
     model = copy.deepcopy(built["model"]).to(device)
     optimizer = build_optimizer(model, built["learning_rate"], built["weight_decay"])

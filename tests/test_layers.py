@@ -22,6 +22,7 @@ PACKAGE = ROOT / "src" / "entrena"
 LAYERS = [
     {"cli"},
     {"api"},
+    {"recipes"},
     {"tuning", "reporting", "launching"},
     {"engine", "planning"},
     {"tasks"},

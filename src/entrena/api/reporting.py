@@ -6,21 +6,11 @@ import logging
 from pathlib import Path
 
 from entrena.errors import ConfigError
+from entrena.reporting.html import write_report
 
 __all__ = ["report", "write_report"]
 
 log = logging.getLogger("entrena")
-
-
-def write_report(run_dir: Path) -> Path:
-    """Write ``run_dir/report.html`` atomically and return its path."""
-    from entrena.core.files import write_atomic
-    from entrena.reporting.html import build_report
-
-    path = run_dir / "report.html"
-    page = build_report(run_dir).encode("utf-8")
-    write_atomic(path, lambda handle: handle.write(page), durable=False)
-    return path
 
 
 def report(run: str | Path) -> Path:

@@ -30,6 +30,7 @@ from entrena.engine.checkpointing import CheckpointInfo, CheckpointStore
 from entrena.engine.distributed import launched_rank
 from entrena.errors import ConfigError, DataError, EntrenaError, Interrupted
 from entrena.tasks.registry import load_config
+from entrena.tracking.base import check_trackers
 from entrena.units import format_duration
 
 __all__ = ["TrainResult", "train", "resolve_run_dir"]
@@ -191,7 +192,7 @@ def _train_worker(loaded: Any, sources: dict[str, str], paths: RunPaths,
     resume = CheckpointStore(paths.checkpoints).latest_readable() if paths.root.exists() \
         else None
     prepared = prepare_data(loaded, sources)
-    from entrena.api.fitting import run_fit
+    from entrena.recipes.training import run_fit
 
     metrics = run_fit(loaded, paths, sources, prepared, resume=resume,
                       config_hash=config_hash(loaded.portable_dump()),
@@ -254,6 +255,7 @@ def _train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path 
     """:func:`train`'s work; fills ``where`` (``paths``, ``phase``) for a stop message."""
     where["phase"] = "reading the config"
     loaded = load_config(config, overrides)
+    check_trackers(loaded.config.tracking.backends)
     sources = _check_model_source(loaded)
     paths = RunPaths(resolve_run_dir(loaded.config, run_dir))
     where["paths"] = paths
@@ -286,7 +288,7 @@ def _train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path 
         write_report(paths, prepared.report, only_if_untrained=False)
         raise failure
 
-    from entrena.api.fitting import run_fit  # heavy imports (torch) only past validation
+    from entrena.recipes.training import run_fit  # heavy imports (torch) only past validation
 
     created = resume is None
     where["phase"] = "planning"

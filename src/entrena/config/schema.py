@@ -320,10 +320,14 @@ class TrainConfig(StrictModel):
 
 
 class TrackingConfig(StrictModel):
-    """Experiment tracking with MLflow."""
+    """Experiment tracking (MLflow by default)."""
 
     enabled: bool = True
-    """Log params, metrics and artifacts to MLflow. Failures warn and never stop training."""
+    """Log params, metrics and artifacts to the trackers of `backends`; `false` turns every
+    tracker off. Failures warn and never stop training."""
+    backends: Annotated[list[str], Field(min_length=1)] = ["mlflow"]
+    """Trackers a run logs to, by name (`mlflow`; more are registered with
+    `entrena.tracking.base.register_tracker`); an unknown name lists the known ones."""
     uri: str | None = None
     """MLflow tracking URI; default: a SQLite store `runs/mlflow.db` beside the run directory.
     The `MLFLOW_TRACKING_URI` environment variable wins when set."""

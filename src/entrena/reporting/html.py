@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_report", "read_events", "SECTIONS"]
+__all__ = ["build_report", "read_events", "SECTIONS", "write_report"]
 
 SECTIONS = ("Summary", "Training curves", "Efficiency", "Confusion matrix",
             "Baseline vs model", "Diagnosis", "Data report", "Plan vs actual", "Environment")
@@ -229,3 +229,14 @@ def build_report(run_dir: Path) -> str:
             ".bad{color:#b00;font-weight:bold}.ok{color:#070}.empty{color:#888}"
             f"</style></head><body><h1>entrena report: {html.escape(run_dir.name)}</h1>"
             f"{sections}</body></html>\n")
+
+
+def write_report(run_dir: Path) -> Path:
+    """Write ``run_dir/report.html`` atomically and return its path."""
+    from entrena.core.files import write_atomic
+    from entrena.reporting.html import build_report
+
+    path = run_dir / "report.html"
+    page = build_report(run_dir).encode("utf-8")
+    write_atomic(path, lambda handle: handle.write(page), durable=False)
+    return path

@@ -17,7 +17,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from entrena.errors import ConfigError
 
-__all__ = ["Tracker", "TrackingContext", "TRACKERS", "register_tracker", "build_trackers"]
+__all__ = ["Tracker", "TrackingContext", "TRACKERS", "register_tracker", "check_trackers",
+           "build_trackers"]
 
 
 @runtime_checkable
@@ -72,8 +73,9 @@ def register_tracker(name: str, factory: Callable[[TrackingContext], Tracker]) -
     TRACKERS[name] = factory
 
 
-def build_trackers(names: Sequence[str], context: TrackingContext) -> list[Tracker]:
-    """The trackers ``names`` asks for, built for one run, in order.
+def check_trackers(names: Sequence[str]) -> None:
+    """Refuse a ``tracking.backends`` name no tracker is registered under (checked before any
+    data is read).
 
     Raises:
         ConfigError: An unknown name (the known ones and the closest are listed).
@@ -84,4 +86,14 @@ def build_trackers(names: Sequence[str], context: TrackingContext) -> list[Track
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise ConfigError(f"tracking.backends: unknown tracker {unknown[0]!r}; choose from "
                           f"{', '.join(sorted(TRACKERS))}{hint}")
+
+
+def build_trackers(names: Sequence[str], context: TrackingContext) -> list[Tracker]:
+    """The trackers ``names`` asks for, built for one run, in order (a name given twice is
+    built once).
+
+    Raises:
+        ConfigError: An unknown name (the known ones and the closest are listed).
+    """
+    check_trackers(names)
     return [TRACKERS[name](context) for name in dict.fromkeys(names)]

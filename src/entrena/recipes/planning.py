@@ -1,5 +1,7 @@
-"""The planning step of ``entrena.train``: ``plan.json`` before the fit (always calibrated),
-the fit's own peak memory, and ``plan_vs_actual`` in ``metrics.json``."""
+"""The planning step of the training recipe: ``plan.json`` before the fit (always
+calibrated), the fit's own peak memory, and ``plan_vs_actual`` in ``metrics.json``; and what
+``entrena plan`` shares with it: the task's model profile (cached), the run's shape and the
+calibration probe."""
 
 from __future__ import annotations
 
@@ -10,18 +12,114 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from entrena.api.planning import _calibrate, _model_profile, _shape
-from entrena.config import LoadedConfig
-from entrena.hardware.catalog import load_catalog
-from entrena.hardware.detection import detect_machine
+from entrena.config import Config, LoadedConfig
+from entrena.hardware.catalog import Catalog, load_catalog
+from entrena.hardware.detection import Machine, detect_machine
 from entrena.hardware.memory import current_rss_bytes
-from entrena.planning.planner import make_plan, plan_document
+from entrena.planning.planner import make_plan, plan_document, run_shape
+from entrena.planning.timing import Calibration
+from entrena.tasks.base import PlanningSpec
 from entrena.tasks.registry import get_task
 
 __all__ = ["plan_for_fit", "plan_run", "plan_vs_actual", "reset_peak_memory",
-           "peak_memory_bytes"]
+           "peak_memory_bytes", "model_profile", "run_shape_of", "calibrate"]
 
 log = logging.getLogger("entrena")
+
+
+def model_profile(loaded: LoadedConfig, task: Any, spec: PlanningSpec,
+                   sources: dict[str, str], prepared: Any, model: Any = None) -> Any:
+    """The task's model profile: a sequence model measured on the meta device at three
+    lengths (cached); a fixed-size one on a copy of ``model`` (default: one the task builds)
+    at one training example."""
+    if spec.meta_model is not None:
+        return _profile(loaded, spec, task)
+    from entrena.planning.fixed import profile_fixed
+
+    if model is None:
+        model = task.build_model(loaded, sources, prepared)
+    batch = spec.example_batch() if spec.example_batch is not None else {}
+    return profile_fixed(model, {k: v for k, v in batch.items() if k != "labels"},
+                         loss=task.loss)
+
+
+def _profile_cache_key(spec: PlanningSpec) -> str | None:
+    """A key for the model profile, or ``None`` when the task gives no shape to key it on."""
+    import hashlib
+    import importlib.metadata
+    import json
+
+    if spec.profile_key is None:
+        return None
+    versions = [importlib.metadata.version(d) for d in ("torch", "transformers")]
+    blob = json.dumps([spec.profile_key, versions, 4], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def _profile(loaded: LoadedConfig, spec: PlanningSpec, task: Any) -> Any:
+    """The model profile, measured on the meta device once and then read from the cache
+    (``<cache>/profiles/``): building the model imports most of transformers."""
+    import json
+
+    from entrena.data.cache import default_cache_dir
+    from entrena.planning.model import ModelProfile, profile_model
+
+    cfg = loaded.config
+    key = _profile_cache_key(spec)
+    configured = getattr(cfg.data, "cache_dir", None)
+    path = (default_cache_dir(loaded.resolve_path(configured) if configured else None)
+            / "profiles" / f"{key}.json") if key else None
+    if path is not None and path.is_file():
+        try:
+            return ModelProfile(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            pass  # a damaged or outdated entry is measured again
+    assert spec.meta_model is not None
+    profile = profile_model(spec.meta_model(), spec.max_length, loss=task.loss)
+    if path is not None:
+        from entrena.core.files import write_json_atomic
+
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(path, profile.as_dict(), durable=False)
+        except OSError:
+            log.debug("could not cache the model profile in %s", path, exc_info=True)
+    return profile
+
+
+def run_shape_of(cfg: Config, spec: PlanningSpec, profile: Any) -> Any:
+    t = cfg.train
+    return run_shape(
+        train_lengths=spec.lengths("train"), eval_lengths=spec.lengths("validation"),
+        test_lengths=spec.lengths("test"), profile=profile,
+        batch_size=t.batch_size, eval_batch_size=t.eval_batch_size or 2 * t.batch_size,
+        precision=t.precision, max_epochs=t.max_epochs, max_steps=t.max_steps,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        evals_per_epoch=t.evals_per_epoch, devices=t.devices, seed=t.seed,
+        group_by_length=t.group_by_length, accelerator=t.accelerator, threads=t.num_threads,
+        undo_copy=t.divergence_factor is not None)
+
+
+def calibrate(model: Any, loaded: LoadedConfig, task: Any, spec: PlanningSpec, profile: Any,
+               machine: Machine, catalog: Catalog, device: str, precision: str,
+               base_rss: float | None) -> Calibration:
+    from entrena.planning.options import cpu_peak_flops, peak_for_precision
+    from entrena.planning.timing import probe
+
+    cfg = loaded.config
+    batches = spec.probe_batches(cfg.train.batch_size)
+    flops = [int(b["labels"].shape[0]) * profile.flops_per_sample(
+        int(b["input_ids"].shape[1]) if "input_ids" in b else 1) for b in batches]
+    if device == "cpu":
+        peak, _ = cpu_peak_flops(machine, catalog, cfg.train.num_threads)
+    else:
+        acc = catalog.accelerator_for_device(machine.gpus[0].name) if machine.gpus else None
+        peak = peak_for_precision(acc, precision) if acc else None
+    # The median and the longest batch: two lengths separate the per-step cost from the FLOP
+    # rate. A GPU step is short, so it is timed three times (the fastest counts).
+    return probe(model, batches, flops, device=device, precision=precision,
+                 repeats=3 if device == "cuda" else 1, peak_flops=peak, base_rss_bytes=base_rss,
+                 loss=task.loss)
 
 
 def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
@@ -49,12 +147,12 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
     catalog = load_catalog()
     task = get_task(cfg.task)
     spec = task.planning(loaded, sources, prepared)
-    profile = _model_profile(loaded, task, spec, sources, prepared, model)
-    shape = _shape(cfg, spec, profile)
+    profile = model_profile(loaded, task, spec, sources, prepared, model)
+    shape = run_shape_of(cfg, spec, profile)
     shape = replace(shape, precision=precision, accelerator=device)
     base_rss = current_rss_bytes()
     twin = copy.deepcopy(model).to(device)
-    calibration = _calibrate(twin, loaded, task, spec, profile, machine, catalog, device,
+    calibration = calibrate(twin, loaded, task, spec, profile, machine, catalog, device,
                              precision, base_rss)
     del twin
     options, recommendation = make_plan(

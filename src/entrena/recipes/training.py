@@ -1,4 +1,22 @@
-"""The torch side of ``entrena.train``: encode, build, fit, test, save, track."""
+"""The training recipe: the torch side of ``entrena.train``, read top to bottom in
+:func:`run_fit`.
+
+1. Threads, seed, the task's model (built on the CPU first: ``precision: auto`` on a CPU
+   depends on its size), the Fabric backend.
+2. The plan (``plan.json``: a calibration probe on a copy of the model, rank 0 only).
+3. The task's batches (sharded under several processes), AdamW, the backend's setup.
+4. Callbacks, in order: LR schedule, early stopping, best weights, periodic checkpoints,
+   preemption, time limit, efficiency monitor, ``events.jsonl``, progress bar, the trackers
+   ``tracking.backends`` names (:mod:`entrena.tracking.base`), the caller's.
+5. Restore a checkpoint (resume), start the trackers, fit (the loop gets the task's loss).
+6. A stop signal or a non-finite stop ends here with what was saved; otherwise validation
+   again with the restored weights (a non-finite model is never saved), the test split, the
+   fit figures, the task's baselines and advice, plan against actual, efficiency and the
+   diagnosis.
+7. The task saves the model; ``metrics.json``, ``report.html``; the trackers finish.
+
+The task comes from the registry and is called through its protocol; nothing here names one.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +30,6 @@ from typing import Any
 
 import torch
 
-from entrena.api.efficiency import build_monitor, efficiency_metrics
-from entrena.api.training_plan import peak_memory_bytes, plan_run, plan_vs_actual, reset_peak_memory
 from entrena.callbacks.checkpoint import ModelCheckpoint, PeriodicCheckpoint, unwrap
 from entrena.callbacks.early_stopping import EarlyStopping
 from entrena.callbacks.lr_schedule import LRSchedule
@@ -42,10 +58,17 @@ from entrena.engine.checkpointing import (
 from entrena.engine.distributed import ShardedBatches
 from entrena.engine.loop import FitSettings, fit, predict
 from entrena.errors import ConfigError, Interrupted, NonFiniteError
+from entrena.recipes.efficiency import build_monitor, efficiency_metrics
+from entrena.recipes.planning import (
+    peak_memory_bytes,
+    plan_run,
+    plan_vs_actual,
+    reset_peak_memory,
+)
 from entrena.tasks.baselines import compare_with_baseline
 from entrena.tasks.registry import get_task
+from entrena.tracking.base import TrackingContext, build_trackers
 from entrena.tracking.events import EventLog
-from entrena.tracking.mlflow_tracker import MLflowTracker, default_tracking_uri
 from entrena.units import parse_duration_s
 
 __all__ = ["run_fit", "build_optimizer"]
@@ -160,11 +183,10 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                                  restore=tcfg.restore_best_weights)
     preemption = Preemption()
     time_limit = TimeLimit(parse_duration_s(tcfg.max_time)) if tcfg.max_time else None
-    tracker = None
-    if cfg.tracking.enabled and leader:
-        tracker = MLflowTracker(default_tracking_uri(paths.runs_root, cfg.tracking.uri),
-                                cfg.tracking.experiment, cfg.name,
-                                paths.runs_root / "mlartifacts", tcfg.log_every_steps)
+    trackers = build_trackers(cfg.tracking.backends, TrackingContext(
+        run_name=cfg.name, run_dir=paths.root, runs_root=paths.runs_root,
+        experiment=cfg.tracking.experiment, uri=cfg.tracking.uri,
+        every_steps=tcfg.log_every_steps)) if cfg.tracking.enabled and leader else []
     event_log = EventLog(paths.events, tcfg.log_every_steps)
     efficiency = build_monitor(
         plan=plan, lengths=train_data.lengths, accelerator=backend.accelerator,
@@ -177,7 +199,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                      preemption, *([time_limit] if time_limit else []),
                      *([efficiency, event_log, ProgressBar(_console(console))] if leader
                        else []),
-                     *([tracker] if tracker else []), *callbacks]
+                     *trackers, *callbacks]
 
     state = TrainState()
     store = CheckpointStore(paths.checkpoints)
@@ -194,7 +216,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                 f"to resume: use --restart or another --run-dir") from exc
         rng_state = payload["rng"]
         del payload
-    if tracker is not None:
+    for tracker in trackers:
         tracker.start(cfg.model_dump(mode="json"),
                       tags={"entrena.run_dir": str(paths.root), **(tracking_tags or {})})
     resolved = loaded.portable_dump()  # as training.py hashes and compares it
@@ -301,7 +323,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     tmp.write_text(dumps_strict(metrics, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, paths.metrics)
     _write_report(paths)
-    if tracker is not None:
+    for tracker in trackers:
         tracker.finish({k: v for k, v in metrics.items() if k != "history"},
                        [paths.metrics, paths.config, paths.data_report])
     return metrics
@@ -318,7 +340,7 @@ def _monitor_mode(task: Any, key: str, mode: str) -> str:
 
 def _write_report(paths: RunPaths) -> None:
     """report.html at the end of the fit; a report bug never costs the run."""
-    from entrena.api.reporting import write_report
+    from entrena.reporting.html import write_report
 
     try:
         log.info("report: %s", write_report(paths.root))

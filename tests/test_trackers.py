@@ -1,0 +1,76 @@
+"""Trackers by name (``tracking.backends``): the training recipe builds what the config names
+through the registry (``entrena.tracking.base``), and an unknown name is refused first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import entrena
+from conftest import EXAMPLES
+from entrena.core.callback import Callback
+from entrena.errors import ConfigError
+from entrena.tracking import base
+from entrena.tracking.base import Tracker, TrackingContext
+
+TINY = EXAMPLES / "tiny" / "config.yaml"
+QUICK = ["data.max_train_samples=64", "data.max_eval_samples=32", "train.max_epochs=1",
+         "train.num_threads=1"]
+
+
+class Recorder(Callback):
+    """A tracker that keeps what it was given."""
+
+    def __init__(self, context: TrackingContext):
+        self.context = context
+        self.calls: list[str] = []
+        self.params: dict = {}
+        self.final: dict = {}
+        self.evaluations = 0
+
+    def start(self, params, tags=None):
+        self.calls.append("start")
+        self.params = params
+
+    def finish(self, metrics, artifacts):
+        self.calls.append("finish")
+        self.final = metrics
+        self.artifacts = artifacts
+
+    def on_eval_end(self, state):
+        self.evaluations += 1
+
+
+def test_a_registered_tracker_gets_the_run_by_name(reviews_data, tmp_path, monkeypatch):
+    made: list[Recorder] = []
+
+    def factory(context):
+        made.append(Recorder(context))
+        return made[-1]
+
+    monkeypatch.setitem(base.TRACKERS, "recorder", factory)
+    result = entrena.train(TINY, run_dir=tmp_path / "run",
+                           overrides=[*QUICK, "tracking.backends=[recorder]"])
+    (tracker,) = made
+    assert isinstance(tracker, Tracker)
+    assert tracker.calls == ["start", "finish"]
+    assert tracker.context.run_name == "tiny" and tracker.context.run_dir == tmp_path / "run"
+    assert tracker.params["train"]["max_epochs"] == 1
+    assert tracker.evaluations >= 1
+    assert tracker.final["test"]["accuracy"] == result.metrics["test"]["accuracy"]
+    assert not (tmp_path / "mlflow.db").exists()  # MLflow was not asked for
+
+
+def test_an_unknown_tracker_is_refused_before_the_data_is_read(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        entrena.train(TINY, run_dir=tmp_path / "run", overrides=["tracking.backends=[mlfow]"])
+    assert str(info.value) == ("tracking.backends: unknown tracker 'mlfow'; choose from mlflow; "
+                               "did you mean 'mlflow'?")
+    assert not (tmp_path / "run").exists()
+
+
+def test_mlflow_is_a_tracker():
+    from entrena.tracking.mlflow_tracker import MLflowTracker
+
+    assert isinstance(MLflowTracker("sqlite:///x.db", "e", "r", Path("."), 10), Tracker)
