@@ -17,9 +17,10 @@ from rich.console import Console
 
 import entrena
 from conftest import build_config, clean_env, review_rows, write_config, write_csv
-from entrena.api import fitting, training
+from entrena.api import training
 from entrena.core.callback import Callback
 from entrena.errors import Interrupted
+from entrena.recipes import training as fitting
 
 
 def quiet() -> Console:

@@ -18,7 +18,7 @@ import pandas as pd
 from entrena.data.preprocessing import invalid_numbers, transform, unseen_categories
 from entrena.data.reading import format_rows
 from entrena.errors import DataError
-from entrena.exporting import onnx_format
+from entrena.exporting import onnx_format, prediction
 from entrena.exporting.bundle import META_FILE
 from entrena.exporting.inference import (
     Runner,
@@ -27,13 +27,7 @@ from entrena.exporting.inference import (
     require_finite,
     softmax,
 )
-from entrena.exporting.prediction import (
-    ModelLocation,
-    PredictOptions,
-    labelled_frame,
-    stream_predictions,
-    warn_replaced,
-)
+from entrena.exporting.prediction import ModelLocation, PredictOptions
 from entrena.tasks.tabular_classification.export import PREPROCESSING_FILE, feature_columns_of
 
 __all__ = ["SKIPPED_EMPTY_ROW", "TablePredictor", "predict_table"]
@@ -68,11 +62,12 @@ def predict_table(location: ModelLocation, data: Path, output: Path,
                                options.threads, source=str(data))
     columns = table_columns(data, role="input")
     predictor.check_columns(columns, data)
-    warn_replaced(data, columns, predictor.labels)
+    prediction.warn_replaced(data, columns, predictor.labels)
     policy = options.on_bad_rows or "skip"
     TableWriter(output).abort()
-    summary = stream_predictions(predictor, data, output, columns=columns, policy=policy,
-                                 options=options, model=str(location.folder), started=start)
+    summary = prediction.stream_predictions(
+        predictor, data, output, columns=columns, policy=policy, options=options,
+        model=str(location.folder), started=start)
     summary.update({"task": location.meta.get("task"), "unseen_categories": predictor.unseen,
                     "invalid_numbers": predictor.invalid})
     log.info("categories never seen in training: %s",
@@ -188,4 +183,4 @@ class TablePredictor:
             require_finite(logits, model=self.folder, inputs=f"rows of {source}")
             probs[~empty] = softmax(logits)
         status = np.where(empty, SKIPPED_EMPTY_ROW, "ok")
-        return labelled_frame(frame, self.labels, probs, status), empty
+        return prediction.labelled_frame(frame, self.labels, probs, status), empty
