@@ -216,7 +216,7 @@ def test_max_train_samples_leaving_one_class_is_refused(tmp_path):
 
 
 def test_a_run_dir_that_is_a_file_is_bad_input_not_an_internal_error(tmp_path):
-    from entrena.api.preparing import resolve_run_dir
+    from entrena.core.rundir import resolve_run_dir
     from entrena.errors import ConfigError
     from entrena.tasks.registry import load_config
 
@@ -224,11 +224,11 @@ def test_a_run_dir_that_is_a_file_is_bad_input_not_an_internal_error(tmp_path):
     (tmp_path / "afile").write_text("x")
     for run_dir in (tmp_path / "afile", tmp_path / "afile" / "run"):
         with pytest.raises(ConfigError) as caught:  # was NotADirectoryError: exit 1
-            resolve_run_dir(config, run_dir)
+            resolve_run_dir(config.name, run_dir)
         assert str(caught.value) == (f"--run-dir {run_dir}: {tmp_path / 'afile'} is a file, "
                                      "not a folder; give a folder path (it is created when "
                                      "missing)")
-    assert resolve_run_dir(config, tmp_path / "new" / "run") == tmp_path / "new" / "run"
+    assert resolve_run_dir(config.name, tmp_path / "new" / "run") == tmp_path / "new" / "run"
 
 
 def test_predict_input_naming_a_column_twice_is_refused(tmp_path):

@@ -11,8 +11,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from entrena.api.preparing import resolve_run_dir
 from entrena.config import Config
+from entrena.core.rundir import resolve_run_dir
 from entrena.errors import ConfigError
 from entrena.tasks.registry import load_config
 
@@ -82,7 +82,7 @@ def launch(config: str | Path | dict[str, Any] | Config, *, target: str, nodes: 
         if value < 1:
             raise ConfigError(f"{option} {value}: must be at least 1")
     loaded = load_config(config, overrides)
-    root = resolve_run_dir(loaded.config, run_dir)
+    root = resolve_run_dir(loaded.config.name, run_dir)
     config_arg = (os.path.relpath(loaded.source) if loaded.source is not None
                   else f"{root}/config.yaml")
     spec = LaunchSpec(

@@ -15,12 +15,12 @@ from typing import Any
 
 from entrena.config import Config, LoadedConfig
 from entrena.core.files import write_json_atomic
-from entrena.core.rundir import RunPaths
-from entrena.errors import CheckFailed, ConfigError
+from entrena.core.rundir import RunPaths, resolve_run_dir
+from entrena.errors import CheckFailed
 from entrena.tasks.registry import get_task, load_config
 
 __all__ = ["DataCheckFailed", "PrepareResult", "prepare", "prepare_data",
-           "resolve_run_dir", "resolve_model_sources", "report_table", "check_failure",
+           "resolve_model_sources", "report_table", "check_failure",
            "write_report"]
 
 log = logging.getLogger("entrena")
@@ -56,21 +56,6 @@ class PrepareResult:
     data: Any
 
 
-def resolve_run_dir(config: Config, run_dir: str | Path | None) -> Path:
-    """``run_dir`` if given, else ``runs/<name>`` under the working directory.
-
-    Raises:
-        ConfigError: The path, or a folder above it, is an existing file.
-    """
-    path = Path(run_dir) if run_dir is not None else Path("runs") / config.name
-    for folder in (path, *path.parents):
-        if folder.exists():
-            if not folder.is_dir():
-                given = "--run-dir" if run_dir is not None else "the run directory"
-                raise ConfigError(f"{given} {path}: {folder} is a file, not a folder; give a "
-                                  "folder path (it is created when missing)")
-            break
-    return path
 
 
 
@@ -237,7 +222,7 @@ def prepare(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path
     """
     loaded = load_config(config, overrides)
     sources = resolve_model_sources(loaded)
-    paths = RunPaths(resolve_run_dir(loaded.config, run_dir))
+    paths = RunPaths(resolve_run_dir(loaded.config.name, run_dir))
     data = prepare_data(loaded, sources)
     written = write_report(paths, data.report, only_if_untrained=True)
     if not quiet:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from entrena.core.rundir import RunPaths
 from entrena.errors import ConfigError
 from entrena.reporting.html import write_report
 
@@ -26,7 +27,8 @@ def report(run: str | Path) -> Path:
         ConfigError: ``run`` is not a run directory with ``metrics.json`` or ``events.jsonl``.
     """
     run_dir = Path(run)
-    if not (run_dir / "metrics.json").is_file() and not (run_dir / "events.jsonl").is_file():
+    paths = RunPaths(run_dir)
+    if not paths.metrics.is_file() and not paths.events.is_file():
         raise ConfigError(f"{run_dir}: not a run directory (no metrics.json or events.jsonl); "
                           f"give the folder `entrena train` wrote, e.g. runs/<name>")
     return write_report(run_dir)

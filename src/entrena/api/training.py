@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,14 +16,13 @@ from entrena.api.preparing import (
     prepare_data,
     report_table,
     resolve_model_sources,
-    resolve_run_dir,
     write_report,
 )
 from entrena.api.stopping import StopSignal, stop_signals, stopped_error
 from entrena.config import Config
 from entrena.config.fingerprint import config_changes, config_hash, format_changes
 from entrena.core.files import write_json_atomic
-from entrena.core.rundir import RunPaths
+from entrena.core.rundir import RunPaths, read_status, resolve_run_dir, write_status
 from entrena.data.changes import data_changes
 from entrena.engine.checkpointing import CheckpointInfo, CheckpointStore
 from entrena.engine.distributed import launched_rank
@@ -58,7 +56,7 @@ class TrainResult:
 
     @property
     def model_dir(self) -> Path:
-        return self.run_dir / "model"
+        return RunPaths(self.run_dir).model
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:
@@ -66,10 +64,8 @@ def _write_json_atomic(path: Path, data: Any) -> None:
 
 
 def _status(paths: RunPaths) -> str | None:
-    try:
-        return json.loads(paths.status.read_text())["status"]
-    except (OSError, ValueError, KeyError):
-        return None
+    status = read_status(paths)
+    return status["status"] if status else None
 
 
 _check_model_source = resolve_model_sources  # the name tests and older callers use
@@ -257,7 +253,7 @@ def _train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path 
     loaded = load_config(config, overrides)
     check_trackers(loaded.config.tracking.backends)
     sources = _check_model_source(loaded)
-    paths = RunPaths(resolve_run_dir(loaded.config, run_dir))
+    paths = RunPaths(resolve_run_dir(loaded.config.name, run_dir))
     where["paths"] = paths
     if launched_rank() > 0:  # a process that rank 0 started (DDP): it reads, never writes
         return _train_worker(loaded, sources, paths, callbacks or [])
@@ -297,34 +293,30 @@ def _train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path 
     try:
         paths.config.write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
         _write_json_atomic(paths.data_report, prepared.report)
-        _write_json_atomic(paths.status, {
-            "status": "running", "started": time.time(),
-            **({"resumed_from_step": resume.step} if resume else {})})
+        write_status(paths, "running",
+                     **({"resumed_from_step": resume.step} if resume else {}))
         metrics = run_fit(loaded, paths, sources, prepared, console=console, resume=resume,
                           config_hash=new_hash, callbacks=callbacks or [],
                           tracking_tags=tracking_tags)
-        _write_json_atomic(paths.status, {"status": "finished", "finished": time.time()})
+        write_status(paths, "finished")
         return TrainResult(paths.root, metrics,
                            resumed_from_step=resume.step if resume else None)
     except Interrupted as exc:
-        _write_json_atomic(paths.status, {"status": "interrupted", "signal": exc.signal_name,
-                                          "step": exc.step, "time": time.time()})
+        write_status(paths, "interrupted", signal=exc.signal_name, step=exc.step)
         raise
     except StopSignal as exc:  # outside the fit: train() says what is saved
-        _write_json_atomic(paths.status, {"status": "interrupted", "signal": exc.signal_name,
-                                          "phase": where.get("phase"), "time": time.time()})
+        write_status(paths, "interrupted", signal=exc.signal_name, phase=where.get("phase"))
         raise
     except EntrenaError as exc:
         if (created and not paths.events.is_file()
                 and not CheckpointStore(paths.checkpoints).complete()):
             shutil.rmtree(paths.root, ignore_errors=True)  # bad input before the fit began
         else:  # keep what can be resumed
-            _write_json_atomic(paths.status, {"status": "failed", "error": type(exc).__name__,
-                                              "message": str(exc)})
+            write_status(paths, "failed", error=type(exc).__name__, message=str(exc))
             exc.entrena_log = str(paths.log)  # type: ignore[attr-defined]
         raise
     except BaseException as exc:
-        _write_json_atomic(paths.status, {"status": "failed", "error": type(exc).__name__})
+        write_status(paths, "failed", error=type(exc).__name__)
         log.debug("run failed", exc_info=True)
         exc.entrena_log = str(paths.log)  # type: ignore[attr-defined]  # the CLI names it
         raise

@@ -10,10 +10,10 @@ from typing import Any
 
 import yaml
 
-from entrena.api.preparing import resolve_run_dir
 from entrena.config import Config, parse_overrides
 from entrena.config.loading import apply_overrides
 from entrena.core.files import write_atomic, write_json_atomic
+from entrena.core.rundir import RunPaths, resolve_run_dir, write_status
 from entrena.errors import ConfigError
 from entrena.tasks.registry import load_config
 from entrena.units import Budget, format_usd, parse_budget, parse_duration_s
@@ -152,7 +152,7 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
     loaded = load_config(config, fixed)
     cfg = loaded.config
     name = study or cfg.name
-    study_dir = Path(run_dir) if run_dir is not None else resolve_run_dir(cfg, None).with_name(
+    study_dir = Path(run_dir) if run_dir is not None else resolve_run_dir(cfg.name, None).with_name(
         f"{cfg.name}-tune")
     study_dir.mkdir(parents=True, exist_ok=True)
     storage_url = storage or f"sqlite:///{(study_dir / 'study.db').resolve()}"
@@ -190,8 +190,7 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
             import optuna
 
             if isinstance(exc, optuna.TrialPruned):
-                write_json_atomic(trial_dir / "status.json",
-                                  {"status": "pruned", "message": str(exc)}, durable=False)
+                write_status(RunPaths(trial_dir), "pruned", message=str(exc))
                 _close_pruned_run(study_dir, cfg, trial_dir)
             raise
         section, key = metric.split(".", 1)

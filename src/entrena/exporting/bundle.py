@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from entrena.core.files import dumps_strict
-from entrena.core.rundir import RunPaths
+from entrena.core.rundir import RunPaths, read_status
 from entrena.errors import DataError
 
 __all__ = ["MANIFEST_FILE", "CARD_FILE", "META_FILE", "ExportRequest", "Preprocessing", "RunModel",
@@ -125,7 +125,8 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _status(paths: RunPaths) -> str | None:
-    return _read_json(paths.status).get("status")
+    status = read_status(paths)
+    return status["status"] if status else None
 
 
 def locate_run(run: str | Path, *, verb: str = "export",

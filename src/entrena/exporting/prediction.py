@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from entrena.core.rundir import RunPaths
 from entrena.errors import DataError
 from entrena.exporting.bundle import (
     META_FILE,
@@ -102,7 +103,7 @@ def model_task_name(path: str | Path) -> str | None:
     """The ``task`` a run's model or a bundle records (``None`` when it records none, as text
     bundles written before tasks were recorded)."""
     path = Path(path)
-    folder = path if is_bundle(path) else path / "model"
+    folder = path if is_bundle(path) else RunPaths(path).model
     return _meta(folder).get("task")
 
 

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from entrena.core.rundir import RunPaths
+
 __all__ = ["build_report", "read_events", "SECTIONS", "write_report"]
 
 SECTIONS = ("Summary", "Training curves", "Efficiency", "Confusion matrix",
@@ -185,10 +187,11 @@ def _data(report: dict[str, Any]) -> str:
 def build_report(run_dir: Path) -> str:
     """The HTML page of the run in ``run_dir`` (reads metrics.json, events.jsonl,
     data_report.json, plan.json, config.yaml)."""
-    metrics = _read_json(run_dir / "metrics.json")
-    events = read_events(run_dir / "events.jsonl")
-    data_report = _read_json(run_dir / "data_report.json")
-    plan = _read_json(run_dir / "plan.json")
+    paths = RunPaths(run_dir)
+    metrics = _read_json(paths.metrics)
+    events = read_events(paths.events)
+    data_report = _read_json(paths.data_report)
+    plan = _read_json(paths.plan)
     fit = metrics.get("fit") or {}
     summary = [("run", run_dir.name), *[(f"{s}.{k}", metrics[s][k]) for s in ("validation", "test")
                if s in metrics for k in ("accuracy", "macro_f1", "loss")],
@@ -234,9 +237,8 @@ def build_report(run_dir: Path) -> str:
 def write_report(run_dir: Path) -> Path:
     """Write ``run_dir/report.html`` atomically and return its path."""
     from entrena.core.files import write_atomic
-    from entrena.reporting.html import build_report
 
-    path = run_dir / "report.html"
+    path = RunPaths(run_dir).report
     page = build_report(run_dir).encode("utf-8")
     write_atomic(path, lambda handle: handle.write(page), durable=False)
     return path
