@@ -44,7 +44,9 @@ class LoadedConfig:
     """A validated config and where it came from.
 
     Attributes:
-        config: The validated config, every default filled in.
+        config: The validated config, every default filled in and, from :func:`load_config`,
+            every relative path (data files, cache folder, local model folders) made absolute
+            against ``base_dir``.
         base_dir: Folder that relative data paths resolve against (the config file's folder).
         source: The config file, or ``None`` for a dict given in Python.
     """
@@ -417,7 +419,11 @@ def load_config(
         where.update({p: f"--set {'.'.join(p)}" for p in paths})
     config = validate_config(data, source=str(origin or "<config>"), lines=where, schema=schema,
                              schemas=schemas)
-    return LoadedConfig(config=config, base_dir=base, source=origin, lines=lines)
+    loaded = LoadedConfig(config=config, base_dir=base, source=origin, lines=lines)
+    # Resolved once, here: every path in the config is absolute from now on (the run's
+    # config.yaml, checkpoints and DDP workers all see the same values).
+    absolute = type(config).model_validate(loaded.portable_dump())
+    return LoadedConfig(config=absolute, base_dir=base, source=origin, lines=lines)
 
 
 def _schema(data: dict[str, Any], overrides: dict[str, Any], schemas: TaskSchemas | None,

@@ -69,7 +69,7 @@ class ImageClassificationTask:
         from entrena.tasks.image_classification.model import resolve_image_model
 
         model = loaded.config.model
-        if "name" not in model.model_fields_set:  # the default, minilm-l6, is a text model
+        if not model.name:
             raise ConfigError("model.name: task image-classification needs a model name: "
                               "small-cnn for tiny images, or a timm name (resnet18, "
                               "mobilenetv3_small_100, efficientnet_b0 …); add it to the "
