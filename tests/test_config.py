@@ -204,11 +204,16 @@ def no_hub(tmp_path, monkeypatch) -> Path:
     return tmp_path / "hf-cache"
 
 
-def test_a_canonical_hub_id_without_an_org_is_a_hub_id(no_hub):
+def test_a_canonical_hub_id_without_an_org_is_a_hub_id(no_hub, tmp_path, monkeypatch):
     snapshot = no_hub / "models--distilbert-base-uncased" / "snapshots" / "abc"
     snapshot.mkdir(parents=True)
     (snapshot / "config.json").write_text("{}")
     assert resolve_model_name("distilbert-base-uncased") == "distilbert-base-uncased"  # cached
+    older = tmp_path / "transformers-cache" / "models--org--tiny" / "snapshots" / "def"
+    older.mkdir(parents=True)
+    (older / "config.json").write_text("{}")
+    monkeypatch.setenv("TRANSFORMERS_CACHE", str(tmp_path / "transformers-cache"))
+    assert resolve_model_name("org/tiny") == "org/tiny"  # in the cache transformers reads
     with pytest.raises(ConfigError, match="is not a known model alias"):
         resolve_model_name("minilm-l7")  # a near miss of an alias stays a typo, not a hub id
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ def quiet() -> Console:
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
+    """96 training and 32 test rows (as test_resume.py's), shared by the module's runs."""
     directory = tmp_path_factory.mktemp("divergence-data")
     write_csv(directory / "train.csv", review_rows(96, seed=1))
     write_csv(directory / "test.csv", review_rows(32, seed=2))
@@ -197,3 +199,15 @@ def test_export_refuses_a_model_whose_outputs_are_not_finite(broken_run):
     assert str(raised.value).startswith(
         f"{broken_run / 'model'}: the model outputs NaN values for 32 of 32 parity texts (")
     assert not (broken_run / "export").exists()
+
+
+def test_a_skipped_diverged_step_is_one_readable_warning(data_dir, tmp_path, caplog):
+    with pytest.raises(NonFiniteError):
+        entrena.train(make_config(data_dir, **{"train.learning_rate": 1e6,
+                                              "train.on_nonfinite": "skip_batch"}),
+                      run_dir=tmp_path / "run", console=quiet())
+    skipped = [r.getMessage() for r in caplog.records if "skipped step" in r.getMessage()]
+    assert len(skipped) == 2
+    pattern = (r"skipped step 2 \(epoch 1\): loss \d\.\d+e\+1\d above \d\.\d+ \(diverged\); "
+               r"example indices \[\d+(, \d+){7}\]")
+    assert all(re.fullmatch(pattern, m) for m in skipped), skipped

@@ -98,28 +98,38 @@ def test_sigterm_while_testing_keeps_the_training(config, tmp_path):
     assert (run_dir / "model" / "model.safetensors").is_file()
 
 
-def test_the_cli_prints_the_line_and_exits_143(config, tmp_path):
-    # A SIGTERM while the data is read, from outside (the platform's notice).
+def cli_stopped_in_prepare_data(config: dict, tmp_path: Path, module: str,
+                                verb: str) -> subprocess.CompletedProcess[str]:
+    """``entrena VERB config.yaml`` in a fresh interpreter whose ``entrena.api.MODULE``
+    sends itself SIGTERM as it starts preparing the data (the platform's notice)."""
     config["data"]["train"] = str(tmp_path / "data" / "train.csv")
     path = write_config(config, tmp_path / "config.yaml")
     script = ("import os, signal, sys\n"
-              "from entrena.api import training\n"
-              "real = training.prepare_data\n"
-              "def slow(*a, **k):\n"
+              f"from entrena.api import {module} as verb\n"
+              "real = verb.prepare_data\n"
+              "def stopped(*a, **k):\n"
               "    os.kill(os.getpid(), signal.SIGTERM)\n"
               "    return real(*a, **k)\n"
-              "training.prepare_data = slow\n"
+              "verb.prepare_data = stopped\n"
               "from entrena.cli import main\n"
-              f"sys.argv = ['entrena', 'train', {str(path)!r}]\n"
+              f"sys.argv = ['entrena', {verb!r}, {str(path)!r}]\n"
               "main()\n")
-    result = run_cli_python(script, tmp_path)
+    return subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=clean_env(),
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_the_cli_prints_the_line_and_exits_143(config, tmp_path):
+    result = cli_stopped_in_prepare_data(config, tmp_path, "training", "train")
     assert result.returncode == 143, result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         "stopped by SIGTERM while preparing the data; nothing of the run was written "
         "(prepared data is cached only once complete); run the same command to start it")
 
 
-def run_cli_python(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` (which calls the CLI's ``main()``) in a fresh interpreter."""
-    return subprocess.run([sys.executable, "-c", script], cwd=cwd, env=clean_env(),
-                          capture_output=True, text=True, timeout=300, check=False)
+def test_prepare_stopped_by_sigterm_says_so_and_leaves_nothing(config, tmp_path):
+    result = cli_stopped_in_prepare_data(config, tmp_path, "preparing", "prepare")
+    assert result.returncode == 143, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "stopped by SIGTERM; nothing half-written is left (an unfinished output is removed); "
+        "run the same command again")
+    assert not (tmp_path / "runs").exists()

@@ -13,8 +13,8 @@ from rich.console import Console
 
 import entrena
 from conftest import build_config, review_rows, write_csv
-from entrena.core.callback import Callback
 from entrena.core.files import NONFINITE_KEY, dumps_strict, write_json_atomic
+from test_resume import PoisonGradient  # a NaN gradient at one step, the loss finite
 
 
 def strict_loads(text: str):
@@ -42,18 +42,6 @@ def test_write_json_atomic_is_strict(tmp_path):
     write_json_atomic(tmp_path / "x.json", {"grad_norm": float("nan")})
     assert strict_loads((tmp_path / "x.json").read_text()) == {
         "grad_norm": None, NONFINITE_KEY: {"grad_norm": "NaN"}}
-
-
-class PoisonGradient(Callback):
-    """A NaN gradient at one step (the loss stays finite): a ``nonfinite`` record."""
-
-    def __init__(self, step: int):
-        self.step, self.done = step, False
-
-    def on_after_backward(self, state) -> None:
-        if state.step + 1 == self.step and not self.done:
-            self.done = True
-            next(state.model.parameters()).grad.view(-1)[0] = float("nan")
 
 
 def test_every_json_file_of_a_run_and_its_export_parses_strictly(tmp_path):

@@ -146,9 +146,19 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logs; t
 
 
 def _call_verb(call: Any, verbose: bool) -> Any:
-    """Run a verb (prepare, export, predict); errors become exit codes as for ``train``."""
+    """Run a verb (prepare, export, predict); errors become exit codes as for ``train``; a
+    stop signal (SIGTERM, SIGUSR1, SIGINT) ends it at once with one line (outputs are written
+    whole or not at all: an unfinished one is removed on the way out)."""
+    from entrena.api.stopping import StopSignal, stop_signals
+
     try:
-        return call()
+        with stop_signals():
+            return call()
+    except StopSignal as stop:
+        sys.stderr.write(f"stopped by {stop.signal_name}; nothing half-written is left (an "
+                         "unfinished output is removed); run the same command again\n")
+        raise typer.Exit(EXIT_INTERRUPTED if stop.signal_name == "SIGINT"
+                         else EXIT_PREEMPTED) from None
     except EntrenaError as exc:
         _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:

@@ -114,17 +114,23 @@ HUB_TIMEOUT_S = 5.0
 def _hub_cache() -> Path:
     """The Hugging Face Hub cache folder (``HF_HUB_CACHE``, ``HF_HOME/hub`` or
     ``~/.cache/huggingface/hub``), as ``huggingface_hub`` finds it."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(variable):
+            return Path(os.environ[variable]).expanduser()
     home = os.environ.get("HF_HOME") or str(Path(os.environ.get("XDG_CACHE_HOME", "~/.cache"))
                                              / "huggingface")
     return Path(home).expanduser() / "hub"
 
 
 def hub_cached(name: str) -> bool:
-    """Whether a snapshot of hub model ``name`` with a ``config.json`` is in the local cache."""
-    folder = _hub_cache() / f"models--{name.replace('/', '--')}" / "snapshots"
-    return any(folder.glob("*/config.json")) if folder.is_dir() else False
+    """Whether a snapshot of hub model ``name`` with a ``config.json`` is in the local cache
+    (or in ``TRANSFORMERS_CACHE``, the older setting transformers still reads)."""
+    folders = [_hub_cache()]
+    if os.environ.get("TRANSFORMERS_CACHE"):
+        folders.append(Path(os.environ["TRANSFORMERS_CACHE"]).expanduser())
+    entry = f"models--{name.replace('/', '--')}"
+    return any(any((folder / entry / "snapshots").glob("*/config.json"))
+               for folder in folders if (folder / entry / "snapshots").is_dir())
 
 
 def check_hub_model(name: str, key: str = "model.name", timeout_s: float = HUB_TIMEOUT_S

@@ -69,8 +69,9 @@ class StepUndo:
 
     :meth:`take` copies them (into buffers allocated once, on the weights' own device) right
     before ``optimizer.step()``; :meth:`restore` puts them back. Costs one copy of the weights
-    and of the optimizer state in memory, and that copy's time each step (on a CPU about 3 ms
-    per million parameters under AdamW; on a GPU negligible).
+    and of the optimizer state in memory, and that copy's time each step: on a CPU 1.6 ms per
+    million parameters under AdamW (measured on 2 busy cores, 8.9 M parameters: 14.6 ms a
+    step); on a GPU a few batched copies (``torch._foreach_copy_``), not timed here.
 
     Args:
         model: The (possibly wrapped) model.
@@ -96,11 +97,13 @@ class StepUndo:
         """Copy the weights and optimizer state now; ``counters`` are the loop's counters at
         that point (given back by :meth:`restore`), ``scheduler`` an LR scheduler whose state
         goes back too."""
+        targets: list[torch.Tensor] = []
+        sources: list[torch.Tensor] = []
         if self._weights is None:
             self._weights = [p.detach().clone() for p in self.params]
         else:
-            for buffer, param in zip(self._weights, self.params, strict=True):
-                buffer.copy_(param.detach())
+            targets += self._weights
+            sources += [p.detach() for p in self.params]
         state = self.optimizer.state
         saved: dict[int, dict[str, Any]] = {}
         for index, param in enumerate(self.params):
@@ -114,13 +117,15 @@ class StepUndo:
                     buffer = old.get(key)
                     if (isinstance(buffer, torch.Tensor) and buffer.shape == value.shape
                             and buffer.dtype == value.dtype and buffer.device == value.device):
-                        buffer.copy_(value)
+                        targets.append(buffer)
+                        sources.append(value)
                     else:
                         buffer = value.detach().clone()
                     copies[key] = buffer
                 else:
                     copies[key] = value
             saved[index] = copies
+        _copy_all(targets, sources)
         self._state = saved
         self.counters = dict(counters)
         self._scheduler = scheduler
@@ -132,8 +137,8 @@ class StepUndo:
         """Put back what :meth:`take` copied; returns the counters given to it."""
         if self._weights is None or self.counters is None:
             raise RuntimeError("StepUndo.restore() before take()")
-        for buffer, param in zip(self._weights, self.params, strict=True):
-            param.copy_(buffer)
+        targets = [p.detach() for p in self.params]
+        sources = list(self._weights)
         state = self.optimizer.state
         for index, param in enumerate(self.params):
             copies = self._state.get(index)
@@ -142,10 +147,34 @@ class StepUndo:
                 continue
             entry = state[param]
             for key, value in copies.items():
-                if isinstance(value, torch.Tensor) and isinstance(entry.get(key), torch.Tensor):
-                    entry[key].copy_(value)
+                live = entry.get(key)
+                if (isinstance(value, torch.Tensor) and isinstance(live, torch.Tensor)
+                        and live.shape == value.shape):
+                    targets.append(live)
+                    sources.append(value)
                 else:
                     entry[key] = value.clone() if isinstance(value, torch.Tensor) else value
+        _copy_all(targets, sources)
         if self._scheduler is not None and self._scheduler_state is not None:
             self._scheduler.load_state_dict(self._scheduler_state)
         return self.counters
+
+
+def _copy_all(targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
+    """``target.copy_(source)`` for every pair, in as few kernels as the devices allow (one
+    ``torch._foreach_copy_`` per device and dtype on a GPU, rather than a launch per tensor)."""
+    if not targets:
+        return
+    foreach = getattr(torch, "_foreach_copy_", None)
+    if foreach is not None:
+        groups: dict[tuple[Any, Any], tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+        for target, source in zip(targets, sources, strict=True):
+            key = (target.device, source.device)  # AdamW's step counts may sit on the CPU
+            group = groups.setdefault(key, ([], []))
+            group[0].append(target)
+            group[1].append(source)
+        for group_targets, group_sources in groups.values():
+            foreach(group_targets, group_sources)
+        return
+    for target, source in zip(targets, sources, strict=True):  # pragma: no cover - old torch
+        target.copy_(source)

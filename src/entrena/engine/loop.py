@@ -324,11 +324,14 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource, loss: L
                         save(state, "nonfinite", force=rolled_back)
                         break
                     state.skipped_steps += 1
-                    log.warning("skipped step %d (epoch %d): %s %s, gradient norm %s; "
-                                "example indices %s", state.step + 1, state.epoch + 1,
-                                "loss" if state.extras["nonfinite"]["reason"] == "nonfinite"
-                                else f"loss above {limit:.4g} (diverged):",
-                                state.extras["nonfinite"]["loss"], grad_norm, group_indices)
+                    if state.extras["nonfinite"]["reason"] == "diverged":
+                        log.warning("skipped step %d (epoch %d): loss %.4g above %.4g "
+                                    "(diverged); example indices %s", state.step + 1,
+                                    state.epoch + 1, step_loss, limit, group_indices)
+                    else:
+                        log.warning("skipped step %d (epoch %d): loss %s, gradient norm %s; "
+                                    "example indices %s", state.step + 1, state.epoch + 1,
+                                    state.extras["nonfinite"]["loss"], grad_norm, group_indices)
                 else:
                     if undo is not None:
                         undo.take(_undo_counters(state, group_start), state.scheduler)
