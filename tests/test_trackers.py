@@ -1,5 +1,6 @@
-"""Trackers by name (``tracking.backends``): the training recipe builds what the config names
-through the registry (``entrena.tracking.base``), and an unknown name is refused first."""
+"""Trackers (``tracking.backends``) and extra callbacks (``train.callbacks``) by name: the
+training recipe builds what the config names through the registries
+(``entrena.tracking.base``, ``entrena.callbacks.registry``); an unknown name is refused first."""
 
 from __future__ import annotations
 
@@ -74,3 +75,44 @@ def test_mlflow_is_a_tracker():
     from entrena.tracking.mlflow_tracker import MLflowTracker
 
     assert isinstance(MLflowTracker("sqlite:///x.db", "e", "r", Path("."), 10), Tracker)
+
+
+class Counter(Callback):
+    """Counts optimizer steps; its state goes into checkpoints."""
+
+    def __init__(self):
+        self.steps = 0
+
+    def on_step_end(self, state):
+        self.steps += 1
+
+    def state_dict(self):
+        return {"steps": self.steps}
+
+
+def test_a_callback_named_in_the_config_runs_after_the_built_in_ones(reviews_data, tmp_path,
+                                                                      monkeypatch):
+    from entrena.callbacks import registry
+
+    made: list[Counter] = []
+    def factory():
+        made.append(Counter())
+        return made[-1]
+
+    monkeypatch.setitem(registry.CALLBACKS, "counter", factory)
+    result = entrena.train(TINY, run_dir=tmp_path / "run",
+                           overrides=[*QUICK, "tracking.enabled=false",
+                                      "train.callbacks=[counter]"])
+    (counter,) = made
+    assert counter.steps == result.metrics["fit"]["steps"] > 0
+
+
+def test_an_unknown_callback_is_refused_before_the_data_is_read(tmp_path, monkeypatch):
+    from entrena.callbacks import registry
+
+    monkeypatch.setitem(registry.CALLBACKS, "counter", Counter)
+    with pytest.raises(ConfigError) as info:
+        entrena.train(TINY, run_dir=tmp_path / "run", overrides=["train.callbacks=[countr]"])
+    assert str(info.value) == ("train.callbacks: unknown callback 'countr'; choose from counter; "
+                               "did you mean 'counter'?")
+    assert not (tmp_path / "run").exists()

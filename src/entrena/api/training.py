@@ -19,6 +19,7 @@ from entrena.api.preparing import (
     write_report,
 )
 from entrena.api.stopping import StopSignal, stop_signals, stopped_error
+from entrena.callbacks.registry import check_callbacks
 from entrena.config import Config
 from entrena.config.fingerprint import config_changes, config_hash, format_changes
 from entrena.core.files import write_json_atomic
@@ -252,6 +253,7 @@ def _train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path 
     where["phase"] = "reading the config"
     loaded = load_config(config, overrides)
     check_trackers(loaded.config.tracking.backends)
+    check_callbacks(loaded.config.train.callbacks)
     sources = _check_model_source(loaded)
     paths = RunPaths(resolve_run_dir(loaded.config.name, run_dir))
     where["paths"] = paths

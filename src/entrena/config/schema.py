@@ -288,6 +288,10 @@ class TrainConfig(StrictModel):
     """Write a step record to events.jsonl every this many optimizer steps."""
     checkpoint: CheckpointConfig = CheckpointConfig()
     """Checkpoint settings."""
+    callbacks: list[str] = []
+    """Extra callbacks by registered name (`entrena.callbacks.registry.register_callback`, or
+    a package's `entrena.callbacks` entry point), called after the built-in ones in this
+    order; their state goes into every checkpoint."""
     max_time: str | None = None
     """Stop training after this much time (`90m`, `2h`, `1.5d`; summed over resumed
     sessions): a checkpoint is written, the best weights restored and the model tested."""

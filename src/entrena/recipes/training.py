@@ -7,7 +7,8 @@
 3. The task's batches (sharded under several processes), AdamW, the backend's setup.
 4. Callbacks, in order: LR schedule, early stopping, best weights, periodic checkpoints,
    preemption, time limit, efficiency monitor, ``events.jsonl``, progress bar, the trackers
-   ``tracking.backends`` names (:mod:`entrena.tracking.base`), the caller's.
+   ``tracking.backends`` names (:mod:`entrena.tracking.base`), the callbacks
+   ``train.callbacks`` names (:mod:`entrena.callbacks.registry`), the caller's.
 5. Restore a checkpoint (resume), start the trackers, fit (the loop gets the task's loss).
 6. A stop signal or a non-finite stop ends here with what was saved; otherwise validation
    again with the restored weights (a non-finite model is never saved), the test split, the
@@ -36,6 +37,7 @@ from entrena.callbacks.lr_schedule import LRSchedule
 from entrena.callbacks.monitor import Monitor
 from entrena.callbacks.preemption import Preemption, TimeLimit
 from entrena.callbacks.progress import ProgressBar
+from entrena.callbacks.registry import build_callbacks
 from entrena.config import LoadedConfig
 from entrena.core.callback import Callback
 from entrena.core.files import dumps_strict, write_json_atomic
@@ -199,7 +201,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                      preemption, *([time_limit] if time_limit else []),
                      *([efficiency, event_log, ProgressBar(_console(console))] if leader
                        else []),
-                     *trackers, *callbacks]
+                     *trackers, *build_callbacks(tcfg.callbacks), *callbacks]
 
     state = TrainState()
     store = CheckpointStore(paths.checkpoints)
