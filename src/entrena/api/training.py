@@ -19,7 +19,6 @@ from entrena.api.preparing import (
     write_report,
 )
 from entrena.api.stopping import StopSignal, stop_signals, stopped_error
-from entrena.callbacks.registry import check_callbacks
 from entrena.config import Config
 from entrena.config.fingerprint import config_changes, config_hash, format_changes
 from entrena.core.files import write_json_atomic
@@ -29,7 +28,6 @@ from entrena.engine.checkpointing import CheckpointInfo, CheckpointStore
 from entrena.engine.distributed import launched_rank
 from entrena.errors import ConfigError, DataError, EntrenaError, Interrupted
 from entrena.tasks.registry import load_config
-from entrena.tracking.base import check_trackers
 from entrena.units import format_duration
 
 __all__ = ["TrainResult", "train", "resolve_run_dir"]
@@ -252,8 +250,6 @@ def _train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path 
     """:func:`train`'s work; fills ``where`` (``paths``, ``phase``) for a stop message."""
     where["phase"] = "reading the config"
     loaded = load_config(config, overrides)
-    check_trackers(loaded.config.tracking.backends)
-    check_callbacks(loaded.config.train.callbacks)
     sources = _check_model_source(loaded)
     paths = RunPaths(resolve_run_dir(loaded.config.name, run_dir))
     where["paths"] = paths

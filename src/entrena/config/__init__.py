@@ -2,7 +2,6 @@
 
 from entrena.config.loading import LoadedConfig, load_config, parse_overrides
 from entrena.config.schema import (
-    ArchitectureConfig,
     Config,
     DataConfig,
     EarlyStoppingConfig,
@@ -12,7 +11,6 @@ from entrena.config.schema import (
 )
 
 __all__ = [
-    "ArchitectureConfig",
     "Config",
     "DataConfig",
     "EarlyStoppingConfig",

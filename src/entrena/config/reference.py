@@ -218,12 +218,13 @@ def _cell(text: str) -> str:
 
 
 def task_reference_sections(schema: type[BaseModel]) -> list[ReferenceSection]:
-    """The keys a task's config class adds to the common :class:`Config` (its own rows of
-    each section, and its own nested sections), in schema order; its ``task`` row first."""
-    common = {row.key for section in config_reference_sections() for row in section.rows}
+    """The keys a task's config class adds to the common :class:`Config`, or gives another
+    type, default or description (its own rows of each section, and its own nested sections),
+    in schema order; its ``task`` row first."""
+    common = {row.key: row for section in config_reference_sections() for row in section.rows}
     out = []
     for section in config_reference_sections(schema):
-        rows = tuple(r for r in section.rows if r.key not in common or r.key == "task")
+        rows = tuple(r for r in section.rows if common.get(r.key) != r or r.key == "task")
         if rows:
             out.append(ReferenceSection(section.key, section.summary, rows))
     return out

@@ -21,7 +21,6 @@ __all__ = [
     "config_paths",
     "DataChecksConfig",
     "DataConfig",
-    "ArchitectureConfig",
     "ModelConfig",
     "EarlyStoppingConfig",
     "CheckpointConfig",
@@ -132,58 +131,16 @@ class DataConfig(StrictModel):
                              "such as utf-8, utf-16, latin-1 or cp1252") from None
 
 
-class ArchitectureConfig(StrictModel):
-    """A BERT-style encoder built from a config (random weights) instead of loaded weights."""
-
-    num_hidden_layers: Annotated[int, Field(ge=1)] = 2
-    """Number of transformer layers."""
-    hidden_size: Annotated[int, Field(ge=1)] = 32
-    """Width of the hidden states; must be a multiple of `num_attention_heads`."""
-    num_attention_heads: Annotated[int, Field(ge=1)] = 2
-    """Number of attention heads per layer."""
-    intermediate_size: Annotated[int, Field(ge=1)] = 64
-    """Width of the feed-forward layer."""
-    max_position_embeddings: Annotated[int, Field(ge=8)] = 512
-    """Longest sequence the position embeddings cover (tokens)."""
-
-    @model_validator(mode="after")
-    def _heads_divide_width(self) -> ArchitectureConfig:
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "
-                f"({self.num_attention_heads})"
-            )
-        return self
-
-
 class ModelConfig(StrictModel):
-    """Which network to fine-tune and how inputs are cut."""
+    """Which network to train; each task adds its own keys."""
 
-    name: str | None = "minilm-l6"
-    """A model alias (`minilm-l6`), a local Hugging Face model directory, or a hub id
-    (`org/name`, or a canonical id without an org such as `bert-base-uncased`; needs
-    internet unless in the Hugging Face cache; no network is exit 2 at once). With
-    `architecture` set, only its tokenizer is used (unless `tokenizer` is set). Each task says
-    which models it takes (images: `small-cnn` or a timm model name such as `resnet18`)."""
-    architecture: ArchitectureConfig | None = None
-    """Build a randomly initialised BERT encoder of this shape instead of loading weights."""
-    tokenizer: str | None = None
-    """Tokenizer to use with `architecture` (an alias or directory); defaults to `name`'s."""
-    max_length: Literal["auto"] | Annotated[int, Field(ge=8)] = "auto"
-    """Longest input in tokens; longer texts are truncated. `auto` takes the 95th percentile
-    of the training texts' token lengths, rounded up to a multiple of 8 and capped by the
-    model; the choice is reported."""
-    pooling: Literal["mean", "cls"] = "mean"
-    """How token states become one vector: `mean` over real tokens (what sentence encoders such
-    as MiniLM were trained with) or the first (`[CLS]`) token."""
+    name: str | None = None
+    """The model: each task says which it takes (texts: an alias such as `minilm-l6`, a local
+    Hugging Face model directory or a hub id; images: `small-cnn` or a timm model name; tables
+    ignore it)."""
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.1
     """Dropout before the classification head (and after each hidden layer of the
     tabular MLP)."""
-    @model_validator(mode="after")
-    def _name_or_architecture(self) -> ModelConfig:
-        if self.architecture is None and not self.name:
-            raise ValueError("set model.name (an alias or a model directory) or model.architecture")
-        return self
 
 
 class EarlyStoppingConfig(StrictModel):

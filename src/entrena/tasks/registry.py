@@ -169,6 +169,29 @@ def load_config(source: str | Path | dict[str, Any] | Config,
 
     Raises:
         ConfigError: The file is missing or not YAML, the task is unknown, a key is unknown
-            or belongs to another task, a value is invalid (every problem, with file:line).
+            or belongs to another task, a value is invalid (every problem, with file:line), or
+            ``tracking.backends`` / ``train.callbacks`` names an unregistered tracker or
+            callback.
     """
-    return _load_config(source, overrides, schemas=SCHEMAS)
+    from entrena.callbacks.registry import check_callbacks
+    from entrena.tracking.base import check_trackers
+
+    loaded = _load_config(source, overrides, schemas=SCHEMAS)
+    for key, check, names in (
+            (("tracking", "backends"), check_trackers, loaded.config.tracking.backends),
+            (("train", "callbacks"), check_callbacks, loaded.config.train.callbacks)):
+        try:
+            check(names)
+        except ConfigError as exc:
+            given = ".".join(key) in _override_keys(overrides)
+            line = loaded.lines.get(key)
+            where = ("--set " if given else
+                     f"{loaded.source}:{line}: " if loaded.source and line else "")
+            raise ConfigError(f"{where}{exc}") from None
+    return loaded
+
+
+def _override_keys(overrides: list[str] | dict[str, Any] | None) -> list[str]:
+    if isinstance(overrides, dict):
+        return list(overrides)
+    return [item.partition("=")[0].strip() for item in overrides or []]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from entrena.config.schema import Config, DataConfig, ModelConfig, StrictModel
 
@@ -52,10 +52,6 @@ class ImageModelConfig(ModelConfig):
     name: str | None = None
     """`small-cnn` (tiny images) or a timm model name (`resnet18`, `mobilenetv3_small_100`,
     `efficientnet_b0` …); required (the task names the choices when it is missing)."""
-
-    @model_validator(mode="after")
-    def _name_or_architecture(self) -> ImageModelConfig:
-        return self  # no architecture here: the task checks model.name with its own message
 
     image_size: Literal["auto"] | Annotated[int, Field(ge=4)] = "auto"
     """Side S in pixels images are resized to (S x S, aspect ratio not kept): `auto` is the

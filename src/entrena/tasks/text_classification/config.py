@@ -5,11 +5,13 @@ Pydantic only (no torch): the registry imports it when a config is loaded.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from entrena.config.schema import Config, DataConfig
+from pydantic import Field, model_validator
 
-__all__ = ["TextDataConfig", "TextClassificationConfig"]
+from entrena.config.schema import Config, DataConfig, ModelConfig, StrictModel
+
+__all__ = ["ArchitectureConfig", "TextDataConfig", "TextModelConfig", "TextClassificationConfig"]
 
 
 class TextDataConfig(DataConfig):
@@ -19,6 +21,57 @@ class TextDataConfig(DataConfig):
     """Column holding the input text."""
 
 
+class ArchitectureConfig(StrictModel):
+    """A BERT-style encoder built from a config (random weights) instead of loaded weights."""
+
+    num_hidden_layers: Annotated[int, Field(ge=1)] = 2
+    """Number of transformer layers."""
+    hidden_size: Annotated[int, Field(ge=1)] = 32
+    """Width of the hidden states; must be a multiple of `num_attention_heads`."""
+    num_attention_heads: Annotated[int, Field(ge=1)] = 2
+    """Number of attention heads per layer."""
+    intermediate_size: Annotated[int, Field(ge=1)] = 64
+    """Width of the feed-forward layer."""
+    max_position_embeddings: Annotated[int, Field(ge=8)] = 512
+    """Longest sequence the position embeddings cover (tokens)."""
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> ArchitectureConfig:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads "
+                f"({self.num_attention_heads})"
+            )
+        return self
+
+
+class TextModelConfig(ModelConfig):
+    """The text encoder to fine-tune and how texts are cut."""
+
+    name: str | None = "minilm-l6"
+    """A model alias (`minilm-l6`), a local Hugging Face model directory, or a hub id
+    (`org/name`, or a canonical id without an org such as `bert-base-uncased`; needs
+    internet unless in the Hugging Face cache; no network is exit 2 at once). With
+    `architecture` set, only its tokenizer is used (unless `tokenizer` is set)."""
+    architecture: ArchitectureConfig | None = None
+    """Build a randomly initialised BERT encoder of this shape instead of loading weights."""
+    tokenizer: str | None = None
+    """Tokenizer to use with `architecture` (an alias or directory); defaults to `name`'s."""
+    max_length: Literal["auto"] | Annotated[int, Field(ge=8)] = "auto"
+    """Longest input in tokens; longer texts are truncated. `auto` takes the 95th percentile
+    of the training texts' token lengths, rounded up to a multiple of 8 and capped by the
+    model; the choice is reported."""
+    pooling: Literal["mean", "cls"] = "mean"
+    """How token states become one vector: `mean` over real tokens (what sentence encoders such
+    as MiniLM were trained with) or the first (`[CLS]`) token."""
+
+    @model_validator(mode="after")
+    def _name_or_architecture(self) -> TextModelConfig:
+        if self.architecture is None and not self.name:
+            raise ValueError("set model.name (an alias or a model directory) or model.architecture")
+        return self
+
+
 class TextClassificationConfig(Config):
     """A text-classification run: a pretrained encoder (or a built one) with a linear head."""
 
@@ -26,3 +79,5 @@ class TextClassificationConfig(Config):
     """Classify a text column."""
     data: TextDataConfig
     """Data section."""
+    model: TextModelConfig = TextModelConfig()
+    """Model section."""
