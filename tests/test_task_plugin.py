@@ -73,6 +73,18 @@ def test_a_task_from_an_entry_point_trains_exports_and_predicts(plugin_project):
         assert set(frame.columns) >= {"prob_left", "prob_right", "status"}
 
 
+def test_the_plugin_refuses_a_predict_input_without_its_columns(plugin_project):
+    project, env = plugin_project
+    assert run_cli("train", "config.yaml", "--set", "train.max_epochs=1", cwd=project,
+                   **env).returncode == 0
+    pd.DataFrame({"x": [0.5]}).to_csv(project / "bad.csv", index=False)
+    done = run_cli("predict", project / "runs" / "toy", "-i", "bad.csv", "-o", "out.csv",
+                   cwd=project, **env)
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith("bad.csv: no column(s) y; the model reads x, y")
+    assert not (project / "out.csv").exists()
+
+
 def test_a_config_naming_the_plugin_keys_is_validated_by_its_class(plugin_project):
     project, env = plugin_project
     bad = project / "bad.yaml"

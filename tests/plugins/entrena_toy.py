@@ -243,7 +243,12 @@ class ToyPointsTask:
         from entrena.exporting.prediction import stream_predictions
 
         predictor = PointPredictor(self, location)
-        return stream_predictions(predictor, data, output, columns=table_columns(data),
+        columns = table_columns(data)
+        missing = [c for c in predictor.columns if c not in columns]
+        if missing:  # bad input is a DataError: one line, exit 2, nothing written
+            raise DataError(f"{data}: no column(s) {', '.join(missing)}; the model reads "
+                            f"{', '.join(predictor.columns)}")
+        return stream_predictions(predictor, data, output, columns=columns,
                                   policy=options.on_bad_rows or "skip", options=options,
                                   model=str(location.path))
 
