@@ -45,6 +45,11 @@ _TABLE = [
     MetricKey("fit.skipped_steps", "step", "optimizer steps skipped for a non-finite loss or "
               "gradient norm (train.on_nonfinite: skip_batch)", False),
     MetricKey("fit.resumes", "count", "times the fit was resumed from a checkpoint"),
+    MetricKey("fit.micro_batch_size", "samples", "examples per forward pass after out-of-memory "
+              "errors halved it (gradients accumulated over the parts keep the batch); null: "
+              "the whole batch"),
+    MetricKey("fit.out_of_memory_retries", "step", "steps run again with smaller micro-batches "
+              "after an out-of-memory error", False),
     MetricKey("fit.train_time_s", "s", "time in training steps, evaluation excluded; summed "
               "over the sessions of a resumed run"),
     MetricKey("fit.wall_time_s", "s", "time from building the model to the end of testing "

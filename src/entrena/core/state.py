@@ -44,6 +44,9 @@ class TrainState:
         recent_losses / first_losses: The divergence guard's history: the losses of the last
             and of the first kept steps (see :mod:`entrena.engine.guard`).
         resumes: How many times this fit was resumed from a checkpoint.
+        micro_batch_size: Examples per forward pass, ``None`` for the whole batch; halved by
+            the loop after an out-of-memory error (see :mod:`entrena.engine.micro_batches`).
+        out_of_memory_retries: Steps run again after an out-of-memory error.
         batch_indices: Example indices of the current micro-batch (into the training split).
         best_score / best_step: Best monitored value so far and the step it was reached at.
         model, optimizer, scheduler: The live objects (set by the loop).
@@ -75,6 +78,8 @@ class TrainState:
     recent_losses: list[float] = field(default_factory=list)
     first_losses: list[float] = field(default_factory=list)
     resumes: int = 0
+    micro_batch_size: int | None = None
+    out_of_memory_retries: int = 0
     batch_indices: list[int] = field(default_factory=list)
     best_score: float | None = None
     best_step: int | None = None
@@ -105,4 +110,4 @@ class TrainState:
 _COUNTERS = ("epoch", "step", "batch_in_epoch", "samples_seen", "tokens_seen",
              "padded_tokens_seen", "train_time_s", "data_wait_s", "best_score", "best_step",
              "history", "stop_reason", "skipped_steps", "resumes", "recent_losses",
-             "first_losses")
+             "first_losses", "micro_batch_size", "out_of_memory_retries")

@@ -22,6 +22,8 @@ from entrena.core.callback import Callback
 from entrena.core.events import Event
 from entrena.core.state import TrainState
 from entrena.engine.guard import StepUndo, divergence_threshold, gives_up, record_loss
+from entrena.engine.micro_batches import forward_backward, free_memory, halved
+from entrena.errors import ResourceError
 
 __all__ = ["BatchSource", "FitSettings", "LossFn", "SaveCheckpoint", "fit", "predict",
            "evaluation_points", "model_inputs", "token_counts"]
@@ -205,6 +207,38 @@ def _roll_back(state: TrainState, undo: StepUndo) -> None:
     log.info("rolled back to step %d, the last state whose loss was sane", state.step)
 
 
+def _retry_smaller(state: TrainState, optimizer: Any, backend: Any,
+                   group_start: tuple[int, int, int, int, float], batch_rows: int,
+                   error: str) -> None:
+    """After an out-of-memory error in the current step: discard its gradients, put the
+    counters back to its start, halve ``state.micro_batch_size``, record it, say so.
+
+    Raises:
+        ResourceError: Already at 1 example, or several processes (one rank cannot change
+            its split alone: the others would wait for it).
+    """
+    optimizer.zero_grad(set_to_none=True)
+    free_memory()
+    before = state.micro_batch_size or batch_rows
+    if getattr(backend, "world_size", 1) > 1:
+        raise ResourceError(
+            f"out of memory at step {state.step + 1} with micro-batches of {before} examples "
+            f"({error}); with several processes entrena does not split batches by itself: "
+            f"lower train.batch_size and raise train.gradient_accumulation_steps")
+    size = halved(before)
+    (state.batch_in_epoch, state.samples_seen, state.tokens_seen,
+     state.padded_tokens_seen, _) = group_start
+    state.micro_batch_size = size
+    state.out_of_memory_retries += 1
+    state.extras.setdefault("out_of_memory", []).append({
+        "step": state.step + 1, "epoch": state.epoch, "batch": group_start[0] + 1,
+        "micro_batch_size_before": before, "micro_batch_size": size, "error": error})
+    log.warning("out of memory at step %d (epoch %d) with micro-batches of %d examples "
+                "(%s); the step runs again with micro-batches of %d, gradients accumulated "
+                "over the parts (the batch and its result stay the same)", state.step + 1,
+                state.epoch + 1, before, error, size)
+
+
 def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource, loss: LossFn,
         evaluate: Callable[[Any], dict[str, float]], settings: FitSettings,
         callbacks: Sequence[Callback], state: TrainState | None = None,
@@ -254,7 +288,9 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource, loss: L
         group_indices: list[int] = []
         group_losses: list[float] = []
         first = state.batch_in_epoch
-        for position in range(first, len(plan)):
+        position = first - 1
+        while position + 1 < len(plan):
+            position += 1
             indices = plan[position]
             if position % accumulation == 0 or position == first:
                 group_start = (position, state.samples_seen, state.tokens_seen,
@@ -268,11 +304,20 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource, loss: L
             data_wait_s = time.perf_counter() - started
             micro = position % accumulation
             last_micro = micro == accumulation - 1 or position == len(plan) - 1
-            with backend.no_backward_sync(model, enabled=not last_micro):
-                batch_sum, batch_count = loss(model(**model_inputs(batch)), batch)
-                batch_loss = batch_sum / max(1, batch_count)
-                backend.backward(batch_loss / accumulation)
-            loss_value = batch_loss.item()
+            try:
+                loss_value = forward_backward(
+                    backend=backend, model=model, loss=loss, batch=batch,
+                    accumulation=accumulation, sync=last_micro,
+                    micro_batch_size=state.micro_batch_size)
+            except torch.OutOfMemoryError as exc:  # torch.cuda.OutOfMemoryError too
+                error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            else:
+                error = ""
+            if error:  # outside the except block: its traceback held the attempt's tensors
+                del batch
+                _retry_smaller(state, optimizer, backend, group_start, len(indices), error)
+                position = group_start[0] - 1  # the step again, from its first micro-batch
+                continue
             group_indices.extend(int(i) for i in indices)
             group_losses.append(loss_value)
             hooks.fire(Event.AFTER_BACKWARD, state)
@@ -361,6 +406,7 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource, loss: L
                 hooks.fire(Event.EVAL_END, state)
             if last_micro:
                 hooks.fire(Event.STEP_END, state)
+                state.extras.pop("out_of_memory", None)
                 if state.checkpoint_due and position + 1 < len(plan):
                     save(state, state.checkpoint_due)  # the epoch's last step saves below
             if state.should_stop or state.interrupted:

@@ -19,7 +19,9 @@ class EventLog(Callback):
     Record types: ``fit_start`` (planned steps; ``resumes`` > 0 after a resume), ``step``
     (every ``every_steps`` optimizer steps: loss, learning rate, throughput), ``eval``
     (validation metrics), ``epoch``, ``checkpoint`` (file, reason, bytes, write seconds),
-    ``nonfinite`` (a NaN/Inf loss or gradient norm: action, example indices), ``fit_end``
+    ``nonfinite`` (a NaN/Inf loss or gradient norm: action, example indices),
+    ``out_of_memory`` (a step run again with smaller micro-batches: the sizes, the error),
+    ``fit_end``
     (``stop_reason``, or ``interrupted`` with the signal). Every record has ``type``,
     ``time`` (Unix seconds), ``step`` and ``epoch``.
 
@@ -66,6 +68,8 @@ class EventLog(Callback):
         bad = state.extras.get("nonfinite")
         if bad is not None:
             self.write("nonfinite", state, **bad)
+        for split in state.extras.get("out_of_memory", ()):  # one per retry of this step
+            self.write("out_of_memory", state, **split)
 
     def on_checkpoint(self, state: TrainState) -> None:
         info = state.last_checkpoint
