@@ -9,7 +9,9 @@ import pytest
 
 from conftest import EXAMPLES, run_cli
 from entrena.api import plan, train
-from entrena.errors import ConfigError
+from entrena.errors import ConfigError, ResourceError
+from entrena.planning import Option
+from entrena.planning.recommend import ram_refusal
 
 OPTION_KEYS = {"name", "kind", "fits", "batch_size", "precision", "peak_memory_bytes",
                "epoch_time_s", "total_time_s", "cost_usd", "cost_usd_spot"}
@@ -134,3 +136,51 @@ def test_plan_second_call_reuses_the_cache(tmp_path, reviews_data):
     assert second.returncode == 0, second.stderr
     one, two = json.loads(first.stdout), json.loads(second.stdout)
     assert one["model"]["flops_per_sample"] == two["model"]["flops_per_sample"]
+
+
+def _cpu_option(**fields) -> Option:
+    base = dict(name="local", kind="local", description="this machine", device="cpu",
+                accelerator=None, count=1, fits=False, batch_size=512, max_batch_size=96,
+                precision="32-true", peak_memory_bytes=40 * 2**30,
+                memory_capacity_bytes=12 * 2**30, memory=None, epoch_time_s=None,
+                total_time_s=None, time_source=None, usd_per_hour=None,
+                usd_per_hour_spot=None, cost_usd=None, cost_usd_spot=None, notes=[])
+    return Option(**{**base, **fields})
+
+
+def test_ram_refusal_names_the_estimate_the_largest_batch_and_the_accumulation():
+    message = ram_refusal(_cpu_option(), accumulation=2)
+    assert message.startswith("train.batch_size = 512 needs about 40.0 GiB of RAM")
+    assert "this machine has 12.0 GiB available" in message
+    # 512 x 2 accumulation steps = 1024 examples a step; ceil(1024 / 96) = 11 batches of 96
+    assert ("the largest batch that fits is about 96: set train.batch_size=96 and "
+            "train.gradient_accumulation_steps=11 for 1056 examples a step (now 1024)") in message
+    assert "even a batch of 1" in ram_refusal(_cpu_option(max_batch_size=0))
+    assert ram_refusal(_cpu_option(fits=True)) is None
+    assert ram_refusal(_cpu_option(fits=None)) is None  # RAM unknown: no refusal
+    assert ram_refusal(_cpu_option(device="cuda")) is None  # a GPU splits batches itself
+
+
+def test_train_refuses_a_batch_that_does_not_fit_in_ram_before_the_probe(
+        tiny_config, config_file, tmp_path, monkeypatch):
+    import dataclasses
+
+    import entrena.recipes.planning as planning
+
+    real = planning.detect_machine
+
+    def short_of_ram(*args, **kwargs):
+        machine = real(*args, **kwargs)
+        return dataclasses.replace(machine, memory={**machine.memory, "available_bytes": 2**20})
+
+    def no_probe(*args, **kwargs):
+        raise AssertionError("the probe ran at a batch that does not fit")
+
+    monkeypatch.setattr(planning, "detect_machine", short_of_ram)
+    monkeypatch.setattr(planning, "calibrate", no_probe)
+    config = dict(tiny_config)
+    config["train"] = {**config["train"], "accelerator": "cpu"}
+    with pytest.raises(ResourceError, match=r"train.batch_size = \d+ needs about .* of RAM .* "
+                                            r"has 1.0 MiB available; even a batch of 1 does not"):
+        train(config_file(config))
+    assert not (tmp_path / "runs" / config["name"]).exists()  # nothing half-made is left

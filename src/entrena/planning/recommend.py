@@ -8,7 +8,8 @@ from typing import Any
 from entrena.planning.options import Option
 from entrena.units import Budget, format_bytes, format_duration, format_usd
 
-__all__ = ["Recommendation", "recommend", "LONG_RUN_S", "SPOT_CHECKPOINT_MINUTES"]
+__all__ = ["Recommendation", "recommend", "ram_refusal", "LONG_RUN_S",
+           "SPOT_CHECKPOINT_MINUTES"]
 
 LONG_RUN_S = 3600.0
 """Runs longer than this get the spot advice (entrena's threshold)."""
@@ -151,3 +152,36 @@ def recommend(options: list[Option], *, deadline_s: float | None = None,
     wanted = " and ".join(limits) or "constraints"
     return Recommendation(None, False, f"No option meets the {wanted}: relax them, or shorten "
                           "the run (train.max_epochs, data.max_train_samples).", reasons)
+
+
+def ram_refusal(option: Option, accumulation: int = 1) -> str | None:
+    """Why a CPU run's batch would not fit in this machine's RAM, or ``None`` when it fits
+    (or the estimate or the RAM is unknown, or the option is not a CPU).
+
+    Args:
+        option: The ``local`` option, planned without a probe (the probe would already train
+            at this batch size).
+        accumulation: ``train.gradient_accumulation_steps`` now.
+
+    Returns:
+        One sentence: the estimate against the available RAM (``psutil``'s
+        ``available``: free plus reclaimable cache), the largest batch that fits, and the
+        settings that keep the effective batch.
+    """
+    if option.device != "cpu" or option.fits is not False:
+        return None
+    batch = option.batch_size
+    head = (f"train.batch_size = {batch} needs about {format_bytes(option.peak_memory_bytes or 0)} "
+            f"of RAM to train (entrena's estimate: weights, gradients, optimizer states and "
+            f"the activations of the longest batch), and this machine has "
+            f"{format_bytes(option.memory_capacity_bytes or 0)} available")
+    largest = option.max_batch_size or 0
+    if largest < 1:
+        return (f"{head}; even a batch of 1 does not fit: use a smaller model or "
+                f"model.max_length, or free memory (see `entrena plan`)")
+    effective = batch * accumulation
+    steps = -(-effective // largest)
+    return (f"{head}; the largest batch that fits is about {largest}: set "
+            f"train.batch_size={largest} and train.gradient_accumulation_steps={steps} for "
+            f"{largest * steps} examples a step (now {effective}), or free memory (see "
+            f"`entrena plan`)")

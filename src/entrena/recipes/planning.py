@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from entrena.config import Config, LoadedConfig
+from entrena.errors import EntrenaError, ResourceError
 from entrena.hardware.catalog import Catalog, load_catalog
 from entrena.hardware.detection import Machine, detect_machine
 from entrena.hardware.memory import current_rss_bytes
+from entrena.planning.options import local_option
 from entrena.planning.planner import make_plan, plan_document, run_shape
+from entrena.planning.recommend import ram_refusal
 from entrena.planning.timing import Calibration
 from entrena.tasks.base import PlanningSpec
 from entrena.tasks.registry import get_task
@@ -127,7 +130,8 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
     """The plan ``entrena train`` writes to ``plan.json`` before its fit (always calibrated).
 
     The probe trains a deep copy of ``model`` (the run's model and random state are left
-    untouched) with the run's batch size on the run's device.
+    untouched) with the run's batch size on the run's device. On a CPU, a batch whose
+    estimated peak exceeds the available RAM is refused first.
 
     Args:
         loaded: The loaded config.
@@ -140,6 +144,10 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
 
     Returns:
         The plan document (options: this machine only).
+
+    Raises:
+        ResourceError: On a CPU, the batch would not fit in the available RAM (the message
+            gives the largest batch that fits and the accumulation that keeps the batch).
     """
     started = time.perf_counter()
     cfg = loaded.config
@@ -151,6 +159,12 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
     shape = run_shape_of(cfg, spec, profile)
     shape = replace(shape, precision=precision, accelerator=device)
     base_rss = current_rss_bytes()
+    if device == "cpu":  # before the probe, which would already train at this batch size
+        estimate = local_option(machine, catalog, profile, shape, calibration=None,
+                                base_rss_bytes=base_rss, weights_in_base=True)
+        refusal = ram_refusal(estimate, cfg.train.gradient_accumulation_steps)
+        if refusal is not None:
+            raise ResourceError(refusal)
     twin = copy.deepcopy(model).to(device)
     calibration = calibrate(twin, loaded, task, spec, profile, machine, catalog, device,
                              precision, base_rss)
@@ -202,7 +216,11 @@ def plan_run(loaded: LoadedConfig, sources: dict[str, str], prepared: Any, model
     """``entrena train``'s planning step: plan (calibrated on the run's device), write
     ``plan.json``, log the prediction. A resumed run keeps the plan it wrote first.
 
-    Planning never stops training: a failure is logged and ``None`` returned.
+    Planning never stops training, but for a batch that would not fit in RAM: another
+    failure is logged and ``None`` returned.
+
+    Raises:
+        ResourceError: On a CPU, the batch would not fit in the available RAM.
 
     Returns:
         The plan document, or ``None``.
@@ -220,6 +238,8 @@ def plan_run(loaded: LoadedConfig, sources: dict[str, str], prepared: Any, model
     try:
         document = plan_for_fit(loaded, sources, prepared, model, device=accelerator,
                                 precision=precision, max_length=max_length)
+    except EntrenaError:
+        raise  # a batch that does not fit in RAM: refused before the probe
     except Exception as exc:  # noqa: BLE001 - a planning bug must not cost the user the run
         log.warning("planning failed (%s: %s); training goes on without plan.json",
                     type(exc).__name__, exc)
