@@ -2,7 +2,7 @@
 exactly, and record the figures in docs/benchmarks.md.
 
 Usage: .venv/bin/python benchmarks/chaos.py [--kills 20] [--signals 5] [--phase-signals 3]
-                                            [--seed 0] [--no-write] [--json]
+                                            [--random N] [--seed 0] [--no-write] [--json]
 
 1. An uninterrupted reference run.
 2. One run of the same config, disrupted ``--kills`` times with SIGKILL and ``--signals``
@@ -21,7 +21,13 @@ Usage: .venv/bin/python benchmarks/chaos.py [--kills 20] [--signals 5] [--phase-
    evaluation, testing, saving). Each must exit 143 with one ``stopped by SIGTERM …`` line (or
    the fit's own ``saved checkpoint`` line when it landed inside the fit); the next process
    must resume from the newest complete checkpoint, and after the last one train no step.
-5. The last restart runs to the end; its ``model/`` files must equal the reference's, byte
+5. ``--random N`` replaces 2 and 4: N signals, each SIGKILL or SIGTERM (even odds) at a random
+   phase (before the fit 3 : in it 5 : after its last step 2; a late one at a random moment of
+   the final evaluation, testing and saving). Every restart must then resume from the newest
+   complete checkpoint, or, with none, delete an unfinished directory saying it starts over
+   (or start a new run when there was none); once training was over, it must train no step.
+   Its figures go to their own section of docs/benchmarks.md (``chaos-phases``).
+6. The last restart runs to the end; its ``model/`` files must equal the reference's, byte
    for byte.
 
 Both runs use ``--set train.deterministic=true train.num_threads=1 tracking.enabled=false
@@ -174,36 +180,77 @@ class Process:
         return code, self.log.read_text()
 
 
-def reference_run(work: Path) -> tuple[dict[str, bytes], float, dict, float]:
+def reference_run(work: Path) -> tuple[dict[str, bytes], float, dict, float, float]:
+    """(model files, fit s, metrics, process start to fit s, last step to exit s)."""
     run_dir = work / "runs" / "reference"
     run_dir.parent.mkdir(parents=True)
     process = Process(run_dir, work / "reference.log")
     start_s = process.wait_for_fit() or 0.0
+    last_seen, last = time.monotonic(), -1
+    while process.popen.poll() is None:  # when the last step was logged: the late phase
+        step = process.last_step()
+        if step > last:
+            last_seen, last = time.monotonic(), step
+        time.sleep(0.01)
+    late_s = time.monotonic() - last_seen
     code, stderr = process.finish()
     if code != 0:
         sys.exit(f"the reference run failed ({code}):\n{stderr[-3000:]}")
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     fit_s = events[-1]["time"] - events[0]["time"]
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    return model_files(run_dir), fit_s, metrics, start_s
+    return model_files(run_dir), fit_s, metrics, start_s, late_s
 
 
 def model_files(run_dir: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((run_dir / "model").iterdir())}
 
 
-def run_chaos(kills: int, signals: int, seed: int, work: Path, phase_signals: int = 0) -> dict:
-    rng = random.Random(seed)
-    expected, fit_s, ref_metrics, start_s = reference_run(work)
-    total_steps = ref_metrics["fit"]["steps"]
-    print(f"reference: {total_steps} steps, fit {fit_s:.1f}s, start to fit {start_s:.1f}s",
-          file=sys.stderr)
+PHASES = {"kill": ("fit", "SIGKILL"), "term": ("fit", "SIGTERM"),
+          "early": ("early", "SIGTERM"), "early-kill": ("early", "SIGKILL"),
+          "late": ("late", "SIGTERM"), "late-kill": ("late", "SIGKILL")}
+"""Each kind of disruption: (phase, signal). Early: between a process's start and its fit
+(reading the config, preparing the data, planning, the probe); fit: at a random step; late:
+after the last training step (the final evaluation, testing, saving the model)."""
+
+
+def random_plan(rng: random.Random, count: int) -> list[str]:
+    """``count`` disruptions, each a random signal (SIGKILL or SIGTERM, even odds) at a random
+    phase (early 3 : fit 5 : late 2); the late ones come last, as a run has one end."""
+    kinds = []
+    for phase in rng.choices(["early", "fit", "late"], weights=[3, 5, 2], k=count):
+        kill = rng.random() < 0.5
+        kinds.append({"early": ("early-kill", "early"), "fit": ("kill", "term"),
+                      "late": ("late-kill", "late")}[phase][0 if kill else 1])
+    return [k for k in kinds if PHASES[k][0] != "late"] + \
+        [k for k in kinds if PHASES[k][0] == "late"]
+
+
+def fixed_plan(rng: random.Random, kills: int, signals: int, phase_signals: int) -> list[str]:
+    """``kills`` SIGKILLs and ``signals`` SIGTERMs in the fit, ``phase_signals`` SIGTERMs
+    outside it (the last one after the last step), in a seeded random order."""
     plan = ["kill"] * kills + ["term"] * signals + ["early"] * max(0, phase_signals - 1)
     rng.shuffle(plan)
-    plan += ["late"] * min(1, phase_signals)  # after the last step: testing and saving
-    # Where each disruption lands: steps spread over the whole run, in order, so that kills
-    # meet every phase (mid-epoch, evaluations, epoch ends, checkpoint writes).
-    targets = sorted(rng.uniform(0.03, 0.97) * total_steps for _ in plan)
+    return plan + ["late"] * min(1, phase_signals)
+
+
+STARTING_OVER = "holds an unfinished run without a complete checkpoint; starting it over"
+
+
+def run_chaos(kills: int, signals: int, seed: int, work: Path, phase_signals: int = 0,
+              random_signals: int = 0) -> dict:
+    rng = random.Random(seed)
+    expected, fit_s, ref_metrics, start_s, late_s = reference_run(work)
+    total_steps = ref_metrics["fit"]["steps"]
+    print(f"reference: {total_steps} steps, fit {fit_s:.1f}s, start to fit {start_s:.1f}s, "
+          f"last step to exit {late_s:.1f}s", file=sys.stderr)
+    plan = (random_plan(rng, random_signals) if random_signals
+            else fixed_plan(rng, kills, signals, phase_signals))
+    # Where each disruption in the fit lands: steps spread over the whole run, in order, so
+    # that kills meet every phase (mid-epoch, evaluations, epoch ends, checkpoint writes).
+    in_fit = [i for i, kind in enumerate(plan) if PHASES[kind][0] == "fit"]
+    targets = dict(zip(in_fit, sorted(rng.uniform(0.03, 0.97) * total_steps for _ in in_fit),
+                       strict=True))
     step_s = fit_s / total_steps
     run_dir = work / "runs" / "chaos"
     checkpoints = run_dir / "checkpoints"
@@ -212,19 +259,27 @@ def run_chaos(kills: int, signals: int, seed: int, work: Path, phase_signals: in
     expected_resume: int | None = None
     kill_count = 0
     for index, kind in enumerate(plan + ["finish"]):
+        phase, signal_name = PHASES.get(kind, ("", ""))
+        existed = run_dir.is_dir() and any(p.name != "data_report.json"
+                                           for p in run_dir.iterdir())
         process = Process(run_dir, work / f"attempt-{index:02d}.log")
-        record: dict = {"attempt": index, "kind": kind}
-        if kind == "early":  # before the fit: reading, preparing, planning, the probe
-            time.sleep(rng.uniform(0.2, 0.8) * start_s)
-            record["in_fit"] = bool(fit_starts(run_dir)) and max(fit_starts(run_dir)) \
-                >= process.launched
-            process.popen.send_signal(signal.SIGTERM)
-        began = process.wait_for_fit() if kind != "early" else None
+        record: dict = {"attempt": index, "kind": kind, "phase": phase, "signal": signal_name}
+        sig = signal.SIGKILL if signal_name == "SIGKILL" else signal.SIGTERM
+        if phase == "early":  # before the fit: reading, preparing, planning, the probe
+            time.sleep(rng.uniform(0.05, 0.95) * start_s)
+            record["landed"] = ("after the fit began" if any(
+                t >= process.launched for t in fit_starts(run_dir)) else
+                "planning or its probe" if (run_dir / "status.json").is_file() else
+                "reading the config or preparing the data")
+            process.popen.send_signal(sig)
+        began = process.wait_for_fit() if phase != "early" else None
         record["start_to_fit_s"] = began
         mode = ""
-        if kind == "late" and began is not None:  # right after the last training step
-            process.wait_for_step(total_steps)
-            process.popen.send_signal(signal.SIGTERM)
+        if phase == "late" and began is not None:  # after the last step: test and save
+            if expected_resume != total_steps:
+                process.wait_for_step(total_steps)
+            time.sleep(rng.uniform(0, 0.8) * late_s)
+            process.popen.send_signal(sig)
         elif kind in ("kill", "term") and began is not None:
             record["target_step"] = round(targets[index], 1)
             reached = process.wait_for_step(targets[index])
@@ -251,15 +306,27 @@ def run_chaos(kills: int, signals: int, seed: int, work: Path, phase_signals: in
         if "signal_sent" in record:
             record["signal_to_exit_s"] = time.monotonic() - record.pop("signal_sent")
         record.update(mode=mode, exit_code=code)
-        # Did this process resume where it should have?
+        # Did this process resume where it should have, or say why it started over?
         said = RESUMING.search(stderr)
         record["resumed_from"] = int(said.group(1)) if said else None
         record["lost"] = said.group(3) if said else None
-        if expected_resume is not None and record["resumed_from"] != expected_resume:
+        record["start"] = ("resumed" if said else "started over" if STARTING_OVER in stderr
+                           else "fresh")
+        if expected_resume is not None and record["resumed_from"] != expected_resume \
+                and not (phase == "early" and code != 0 and not said):
             failures.append(f"attempt {index}: expected to resume from step {expected_resume}, "
                             f"stderr said {said.group(0) if said else 'nothing'}")
+        if expected_resume is None and existed and index and record["start"] != "started over" \
+                and not (phase == "early" and code != 0):
+            failures.append(f"attempt {index}: an unfinished run without a checkpoint was not "
+                            f"started over with its line; stderr: {stderr[-500:]}")
         if said and not stderr.lstrip().startswith("resuming from step"):
             failures.append(f"attempt {index}: the resume notice was not the first line")
+        if expected_resume == total_steps:
+            record["steps_trained"] = max(0, process.last_step() + 1)
+            if process.last_step() >= 0:
+                failures.append(f"attempt {index}: trained again (step {process.last_step()}) "
+                                "after training was over")
         # What the disruption left behind.
         newest, complete, unreadable = check_checkpoints(checkpoints)
         record.update(newest_checkpoint=newest, complete=complete, unreadable=unreadable)
@@ -285,22 +352,19 @@ def run_chaos(kills: int, signals: int, seed: int, work: Path, phase_signals: in
             elif code != 143 or not (stopped or SAVED.search(stderr)):
                 failures.append(f"attempt {index}: SIGTERM outside the fit gave exit {code} "
                                 f"without its line, stderr: {stderr[-500:]}")
+        if signal_name == "SIGKILL" and code not in (-9, 0):
+            failures.append(f"attempt {index}: SIGKILL gave exit {code}: {stderr[-500:]}")
         if kind == "finish" and code != 0:
             failures.append(f"the final run failed ({code}): {stderr[-2000:]}")
-        if kind == "finish" and records and records[-1]["kind"] == "late" \
-                and records[-1]["exit_code"] == 143:
-            record["steps_trained"] = max(0, process.last_step() + 1)
-            if process.last_step() >= 0:
-                failures.append(f"attempt {index}: trained again (step {process.last_step()}) "
-                                "after a SIGTERM that came once training was over")
         if code == 0 and kind != "finish":
             record["note"] = "finished before the disruption"
         expected_resume = newest
         records.append(record)
-        print(f"  {index:2d} {kind:6s} {mode:6s} target {record.get('target_step', '-')!s:>5s} "
-              f"exit {code:4d} resumed from "
+        print(f"  {index:2d} {kind:10s} {mode:6s} target {record.get('target_step', '-')!s:>5s} "
+              f"exit {code:4d} {record['start']:12s} from "
               f"{record['resumed_from']!s:>4s} newest {newest!s:>4s}"
-              f"{' (during a write)' if record.get('during_write') else ''}", file=sys.stderr)
+              f"{' (during a write)' if record.get('during_write') else ''}"
+              f"{' ' + record['landed'] if 'landed' in record else ''}", file=sys.stderr)
         if code == 0:
             break
     same = (run_dir / "model").is_dir() and model_files(run_dir) == expected
@@ -309,10 +373,14 @@ def run_chaos(kills: int, signals: int, seed: int, work: Path, phase_signals: in
     return {"records": records, "failures": failures, "identical": same,
             "reference_fit_s": fit_s, "total_steps": total_steps,
             "steps_per_epoch": total_steps // ref_metrics["fit"]["epochs"],
-            "kills": sum(r["kind"] == "kill" and r["exit_code"] == -9 for r in records),
+            "kills": sum(r["signal"] == "SIGKILL" and r["exit_code"] == -9 for r in records),
+            "fit_kills": sum(r["kind"] == "kill" and r["exit_code"] == -9 for r in records),
             "signals": sum("signal_to_saved_s" in r for r in records),
             "phase_signals": sum(r["kind"] in ("early", "late") and r["exit_code"] == 143
-                                 for r in records)}
+                                 for r in records),
+            "disruptions": sum(r["kind"] != "finish" and r["exit_code"] != 0 for r in records),
+            "clean_restarts": sum(not any(f.startswith(f"attempt {r['attempt']}:")
+                                          for f in failures) for r in records[1:])}
 
 
 def summary_markdown(result: dict, args: argparse.Namespace) -> str:
@@ -372,12 +440,72 @@ of the current step plus one checkpoint write (about 12 MB here).
 """
 
 
+def random_summary_markdown(result: dict, args: argparse.Namespace) -> str:
+    """The section of a ``--random N`` run: signals at random phases, and how each restart
+    began."""
+    records = result["records"]
+    disrupted = [r for r in records if r["kind"] != "finish" and r["exit_code"] != 0]
+    table = []
+    for phase, what in (("early", "before the fit (config, data, planning, probe)"),
+                        ("fit", "in the fit, at a random step"),
+                        ("late", "after the last step (evaluation, test, save)")):
+        for name in ("SIGKILL", "SIGTERM"):
+            count = sum(r["phase"] == phase and r["signal"] == name for r in disrupted)
+            table.append(f"| {name} {what} | {count} |")
+    landed = sorted({r["landed"] for r in disrupted if "landed" in r})
+    restarts = records[1:]
+    resumed = sum(r["start"] == "resumed" for r in restarts)
+    over = sum(r["start"] == "started over" for r in restarts)
+    fresh = sum(r["start"] == "fresh" for r in restarts)
+    during_write = sum(bool(r.get("during_write")) for r in disrupted)
+    no_step = [r for r in records if "steps_trained" in r]
+    untrained = sum(r["steps_trained"] == 0 for r in no_step)
+    saved = [r["signal_to_saved_s"] for r in records if "signal_to_saved_s" in r]
+    stopped = sum(r.get("stopped") is not None for r in disrupted)
+    identical = "yes" if result["identical"] else "NO"
+    verdict = "passed" if not result["failures"] else "FAILED: " + "; ".join(result["failures"])
+    rows = "\n".join(table)
+    return f"""## Chaos at random phases: SIGKILL or SIGTERM before, in and after the fit
+
+- Date: {today()}; machine: {machine()}
+- Command: `.venv/bin/python benchmarks/chaos.py --random {args.random} --seed {args.seed}`
+  (`entrena train examples/tiny/config.yaml`, every run with `--set {' --set '.join(SETTINGS)}`)
+- Reference: one uninterrupted run, {result['total_steps']} optimizer steps, fit
+  {result['reference_fit_s']:.1f} s
+- Result: {verdict}
+
+| disruption | count |
+|---|---|
+{rows}
+| of the SIGKILLs in the fit: while a checkpoint was being written | {during_write} |
+| signals that ended a process (exit -9 or 143) | {len(disrupted)} of {args.random} |
+| signals before the fit landed while | {'; '.join(landed) or '–'} |
+| SIGTERMs answered by their one line (`stopped by SIGTERM …` or `saved checkpoint …`) | \
+{stopped + len(saved)} |
+| restarts that resumed from the newest complete checkpoint (`resuming from step N`) | \
+{resumed} of {len(restarts)} |
+| restarts with nothing to resume: an unfinished directory, `… starting it over` | {over} |
+| restarts with nothing to resume: no run directory yet (a new run) | {fresh} |
+| restarts after training was over that trained no step again | {untrained} of {len(no_step)} |
+| restarts with a check failed | {len(restarts) - result['clean_restarts']} |
+| checkpoints found unreadable after a disruption | {sum(r['unreadable'] for r in records)} |
+| final `model/` files equal to the uninterrupted run's, byte for byte | {identical} |
+
+Each restart is checked: it resumes from the newest complete checkpoint and says so first;
+with no complete checkpoint it deletes an unfinished directory saying `starting it over`, or
+starts a new run; once training was over it trains no step and only tests and saves.
+"""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--signals", type=int, default=5)
     parser.add_argument("--phase-signals", type=int, default=3,
                         help="SIGTERMs outside the fit: before it, and one after its last step")
+    parser.add_argument("--random", type=int, default=0, metavar="N",
+                        help="instead: N signals, each SIGKILL or SIGTERM at a random phase "
+                             "(before the fit, in it, after its last step)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
@@ -386,11 +514,14 @@ def main() -> None:
         sys.exit("run `make demo-data` first")
     with tempfile.TemporaryDirectory(prefix="entrena-chaos-") as tmp:
         result = run_chaos(args.kills, args.signals, args.seed, Path(tmp),
-                           phase_signals=args.phase_signals)
+                           phase_signals=args.phase_signals, random_signals=args.random)
     if args.json:
         print(json.dumps(result, indent=2))
     if not args.no_write:
-        write_section("chaos", summary_markdown(result, args))
+        if args.random:
+            write_section("chaos-phases", random_summary_markdown(result, args))
+        else:
+            write_section("chaos", summary_markdown(result, args))
         print(f"wrote the chaos section of {ROOT / 'docs' / 'benchmarks.md'}", file=sys.stderr)
     for failure in result["failures"]:
         print(f"FAILED: {failure}", file=sys.stderr)

@@ -1,6 +1,6 @@
-"""CI's version of the chaos benchmark: 3 SIGKILLs and 1 SIGTERM during the tiny example run,
-and 2 SIGTERMs outside its fit (see benchmarks/chaos.py; `--kills 20` gives the figures in
-docs/benchmarks.md)."""
+"""CI's versions of the chaos benchmark (see benchmarks/chaos.py; `--random 20` and `--kills 20`
+give the figures in docs/benchmarks.md): 5 random signals at random phases, and 3 SIGKILLs
+and 1 SIGTERM in the fit with 2 SIGTERMs outside it."""
 
 from __future__ import annotations
 
@@ -13,16 +13,41 @@ import pytest
 from conftest import ROOT
 
 
-@pytest.mark.slow
-def test_killed_runs_always_resume_exactly(reviews_data):
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "chaos.py"), "--kills", "3",
-                           "--signals", "1", "--phase-signals", "2", "--no-write", "--json"],
+def chaos(*args: str) -> dict:
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "chaos.py"), *args,
+                           "--no-write", "--json"],
                           capture_output=True, text=True, timeout=1500, cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
-    result = json.loads(done.stdout)
+    return json.loads(done.stdout)
+
+
+@pytest.mark.slow
+def test_random_signals_at_random_phases_always_end_in_a_clean_restart(reviews_data):
+    # Seed 1 draws: SIGKILL before the fit, SIGTERM in it, SIGKILL before the fit, SIGKILL in
+    # it, SIGTERM after the last step.
+    result = chaos("--random", "5", "--seed", "1")
     assert result["failures"] == [] and result["identical"]
     records = result["records"]
-    assert result["kills"] == 3 and result["signals"] == 1
+    assert [r["kind"] for r in records[:5]] == ["early-kill", "term", "early-kill", "kill",
+                                                "late"]
+    assert records[-1]["kind"] == "finish" and records[-1]["exit_code"] == 0
+    assert result["disruptions"] >= 4  # the late one may come after the run finished
+    assert result["clean_restarts"] == len(records) - 1
+    assert all(r["unreadable"] == 0 for r in records)
+    for before, after in zip(records, records[1:], strict=False):
+        if before["newest_checkpoint"] is not None and before["exit_code"] != 0:
+            assert after["resumed_from"] == before["newest_checkpoint"] or (
+                after["phase"] == "early" and after["exit_code"] != 0)
+        else:  # nothing to resume: a new run, or an unfinished one started over with its line
+            assert after["start"] in ("fresh", "started over")
+
+
+@pytest.mark.slow
+def test_killed_runs_always_resume_exactly(reviews_data):
+    result = chaos("--kills", "3", "--signals", "1", "--phase-signals", "2")
+    assert result["failures"] == [] and result["identical"]
+    records = result["records"]
+    assert result["fit_kills"] == 3 and result["signals"] == 1
     assert result["phase_signals"] >= 1  # the last one may come after the run finished
     assert all(r["unreadable"] == 0 for r in records)
     assert records[-1]["kind"] == "finish" and records[-1]["exit_code"] == 0
