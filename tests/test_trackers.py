@@ -125,3 +125,21 @@ def test_an_unknown_callback_is_refused_before_the_data_is_read(tmp_path, monkey
     assert str(info.value) == ("--set train.callbacks: unknown callback 'countr'; choose from "
                                "counter; did you mean 'counter'?")
     assert not (tmp_path / "run").exists()
+
+
+def test_open_within_bounds_any_trackers_store(monkeypatch):
+    # The bound every tracker's store gets (issue 18), not only MLflow's.
+    import time
+
+    started = time.perf_counter()
+    with pytest.raises(TimeoutError, match=r"no answer in 0\.2 s"):
+        base.open_within(lambda: time.sleep(3), timeout_s=0.2)
+    assert time.perf_counter() - started < 1.0
+
+    def refused() -> None:
+        raise ConnectionRefusedError("store down")
+
+    with pytest.raises(ConnectionRefusedError, match="store down"):
+        base.open_within(refused)
+    base.open_within(lambda: None)  # opens: no error
+    assert base.STORE_PROBE_TIMEOUT_S == 5.0

@@ -4,7 +4,9 @@ A tracker is a :class:`~entrena.core.callback.Callback` (it sees the loop's even
 validation metrics) that also opens a run with the config as parameters (:meth:`start`) and
 closes it with the final metrics and the run's files (:meth:`finish`). ``tracking.backends``
 names the trackers a run uses; the training recipe builds them with :func:`build_trackers`
-and never names one. A tracker's failure warns once and never stops training.
+and never names one. A tracker's failure warns once and never stops training; a tracker
+opens its store once, through :func:`open_within`, so that a store that cannot be opened
+costs at most :data:`STORE_PROBE_TIMEOUT_S` and one warning (not a client's own retries).
 """
 
 from __future__ import annotations
@@ -17,8 +19,45 @@ from typing import Any, Protocol, runtime_checkable
 
 from entrena.errors import ConfigError
 
-__all__ = ["Tracker", "TrackingContext", "TRACKERS", "register_tracker", "check_trackers",
-           "build_trackers"]
+__all__ = ["Tracker", "TrackingContext", "TRACKERS", "STORE_PROBE_TIMEOUT_S", "open_within",
+           "register_tracker", "check_trackers", "build_trackers"]
+
+STORE_PROBE_TIMEOUT_S = 5.0
+"""Seconds a tracker waits for its store to open before it warns and turns itself off
+(issue 18: a dead SQLite path once cost 104 s of MLflow's retries)."""
+
+
+def open_within(open_store: Callable[[], object], timeout_s: float = STORE_PROBE_TIMEOUT_S
+                ) -> None:
+    """Call ``open_store()`` in a daemon thread and wait for it at most ``timeout_s`` seconds.
+
+    Args:
+        open_store: Opens (and closes) the tracker's store once, with the client's own
+            timeouts as short as it allows.
+        timeout_s: The bound, in seconds.
+
+    Raises:
+        TimeoutError: It did not return in time (the thread is left to finish alone).
+        Exception: What ``open_store`` raised.
+    """
+    import threading
+
+    outcome: list[BaseException | None] = []
+
+    def attempt() -> None:
+        try:
+            open_store()
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            outcome.append(exc)
+
+    thread = threading.Thread(target=attempt, name="entrena-tracking-probe", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not outcome:
+        raise TimeoutError(f"no answer in {timeout_s:g} s")
+    if outcome[0] is not None:
+        raise outcome[0]
 
 
 @runtime_checkable

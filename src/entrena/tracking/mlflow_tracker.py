@@ -9,6 +9,7 @@ from typing import Any
 
 from entrena.core.callback import Callback
 from entrena.core.state import TrainState
+from entrena.tracking.base import STORE_PROBE_TIMEOUT_S, open_within
 
 __all__ = ["MLflowTracker", "HTTP_SETTINGS", "STORE_PROBE_TIMEOUT_S", "default_tracking_uri",
            "flatten", "probe_store"]
@@ -24,12 +25,6 @@ HTTP_SETTINGS = {
 """MLflow's HTTP retry settings for a tracking server, unless the environment sets them. With
 MLflow's defaults (7 retries, backoff factor 2, 120 s timeout) a server that is down held the
 start of training for 255 s before tracking was turned off; with these, about 3 s."""
-
-
-STORE_PROBE_TIMEOUT_S = 5.0
-"""Seconds the tracking store gets to open before tracking is turned off. A database store
-that cannot be opened (``sqlite:////proc/x.db``) otherwise went through MLflow's own retry
-loop: 104 s and 36 warnings before training started."""
 
 
 def _open_store(uri: str) -> None:
@@ -63,30 +58,16 @@ def _open_store(uri: str) -> None:
 
 
 def probe_store(uri: str, timeout_s: float = STORE_PROBE_TIMEOUT_S) -> None:
-    """Check, within ``timeout_s`` seconds, that the tracking store behind ``uri`` opens.
+    """Check, within ``timeout_s`` seconds, that the tracking store behind ``uri`` opens
+    (:func:`~entrena.tracking.base.open_within`). A database store that cannot be opened
+    (``sqlite:////proc/x.db``) otherwise went through MLflow's own retry loop: 104 s and 36
+    warnings before training started.
 
     Raises:
         TimeoutError: It did not answer in time.
         Exception: What opening it raised (``sqlite3.OperationalError`` …).
     """
-    import threading
-
-    outcome: list[BaseException | None] = []
-
-    def attempt() -> None:
-        try:
-            _open_store(uri)
-            outcome.append(None)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            outcome.append(exc)
-
-    thread = threading.Thread(target=attempt, name="entrena-tracking-probe", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if not outcome:
-        raise TimeoutError(f"no answer in {timeout_s:g} s")
-    if outcome[0] is not None:
-        raise outcome[0]
+    open_within(lambda: _open_store(uri), timeout_s)
 
 
 def default_tracking_uri(runs_root: Path, configured: str | None) -> str:
