@@ -22,10 +22,11 @@ Usage: .venv/bin/python benchmarks/chaos.py [--kills 20] [--signals 5] [--phase-
    the fit's own ``saved checkpoint`` line when it landed inside the fit); the next process
    must resume from the newest complete checkpoint, and after the last one train no step.
 5. ``--random N`` replaces 2 and 4: N signals, each SIGKILL or SIGTERM (even odds) at a random
-   phase (before the fit 3 : in it 5 : after its last step 2; a late one at a random moment of
-   the final evaluation, testing and saving). Every restart must then resume from the newest
-   complete checkpoint, or, with none, delete an unfinished directory saying it starts over
-   (or start a new run when there was none); once training was over, it must train no step.
+   phase (before the fit 3 : in it 5 : after its last step 2; a late one just after a random
+   one of LATE_MARKS: the final checkpoint, evaluation and testing, saving). Every restart
+   must then resume from the newest complete checkpoint, or, with none, delete an unfinished
+   directory saying it starts over (or start a new run when there was none); once training
+   was over, it must train no step.
    Its figures go to their own section of docs/benchmarks.md (``chaos-phases``).
 6. The last restart runs to the end; its ``model/`` files must equal the reference's, byte
    for byte.
@@ -106,6 +107,38 @@ def step_records(run_dir: Path) -> list[tuple[float, int]]:
             continue  # a line cut by SIGKILL
         found.append((record["time"], record["step"]))
     return found
+
+
+def fit_ends(run_dir: Path) -> list[float]:
+    """Times of the ``fit_end`` records (the loop is done; evaluation and testing follow)."""
+    try:
+        lines = (run_dir / "events.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    ends = []
+    for line in lines:
+        if '"type": "fit_end"' in line:
+            try:
+                ends.append(json.loads(line)["time"])
+            except ValueError:
+                continue  # a line cut by SIGKILL
+    return ends
+
+
+def saving_since(run_dir: Path, since: float) -> bool:
+    """A file of ``model/`` was written after ``since`` (Unix time): the model is being saved."""
+    try:
+        return any(p.stat().st_mtime >= since for p in (run_dir / "model").iterdir())
+    except OSError:
+        return False
+
+
+LATE_MARKS = ("last step", "fit end", "saving")
+"""Where a late signal lands, drawn at random: right after the last training step (the final
+checkpoint), after the loop's ``fit_end`` (the final evaluation, testing, baselines), or once
+the model's files are being written (saving, metrics, report). A moment after a mark rather
+than a random time: the time of that phase varies with the machine's load, and a signal
+that came after the run finished would disrupt nothing."""
 
 
 def writing(checkpoints: Path) -> bool:
@@ -235,6 +268,7 @@ def fixed_plan(rng: random.Random, kills: int, signals: int, phase_signals: int)
 
 
 STARTING_OVER = "holds an unfinished run without a complete checkpoint; starting it over"
+ALREADY_FINISHED = "is already finished; use --restart"
 
 
 def run_chaos(kills: int, signals: int, seed: int, work: Path, phase_signals: int = 0,
@@ -276,9 +310,17 @@ def run_chaos(kills: int, signals: int, seed: int, work: Path, phase_signals: in
         record["start_to_fit_s"] = began
         mode = ""
         if phase == "late" and began is not None:  # after the last step: test and save
+            mark = rng.choice(LATE_MARKS)
+            record["late_mark"] = mark
             if expected_resume != total_steps:
                 process.wait_for_step(total_steps)
-            time.sleep(rng.uniform(0, 0.8) * late_s)
+            while process.popen.poll() is None and not (
+                    mark == "last step"
+                    or (mark == "fit end" and any(t >= process.launched
+                                                  for t in fit_ends(run_dir)))
+                    or (mark == "saving" and saving_since(run_dir, process.launched))):
+                time.sleep(0.002)
+            time.sleep(rng.uniform(0, 0.05))
             process.popen.send_signal(sig)
         elif kind in ("kill", "term") and began is not None:
             record["target_step"] = round(targets[index], 1)
@@ -311,8 +353,12 @@ def run_chaos(kills: int, signals: int, seed: int, work: Path, phase_signals: in
         record["resumed_from"] = int(said.group(1)) if said else None
         record["lost"] = said.group(3) if said else None
         record["start"] = ("resumed" if said else "started over" if STARTING_OVER in stderr
-                           else "fresh")
+                           else "already finished" if ALREADY_FINISHED in stderr else "fresh")
+        if record["start"] == "already finished" and not (
+                records and records[-1].get("status_after") == "finished"):
+            failures.append(f"attempt {index}: said already finished, but the run was not")
         if expected_resume is not None and record["resumed_from"] != expected_resume \
+                and record["start"] != "already finished" \
                 and not (phase == "early" and code != 0 and not said):
             failures.append(f"attempt {index}: expected to resume from step {expected_resume}, "
                             f"stderr said {said.group(0) if said else 'nothing'}")
@@ -328,6 +374,10 @@ def run_chaos(kills: int, signals: int, seed: int, work: Path, phase_signals: in
                 failures.append(f"attempt {index}: trained again (step {process.last_step()}) "
                                 "after training was over")
         # What the disruption left behind.
+        try:
+            record["status_after"] = json.loads((run_dir / "status.json").read_text())["status"]
+        except (OSError, ValueError, KeyError):
+            record["status_after"] = None
         newest, complete, unreadable = check_checkpoints(checkpoints)
         record.update(newest_checkpoint=newest, complete=complete, unreadable=unreadable)
         if unreadable:
@@ -457,6 +507,9 @@ def random_summary_markdown(result: dict, args: argparse.Namespace) -> str:
     resumed = sum(r["start"] == "resumed" for r in restarts)
     over = sum(r["start"] == "started over" for r in restarts)
     fresh = sum(r["start"] == "fresh" for r in restarts)
+    finished = sum(r["start"] == "already finished" for r in restarts)
+    marks = ", ".join(f"{sum(r.get('late_mark') == m for r in disrupted)} {m}"
+                      for m in LATE_MARKS)
     during_write = sum(bool(r.get("during_write")) for r in disrupted)
     no_step = [r for r in records if "steps_trained" in r]
     untrained = sum(r["steps_trained"] == 0 for r in no_step)
@@ -486,6 +539,9 @@ def random_summary_markdown(result: dict, args: argparse.Namespace) -> str:
 {resumed} of {len(restarts)} |
 | restarts with nothing to resume: an unfinished directory, `… starting it over` | {over} |
 | restarts with nothing to resume: no run directory yet (a new run) | {fresh} |
+| restarts with nothing to resume: the run had been marked finished, `… is already finished` \
+| {finished} |
+| signals after the last step landed after (a mark, then 0-50 ms) | {marks} |
 | restarts after training was over that trained no step again | {untrained} of {len(no_step)} |
 | restarts with a check failed | {len(restarts) - result['clean_restarts']} |
 | checkpoints found unreadable after a disruption | {sum(r['unreadable'] for r in records)} |
@@ -493,7 +549,8 @@ def random_summary_markdown(result: dict, args: argparse.Namespace) -> str:
 
 Each restart is checked: it resumes from the newest complete checkpoint and says so first;
 with no complete checkpoint it deletes an unfinished directory saying `starting it over`, or
-starts a new run; once training was over it trains no step and only tests and saves.
+starts a new run; once training was over it trains no step and only tests and saves; it says
+`already finished` only when the process before was stopped after `status.json` said so.
 """
 
 
