@@ -22,8 +22,7 @@ from entrena.core.callback import Callback
 from entrena.core.events import Event
 from entrena.core.state import TrainState
 from entrena.engine.guard import StepUndo, divergence_threshold, gives_up, record_loss
-from entrena.engine.micro_batches import forward_backward, free_memory, halved
-from entrena.errors import ResourceError
+from entrena.engine.micro_batches import forward_backward, retry_smaller
 
 __all__ = ["BatchSource", "FitSettings", "LossFn", "SaveCheckpoint", "fit", "predict",
            "evaluation_points", "model_inputs", "token_counts"]
@@ -207,38 +206,6 @@ def _roll_back(state: TrainState, undo: StepUndo) -> None:
     log.info("rolled back to step %d, the last state whose loss was sane", state.step)
 
 
-def _retry_smaller(state: TrainState, optimizer: Any, backend: Any,
-                   group_start: tuple[int, int, int, int, float], batch_rows: int,
-                   error: str) -> None:
-    """After an out-of-memory error in the current step: discard its gradients, put the
-    counters back to its start, halve ``state.micro_batch_size``, record it, say so.
-
-    Raises:
-        ResourceError: Already at 1 example, or several processes (one rank cannot change
-            its split alone: the others would wait for it).
-    """
-    optimizer.zero_grad(set_to_none=True)
-    free_memory()
-    before = state.micro_batch_size or batch_rows
-    if getattr(backend, "world_size", 1) > 1:
-        raise ResourceError(
-            f"out of memory at step {state.step + 1} with micro-batches of {before} examples "
-            f"({error}); with several processes entrena does not split batches by itself: "
-            f"lower train.batch_size and raise train.gradient_accumulation_steps")
-    size = halved(before)
-    (state.batch_in_epoch, state.samples_seen, state.tokens_seen,
-     state.padded_tokens_seen, _) = group_start
-    state.micro_batch_size = size
-    state.out_of_memory_retries += 1
-    state.extras.setdefault("out_of_memory", []).append({
-        "step": state.step + 1, "epoch": state.epoch, "batch": group_start[0] + 1,
-        "micro_batch_size_before": before, "micro_batch_size": size, "error": error})
-    log.warning("out of memory at step %d (epoch %d) with micro-batches of %d examples "
-                "(%s); the step runs again with micro-batches of %d, gradients accumulated "
-                "over the parts (the batch and its result stay the same)", state.step + 1,
-                state.epoch + 1, before, error, size)
-
-
 def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource, loss: LossFn,
         evaluate: Callable[[Any], dict[str, float]], settings: FitSettings,
         callbacks: Sequence[Callback], state: TrainState | None = None,
@@ -315,7 +282,7 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource, loss: L
                 error = ""
             if error:  # outside the except block: its traceback held the attempt's tensors
                 del batch
-                _retry_smaller(state, optimizer, backend, group_start, len(indices), error)
+                retry_smaller(state, optimizer, backend, group_start, len(indices), error)
                 position = group_start[0] - 1  # the step again, from its first micro-batch
                 continue
             group_indices.extend(int(i) for i in indices)

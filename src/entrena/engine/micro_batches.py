@@ -1,12 +1,13 @@
 """Out of memory in a training step: split each batch into smaller micro-batches and keep the
 batch (Composer's automatic micro-batching, without its search upwards).
 
-The pure pieces (:func:`split_batch`, :func:`halved`) and :func:`forward_backward`, which the
-loop calls for every micro-batch. When a forward or backward pass raises
-``torch.OutOfMemoryError`` (``torch.cuda.OutOfMemoryError`` is the same class), the loop
-discards the step's gradients, halves ``TrainState.micro_batch_size`` and runs the step again
-from its first micro-batch: the gradient is that of the whole batch, accumulated over the
-parts. The size is saved in checkpoints, so a resumed run splits its batches as the run did.
+The pure pieces (:func:`split_batch`, :func:`halved`), :func:`forward_backward`, which the
+loop calls for every batch, and :func:`retry_smaller`, which it calls after the error. When a
+forward or backward pass raises ``torch.OutOfMemoryError`` (``torch.cuda.OutOfMemoryError``
+is the same class), the loop discards the step's gradients, halves
+``TrainState.micro_batch_size`` and runs the step again from its first micro-batch: the
+gradient is that of the whole batch, accumulated over the parts. The size is saved in
+checkpoints, so a resumed run splits its batches as the run did.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import Any
 
 import torch
 
+from entrena.core.state import TrainState
 from entrena.errors import ResourceError
 
-__all__ = ["forward_backward", "free_memory", "halved", "split_batch"]
+__all__ = ["forward_backward", "free_memory", "halved", "retry_smaller", "split_batch"]
 
 log = logging.getLogger("entrena")
 
@@ -120,3 +122,35 @@ def forward_backward(*, backend: Any, model: Any, loss: Any, batch: dict[str, to
             backend.backward(part_sum / (rows * accumulation))
         total += part_sum.item()
     return total / rows
+
+
+def retry_smaller(state: TrainState, optimizer: Any, backend: Any,
+                  group_start: tuple[int, int, int, int, float], batch_rows: int,
+                  error: str) -> None:
+    """After an out-of-memory error in the current step: discard its gradients, put the
+    counters back to its start, halve ``state.micro_batch_size``, record it, say so.
+
+    Raises:
+        ResourceError: Already at 1 example, or several processes (one rank cannot change
+            its split alone: the others would wait for it).
+    """
+    optimizer.zero_grad(set_to_none=True)
+    free_memory()
+    before = state.micro_batch_size or batch_rows
+    if getattr(backend, "world_size", 1) > 1:
+        raise ResourceError(
+            f"out of memory at step {state.step + 1} with micro-batches of {before} examples "
+            f"({error}); with several processes entrena does not split batches by itself: "
+            f"lower train.batch_size and raise train.gradient_accumulation_steps")
+    size = halved(before)
+    (state.batch_in_epoch, state.samples_seen, state.tokens_seen,
+     state.padded_tokens_seen, _) = group_start
+    state.micro_batch_size = size
+    state.out_of_memory_retries += 1
+    state.extras.setdefault("out_of_memory", []).append({
+        "step": state.step + 1, "epoch": state.epoch, "batch": group_start[0] + 1,
+        "micro_batch_size_before": before, "micro_batch_size": size, "error": error})
+    log.warning("out of memory at step %d (epoch %d) with micro-batches of %d examples "
+                "(%s); the step runs again with micro-batches of %d, gradients accumulated "
+                "over the parts (the batch and its result stay the same)", state.step + 1,
+                state.epoch + 1, before, error, size)
