@@ -22,12 +22,12 @@ Usage: .venv/bin/python benchmarks/chaos.py [--kills 20] [--signals 5] [--phase-
    the fit's own ``saved checkpoint`` line when it landed inside the fit); the next process
    must resume from the newest complete checkpoint, and after the last one train no step.
 5. ``--random N`` replaces 2 and 4: N signals, each SIGKILL or SIGTERM (even odds) at a random
-   phase (before the fit 3 : in it 5 : after its last step 2; a late one just after a random
-   one of LATE_MARKS: the final checkpoint, evaluation and testing, saving). Every restart
-   must then resume from the newest complete checkpoint, or, with none, delete an unfinished
-   directory saying it starts over (or start a new run when there was none); once training
-   was over, it must train no step.
-   Its figures go to their own section of docs/benchmarks.md (``chaos-phases``).
+   phase (before the fit 3 : in it 5 : after its last step 2; an early one at one of
+   EARLY_MARKS, a late one just after one of LATE_MARKS: the final checkpoint, evaluation and
+   testing, saving). Every restart must then resume from the newest complete checkpoint, or,
+   with none, delete an unfinished directory saying it starts over (or start a new run when
+   there was none); once training was over, it must train no step. Its figures go to their
+   own section of docs/benchmarks.md (``chaos-phases``).
 6. The last restart runs to the end; its ``model/`` files must equal the reference's, byte
    for byte.
 
@@ -132,6 +132,23 @@ def saving_since(run_dir: Path, since: float) -> bool:
     except OSError:
         return False
 
+
+def planning_since(run_dir: Path, since: float) -> bool:
+    """``status.json`` was written after ``since`` (Unix time): the data are prepared and the
+    process is planning (building the model and backend, the probe) or past it."""
+    try:
+        return (run_dir / "status.json").stat().st_mtime >= since
+    except OSError:
+        return False
+
+
+EARLY_MARKS = ("start", "planning")
+"""Where a signal before the fit lands, drawn at random: 2-30% of the reference's time from
+start to fit after the process started (importing, reading the config, preparing the data),
+or 0-1 s after the process wrote ``status.json`` (planning and its probe). Not a share of
+the whole time to the fit: a resumed process reads the prepared data from the cache and
+starts its fit sooner than the reference, and a signal meant for "before the fit" could
+land after the run had finished."""
 
 LATE_MARKS = ("last step", "fit end", "saving")
 """Where a late signal lands, drawn at random: right after the last training step (the final
@@ -300,10 +317,18 @@ def run_chaos(kills: int, signals: int, seed: int, work: Path, phase_signals: in
         record: dict = {"attempt": index, "kind": kind, "phase": phase, "signal": signal_name}
         sig = signal.SIGKILL if signal_name == "SIGKILL" else signal.SIGTERM
         if phase == "early":  # before the fit: reading, preparing, planning, the probe
-            time.sleep(rng.uniform(0.05, 0.95) * start_s)
+            mark = rng.choice(EARLY_MARKS)
+            record["early_mark"] = mark
+            if mark == "start":
+                time.sleep(rng.uniform(0.02, 0.3) * start_s)
+            else:  # this process wrote status.json: the model, the backend, the probe
+                while process.popen.poll() is None and not planning_since(run_dir,
+                                                                          process.launched):
+                    time.sleep(0.002)
+                time.sleep(rng.uniform(0, 1.0))
             record["landed"] = ("after the fit began" if any(
                 t >= process.launched for t in fit_starts(run_dir)) else
-                "planning or its probe" if (run_dir / "status.json").is_file() else
+                "planning or its probe" if planning_since(run_dir, process.launched) else
                 "reading the config or preparing the data")
             process.popen.send_signal(sig)
         began = process.wait_for_fit() if phase != "early" else None
@@ -502,7 +527,6 @@ def random_summary_markdown(result: dict, args: argparse.Namespace) -> str:
         for name in ("SIGKILL", "SIGTERM"):
             count = sum(r["phase"] == phase and r["signal"] == name for r in disrupted)
             table.append(f"| {name} {what} | {count} |")
-    landed = sorted({r["landed"] for r in disrupted if "landed" in r})
     restarts = records[1:]
     resumed = sum(r["start"] == "resumed" for r in restarts)
     over = sum(r["start"] == "started over" for r in restarts)
@@ -510,6 +534,9 @@ def random_summary_markdown(result: dict, args: argparse.Namespace) -> str:
     finished = sum(r["start"] == "already finished" for r in restarts)
     marks = ", ".join(f"{sum(r.get('late_mark') == m for r in disrupted)} {m}"
                       for m in LATE_MARKS)
+    landed = ", ".join(f"{sum(r.get('landed') == w for r in disrupted)} {w}"
+                       for w in ("reading the config or preparing the data",
+                                 "planning or its probe", "after the fit began"))
     during_write = sum(bool(r.get("during_write")) for r in disrupted)
     no_step = [r for r in records if "steps_trained" in r]
     untrained = sum(r["steps_trained"] == 0 for r in no_step)
@@ -532,7 +559,7 @@ def random_summary_markdown(result: dict, args: argparse.Namespace) -> str:
 {rows}
 | of the SIGKILLs in the fit: while a checkpoint was being written | {during_write} |
 | signals that ended a process (exit -9 or 143) | {len(disrupted)} of {args.random} |
-| signals before the fit landed while | {'; '.join(landed) or '–'} |
+| signals before the fit landed while | {landed} |
 | SIGTERMs answered by their one line (`stopped by SIGTERM …` or `saved checkpoint …`) | \
 {stopped + len(saved)} |
 | restarts that resumed from the newest complete checkpoint (`resuming from step N`) | \
