@@ -35,7 +35,9 @@ def test_random_signals_at_random_phases_always_end_in_a_clean_restart(reviews_d
     assert result["clean_restarts"] == len(records) - 1
     assert all(r["unreadable"] == 0 for r in records)
     for before, after in zip(records, records[1:], strict=False):
-        if before["newest_checkpoint"] is not None and before["exit_code"] != 0:
+        if before["status_after"] == "finished":  # stopped after it was marked finished
+            assert after["start"] == "already finished"
+        elif before["newest_checkpoint"] is not None:
             assert after["resumed_from"] == before["newest_checkpoint"] or (
                 after["phase"] == "early" and after["exit_code"] != 0)
         else:  # nothing to resume: a new run, or an unfinished one started over with its line
