@@ -31,6 +31,19 @@ _TABLE = [
     MetricKey("test.loss", "nats", "mean cross-entropy on the test set", False),
     MetricKey("test.accuracy", "fraction", "share of test examples right", True),
     MetricKey("test.macro_f1", "fraction", "unweighted mean of per-class F1 on test", True),
+    MetricKey("validation.rmse", "target units", "regression: root mean squared error on "
+              "validation, in the target's units", False),
+    MetricKey("validation.mae", "target units", "regression: mean absolute error", False),
+    MetricKey("validation.r2", "", "regression: coefficient of determination, 1 - SSE/SST "
+              "(0: no better than the mean; 1: perfect)", True),
+    MetricKey("validation.median_absolute_error", "target units", "regression: median of "
+              "the absolute errors (robust to a few large misses)", False),
+    MetricKey("test.rmse", "target units", "regression: root mean squared error on test",
+              False),
+    MetricKey("test.mae", "target units", "regression: mean absolute error on test", False),
+    MetricKey("test.r2", "", "regression: coefficient of determination on test", True),
+    MetricKey("test.median_absolute_error", "target units", "regression: median absolute "
+              "error on test", False),
     MetricKey("test.per_class", "fraction", "per class on the test set: "
               "test.per_class.<label>.precision, .recall, .f1 and .support (a count)"),
     MetricKey("test.confusion_matrix", "count", "rows: true label, columns: predicted label"),
@@ -85,7 +98,21 @@ _TABLE = [
               "macro-F1 on validation"),
     MetricKey("baseline.boosted_trees.test", "fraction", "tables: boosted trees on test"),
     MetricKey("baseline.boosted_trees.time_s", "s", "tables: boosted trees: fit and score "
-              "time"),
+              "time (regression: HistGradientBoostingRegressor, scored like the model)"),
+    MetricKey("baseline.boosted_trees.iterations", "count", "tables: boosting iterations the "
+              "trees ran (early stopping inside scikit-learn)"),
+    MetricKey("baseline.mean.validation", "target units", "regression: the training "
+              "mean predicted for every row: rmse, mae, r2 (about 0) and median absolute "
+              "error on validation"),
+    MetricKey("baseline.mean.test", "target units", "regression: the training mean on test"),
+    MetricKey("baseline.mean.time_s", "s", "regression: mean baseline: score time"),
+    MetricKey("baseline.tfidf_ridge.validation", "target units", "text regression: TF-IDF "
+              "(word 1-2 grams) + ridge regression on the training split: rmse, mae, r2 and "
+              "median absolute error on validation"),
+    MetricKey("baseline.tfidf_ridge.test", "target units", "text regression: TF-IDF + ridge "
+              "on test"),
+    MetricKey("baseline.tfidf_ridge.time_s", "s", "text regression: TF-IDF + ridge: fit and "
+              "score time"),
     MetricKey("baseline.thumbnail_logreg.validation", "fraction", "images: logistic "
               "regression on 8 x 8 thumbnails: accuracy and macro-F1 on validation"),
     MetricKey("baseline.thumbnail_logreg.test", "fraction", "images: thumbnail logistic "
@@ -93,8 +120,8 @@ _TABLE = [
     MetricKey("baseline.thumbnail_logreg.time_s", "s", "images: thumbnail logistic "
               "regression: fit and score time"),
     MetricKey("baseline.comparison", "", "model vs the best baseline on test (else "
-              "validation) accuracy: split, metric, model, best, best_score, "
-              "model_beats_baseline; a model that does not beat it is warned about loudly"),
+              "validation) accuracy (regression: rmse, lower better): split, metric, "
+              "higher_is_better, model, best, best_score, model_beats_baseline; a model that does not beat it is warned about loudly"),
     MetricKey("efficiency.mfu", "fraction", "model FLOPs utilisation: useful training FLOPs "
               "(planner's per-sample count at real lengths, padding excluded) / training time "
               "/ device peak (GPU: the catalog's peak for the precision; CPU: an fp32 matmul peak "

@@ -153,8 +153,12 @@ def _arrow_text(values: pd.Series) -> pa.Array:
 
 def read_split(role: str, spec: str, files: list[SourceFile], *, text_column: str,
                label_column: str, group_column: str | None, on_bad_rows: str,
-               chunk_rows: int = 100_000) -> RawSplit:
+               chunk_rows: int = 100_000, numeric_label: bool = False) -> RawSplit:
     """Read every file of one split.
+
+    ``numeric_label``: the label is a number to predict; values that are not numbers are
+    kept as written, for :func:`entrena.data.targets.parse_targets` to refuse with their rows
+    (no "mixes numbers and strings" check).
 
     Raises:
         DataError: A column is missing, a file cannot be parsed, its labels mix numbers and
@@ -204,7 +208,8 @@ def read_split(role: str, spec: str, files: list[SourceFile], *, text_column: st
                 ids[missing] = -(offset + rows[missing])  # a missing group: a group of its own
                 group_ids.append(ids)
             kept_rows.append(rows + offset)
-        kinds.check(file, label_column)
+        if not numeric_label:
+            kinds.check(file, label_column)
         if on_bad_rows == "error" and (bad_text or bad_label):
             parts = []
             if bad_text:

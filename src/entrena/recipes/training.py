@@ -248,8 +248,9 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                            check_gradients=backend.precision != "16-mixed",
                            divergence_factor=tcfg.divergence_factor,
                            max_skipped_fraction=tcfg.max_skipped_fraction)
-    log.info("training on %d examples, validating on %d; %d labels: %s", len(splits.train),
-             len(splits.validation), len(splits.labels), ", ".join(splits.labels))
+    log.info("training on %d examples, validating on %d%s", len(splits.train),
+             len(splits.validation), f"; {len(splits.labels)} labels: {', '.join(splits.labels)}"
+             if splits.labels else "")
     reset_peak_memory(backend.accelerator)  # the fit's own peak, after planning's probe
     with preemption.installed():
         if rng_state is not None:
@@ -303,12 +304,12 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     }
     if not leader:  # rank 0 tests, compares, saves and tracks
         return metrics
-    metrics["baseline"] = _baseline(task.baselines(loaded, prepared), metrics)
+    metrics["baseline"] = _baseline(task.baselines(loaded, prepared), metrics, task)
     advice = getattr(task, "advice", None)  # optional: what a task says about its baselines
     finding = advice(metrics["baseline"]["comparison"], metrics["baseline"]) if advice else None
     metrics["data"] = {"train_rows": len(splits.train), "validation_rows": len(splits.validation),
                        "test_rows": len(splits.test) if splits.test is not None else 0,
-                       "labels": splits.labels}
+                       **({"labels": splits.labels} if splits.labels else {})}
     metrics["history"] = state.history
     comparison = plan_vs_actual(plan, peak_memory_bytes=fit_peak_bytes,
                                 train_time_s=state.train_time_s,
@@ -354,12 +355,15 @@ def _write_report(paths: RunPaths) -> None:
         log.debug("report failure", exc_info=True)
 
 
-def _baseline(result: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
-    """The task's cheap baselines (fitted on the same splits) compared with the model, and a
+def _baseline(result: dict[str, Any], metrics: dict[str, Any], task: Any) -> dict[str, Any]:
+    """The task's cheap baselines (fitted on the same splits) compared with the model on the
+    task's ``comparison_metric`` (default ``accuracy``) in the direction it declares, and a
     loud warning when the model does not beat them (on test when there is one, else
     validation)."""
     role = "test" if "test" in metrics else "validation"
-    verdict = compare_with_baseline(metrics[role], result, role)
+    metric = getattr(task, "comparison_metric", "accuracy")
+    verdict = compare_with_baseline(metrics[role], result, role, metric,
+                                    getattr(task, "higher_is_better", {}).get(metric, True))
     result["comparison"] = verdict
     if not verdict["model_beats_baseline"]:
         cheap = {"tfidf_logreg": "a bag of words"}.get(verdict["best"], verdict["best"])
