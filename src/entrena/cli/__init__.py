@@ -258,7 +258,13 @@ def _print_export(result: Any, json_output: bool) -> None:
     table.add_row(f"parity ({parity['examples']} {parity['dataset']} examples)",
                   "passed" if parity["passed"] else "FAILED")
     table.add_row("parity.max_abs_diff", f"{parity['max_abs_diff']:.2e}")
-    table.add_row("parity.label_agreement", f"{parity['label_agreement']:.4f}")
+    if "label_agreement" in parity:
+        table.add_row("parity.label_agreement", f"{parity['label_agreement']:.4f}")
+    if "max_rel_diff" in parity:
+        table.add_row("parity.max_rel_diff", f"{parity['max_rel_diff']:.2e}")
+    if "r2_exported" in parity:
+        table.add_row("R² (PyTorch / exported)",
+                      f"{parity['r2_pytorch']:.4f} / {parity['r2_exported']:.4f}")
     if "accuracy_exported" in parity:
         table.add_row("accuracy (PyTorch / exported)",
                       f"{parity['accuracy_pytorch']:.4f} / {parity['accuracy_exported']:.4f}")
@@ -510,6 +516,8 @@ def launch(config: ConfigArg,
 def _print_summary(result: Any) -> None:
     from rich.table import Table
 
+    from entrena.core.metrics import split_scores
+
     console = _stderr_console()
     metrics = result.metrics
     if result.already_finished:
@@ -519,10 +527,9 @@ def _print_summary(result: Any) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     for section in ("validation", "test"):
-        for key in ("accuracy", "macro_f1", "loss"):
-            value = metrics.get(section, {}).get(key)
-            if value is not None:
-                table.add_row(f"{section}.{key}", f"{value:.4f}")
+        for key, value in split_scores(metrics.get(section)):
+            table.add_row(f"{section}.{key}", f"{value:.4g}" if abs(value) >= 10
+                          else f"{value:.4f}")
     fit = metrics.get("fit", {})
     for key, fmt in (("epochs", "{}"), ("steps", "{}"), ("stop_reason", "{}"),
                      ("train_time_s", "{:.1f}"), ("throughput_samples_per_s", "{:.1f}"),

@@ -8,8 +8,10 @@ listed here (a test checks that ``metrics.json`` of a real run uses only these k
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["MetricKey", "METRIC_KEYS", "higher_is_better", "metrics_reference_markdown"]
+__all__ = ["MetricKey", "METRIC_KEYS", "higher_is_better", "metrics_reference_markdown",
+           "split_scores"]
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,16 @@ def higher_is_better(key: str) -> bool:
     if direction is None:
         raise KeyError(f"metric {key!r} has no better direction")
     return direction
+
+
+def split_scores(values: dict[str, Any] | None) -> list[tuple[str, float]]:
+    """The scalar metrics of one split of ``metrics.json`` (``accuracy``, ``macro_f1`` for a
+    classifier; ``rmse``, ``mae``, ``r2``, ``median_absolute_error`` for a regressor …), in
+    the order the task wrote them, ``loss`` last; nested figures (``per_class``) left out."""
+    items = [(k, float(v)) for k, v in (values or {}).items()
+             if isinstance(v, int | float) and not isinstance(v, bool)]
+    return [item for item in items if item[0] != "loss"] + [
+        item for item in items if item[0] == "loss"]
 
 
 def metrics_reference_markdown() -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from entrena.core.metrics import split_scores
 from entrena.exporting.bundle import RunModel
 from entrena.units import format_bytes, format_duration
 
@@ -64,10 +65,8 @@ def _data_lines(run: RunModel) -> list[str]:
 def _metric_rows(metrics: dict[str, Any]) -> list[str]:
     rows = []
     for section in ("validation", "test"):
-        values = metrics.get(section, {})
-        for key in ("accuracy", "macro_f1", "loss"):
-            if key in values:
-                rows.append(f"| {section}.{key} | {_num(values[key])} |")
+        for key, value in split_scores(metrics.get(section)):
+            rows.append(f"| {section}.{key} | {_num(value)} |")
     for label, scores in metrics.get("test", {}).get("per_class", {}).items():
         rows.append(f"| test.per_class.{label} (precision / recall / F1, support) | "
                     f"{_num(scores.get('precision'), '{:.3f}')} / "
