@@ -123,7 +123,8 @@ _TABLE = [
               "regression: fit and score time"),
     MetricKey("baseline.comparison", "", "model vs the best baseline on test (else "
               "validation) accuracy (regression: rmse, lower better): split, metric, "
-              "higher_is_better, model, best, best_score, model_beats_baseline; a model that does not beat it is warned about loudly"),
+              "higher_is_better, model, best, best_score, model_beats_baseline; a model that "
+              "does not beat it is warned about loudly"),
     MetricKey("efficiency.mfu", "fraction", "model FLOPs utilisation: useful training FLOPs "
               "(planner's per-sample count at real lengths, padding excluded) / training time "
               "/ device peak (GPU: the catalog's peak for the precision; CPU: an fp32 matmul peak "

@@ -315,7 +315,8 @@ def _range_check(rows: dict[str, ck.RowSet], targets_of: Any, terms: ck.Terms
         r.counts["outside_training_range"] = int(outside.sum())
         if outside.any():
             total += int(outside.sum())
-            parts.append(f"{int(outside.sum())} {role} ({terms.where(r.raw, r.rows()[outside][:5].tolist())}: "
+            where = terms.where(r.raw, r.rows()[outside][:5].tolist())
+            parts.append(f"{int(outside.sum())} {role} ({where}: "
                          f"{', '.join(f'{x:g}' for x in v[outside][:3])})")
     return hy.check_record(
         "target_range", total, "warn",

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Thresholds", "parity_report", "value_parity_report", "percentiles_ms", "time_calls", "row_latency",
+__all__ = ["Thresholds", "parity_report", "value_parity_report", "percentiles_ms", "time_calls",
+           "row_latency",
            "MAX_PARITY_EXAMPLES", "label_index"]
 
 

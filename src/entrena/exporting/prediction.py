@@ -32,7 +32,8 @@ from entrena.exporting.bundle import (
 )
 from entrena.exporting.formats import FORMATS
 
-__all__ = ["BACKENDS", "SKIPPED_ROWS_LISTED", "VALUE_COLUMNS", "value_frame", "ModelLocation", "locate_model", "model_task_name",
+__all__ = ["BACKENDS", "SKIPPED_ROWS_LISTED", "VALUE_COLUMNS", "value_frame", "ModelLocation",
+           "locate_model", "model_task_name",
            "PredictOptions",
            "output_columns", "labelled_frame", "ChunkPredictor", "Progress",
            "stream_predictions", "warn_replaced"]
