@@ -18,7 +18,8 @@ class TextBatches:
 
     Args:
         encoded: Token ids of the split (untruncated up to the model limit).
-        labels: Label index per example, shape (N,).
+        labels: Label index per example, shape (N,) (kept as float32 when floating: a
+            regression target).
         max_length: Truncation length (tokens).
         batch_size: Examples per batch.
         pad_id: Padding token id.
@@ -33,7 +34,8 @@ class TextBatches:
                  batch_size: int, pad_id: int, shuffle: bool, group_by_length: bool = True,
                  seed: int = 0):
         self.encoded = encoded
-        self.labels = np.asarray(labels, dtype=np.int64)
+        labels = np.asarray(labels)
+        self.labels = labels.astype(np.float32 if labels.dtype.kind == "f" else np.int64)
         self.max_length = max_length
         self.batch_size = batch_size
         self.pad_id = pad_id

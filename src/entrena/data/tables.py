@@ -289,13 +289,17 @@ def load_splits(*, train: str, validation: str | None, test: str | None, text_co
                 group_column: str | None = None, on_unseen_labels: str = "error",
                 checks: hy.CheckPolicy | None = None, encoding: str = "auto",
                 delimiter: str = "auto", cache_dir: Path | None = None,
-                sources: dict[str, list[SourceFile]] | None = None) -> LabelledSplits:
+                sources: dict[str, list[SourceFile]] | None = None,
+                target_transform: str | None = None) -> LabelledSplits:
     """Read the configured data into checked, labelled splits.
 
     Args:
         train, validation, test: Path, glob pattern or URL of each split (``None``: absent).
         checks: What the hygiene checks drop (default :class:`~.hygiene.CheckPolicy()`).
         sources: The splits' files, already opened by :func:`open_sources`.
+        target_transform: Not ``None``: the label is a number to predict, checked by
+            :func:`entrena.data.targets.check_and_split_targets` with this transform
+            (``none`` or ``log``); the splits' ``labels`` are float64 targets.
 
     Returns:
         The splits; ``report`` holds per-split counts (``rows_read``, ``rows_kept``,
@@ -316,8 +320,17 @@ def load_splits(*, train: str, validation: str | None, test: str | None, text_co
     raw = {role: read_split(role, specs[role], sources[role], text_column=text_column,
                             label_column=label_column,
                             group_column=group_column if role == "train" else None,
-                            on_bad_rows=on_bad_rows)
+                            on_bad_rows=on_bad_rows,
+                            numeric_label=target_transform is not None)
            for role in ROLES if specs[role] is not None}
+    if target_transform is not None:
+        from entrena.data.targets import check_and_split_targets
+
+        return check_and_split_targets(
+            raw, specs, label_column=label_column, validation_fraction=validation_fraction,
+            max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed,
+            group_column=group_column, policy=policy, target_transform=target_transform,
+            empty_what=f"an empty {text_column!r}")
     return check_and_split(
         raw, specs, label_column=label_column, validation_fraction=validation_fraction,
         max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed,

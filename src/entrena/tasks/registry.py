@@ -40,6 +40,9 @@ BUILTIN_TASKS: dict[str, tuple[str, str]] = {
     "tabular-regression": (
         "entrena.tasks.tabular_regression.task:TabularRegressionTask",
         "entrena.tasks.tabular_regression.config:TabularRegressionConfig"),
+    "text-regression": (
+        "entrena.tasks.text_regression.task:TextRegressionTask",
+        "entrena.tasks.text_regression.config:TextRegressionConfig"),
 }
 """Shipped tasks: name → (the task class, its config class), each ``module:class``, imported
 on first use (a config class imports pydantic only, so loading a config never imports

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["REGRESSION_HIGHER_IS_BETTER", "COMPARISON_METRIC", "TIE_RELATIVE", "TargetScaler",
+           "WithTarget",
            "mse_loss", "regression_metrics", "evaluate_regression", "mean_baseline",
            "score_baseline", "outcome_against"]
 
@@ -68,6 +69,26 @@ class TargetScaler:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TargetScaler:
         return cls(str(data["transform"]), float(data["mean"]), float(data["std"]))
+
+
+class WithTarget:
+    """A task's prepared data (its splits' ``labels`` the targets in their units) and the
+    target scaling fitted on its training split; every other attribute is the prepared
+    data's own (``splits``, ``report``, ``from_cache``, ``encoded`` …).
+
+    Args:
+        prepared: What the data preparation returned.
+        target_scaler: The fitted :class:`TargetScaler`.
+    """
+
+    def __init__(self, prepared: Any, target_scaler: TargetScaler):
+        self.prepared = prepared
+        self.target_scaler = target_scaler
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "prepared":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.prepared, name)
 
 
 def _forward(values: np.ndarray, transform: str) -> np.ndarray:

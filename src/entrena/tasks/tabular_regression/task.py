@@ -12,7 +12,6 @@ every metric, prediction and export is in the target's units.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,42 +22,18 @@ from entrena.tasks.regression import (
     COMPARISON_METRIC,
     REGRESSION_HIGHER_IS_BETTER,
     TargetScaler,
+    WithTarget,
     evaluate_regression,
     mse_loss,
     outcome_against,
 )
-from entrena.tasks.tabular_classification.data import PreparedTable, prepare_table
+from entrena.tasks.tabular_classification.data import prepare_table
 from entrena.tasks.tabular_classification.task import FeatureBatches
 from entrena.tasks.tabular_regression.config import TabularRegressionConfig
 
-__all__ = ["TabularRegressionTask", "PreparedTableTargets"]
+__all__ = ["TabularRegressionTask"]
 
 log = logging.getLogger("entrena")
-
-
-@dataclass
-class PreparedTableTargets:
-    """A prepared table (:class:`~entrena.tasks.tabular_classification.data.PreparedTable`,
-    whose splits' ``labels`` are the targets in their units) and the fitted target scaling."""
-
-    table: PreparedTable
-    target_scaler: TargetScaler
-
-    @property
-    def splits(self) -> Any:
-        return self.table.splits
-
-    @property
-    def report(self) -> dict[str, Any]:
-        return self.table.report
-
-    @property
-    def from_cache(self) -> bool:
-        return False
-
-    @property
-    def failed_checks(self) -> list[dict[str, Any]]:
-        return self.table.failed_checks
 
 
 class TabularRegressionTask:
@@ -82,22 +57,22 @@ class TabularRegressionTask:
         """Nothing to resolve: the MLP is built from the config."""
         return {}
 
-    def prepare(self, loaded: Any, sources: dict[str, str]) -> PreparedTableTargets:
+    def prepare(self, loaded: Any, sources: dict[str, str]) -> WithTarget:
         """The table read, checked, split and preprocessed, and the target scaling fitted on
         the training rows."""
         table = prepare_table(loaded, numeric_target=True)
         scaler = TargetScaler.fit(table.splits.train.labels,
                                   loaded.config.data.target_transform)
         table.report["target_scaling"] = scaler.as_dict()
-        return PreparedTableTargets(table, scaler)
+        return WithTarget(table, scaler)
 
     def build_model(self, loaded: Any, sources: dict[str, str],
-                    prepared: PreparedTableTargets) -> Any:
+                    prepared: WithTarget) -> Any:
         """A :class:`~entrena.tasks.tabular_classification.model.TabularMLP` with one output."""
         from entrena.tasks.tabular_classification.model import TabularMLP
 
         cfg = loaded.config
-        width = int(prepared.table.preprocessing["width"])
+        width = int(prepared.preprocessing["width"])
         model = TabularMLP(width, cfg.model.hidden_sizes or [], 1, cfg.model.dropout)
         log.info("MLP %d → %s → 1 (%d parameters), target %r%s", width,
                  " → ".join(map(str, model.hidden_sizes)) or "(no hidden layer)",
@@ -105,30 +80,30 @@ class TabularRegressionTask:
                  " (log1p)" if prepared.target_scaler.transform == "log" else "")
         return model
 
-    def batches(self, loaded: Any, prepared: PreparedTableTargets, role: str, *,
+    def batches(self, loaded: Any, prepared: WithTarget, role: str, *,
                 batch_size: int, shuffle: bool) -> FeatureBatches:
         """:class:`FeatureBatches` of split ``role``; ``labels`` the standardised targets."""
         split = getattr(prepared.splits, role)
-        return FeatureBatches(prepared.table.features[role],
+        return FeatureBatches(prepared.features[role],
                               prepared.target_scaler.to_model(split.labels),
                               batch_size=batch_size, shuffle=shuffle,
                               seed=loaded.config.train.seed, label_dtype=np.float32)
 
-    def baselines(self, loaded: Any, prepared: PreparedTableTargets) -> dict[str, dict[str, Any]]:
+    def baselines(self, loaded: Any, prepared: WithTarget) -> dict[str, dict[str, Any]]:
         """The training mean and boosted trees, fitted on the training rows."""
         from entrena.tasks.tabular_regression.baselines import tabular_regression_baselines
 
         targets = {role: split.labels for role, split in prepared.splits.roles()}
-        return tabular_regression_baselines(prepared.table.frames, targets,
-                                            prepared.table.preprocessing,
+        return tabular_regression_baselines(prepared.frames, targets,
+                                            prepared.preprocessing,
                                             prepared.target_scaler, seed=loaded.config.train.seed)
 
-    def save_model(self, model: Any, prepared: PreparedTableTargets, directory: Path) -> None:
+    def save_model(self, model: Any, prepared: WithTarget, directory: Path) -> None:
         """Weights, ``preprocessing.json`` and ``entrena_model.json`` (with ``target``: the
         scaling)."""
         from entrena.tasks.tabular_classification.model import save_mlp
 
-        table = prepared.table
+        table = prepared.prepared
         save_mlp(model, directory, labels=[], preprocessing=table.preprocessing,
                  columns={"numeric": table.numeric, "categorical": table.categorical},
                  task=self.name, extra={"target": prepared.target_scaler.as_dict()})

@@ -30,6 +30,7 @@ from entrena.exporting.prediction import (
     PredictOptions,
     labelled_frame,
     stream_predictions,
+    value_frame,
     warn_replaced,
 )
 
@@ -114,8 +115,13 @@ class TextPredictor:
                 import torch
 
                 torch.set_num_threads(threads)
-            model, tokenizer, _ = load_classifier(location.folder)
+            model, tokenizer, meta = load_classifier(location.folder)
             preprocessing.length_limit = model_length_limit(model.encoder.config, tokenizer)
+            if meta.get("target"):  # a regressor: answer in the target's units
+                from entrena.tasks.regression import TargetScaler
+                from entrena.tasks.target_units import TokensInTargetUnits
+
+                model = TokensInTargetUnits(model, TargetScaler.from_dict(meta["target"]))
             self.runner: Runner = TorchRunner(model)
         else:
             from entrena.exporting.formats import load_runner
@@ -124,6 +130,8 @@ class TextPredictor:
             self.runner = load_runner(location.folder, location.manifest, threads)
         self.preprocessing = preprocessing
         self.labels = preprocessing.labels
+        self.values = bool(location.meta.get("target"))
+        """A regressor: ``predicted_value`` in the target's units (no labels)."""
         self.text_column = text_column
         self.na_columns = [text_column]
         self.encoder = TextEncoder(tokenizer, self.preprocessing)
@@ -165,12 +173,14 @@ class TextPredictor:
             raise DataError(f"input rows {rows}: {text_column!r} is a JSON list or object, not "
                             "a text; write one string per row")
         texts = [str(t) for t in frame[text_column].to_numpy()[~empty]]
-        probs = np.full((len(frame), len(labels)), np.nan)
+        outputs = np.full((len(frame), 1 if self.values else len(labels)), np.nan)
         if texts:
             encoded = self.encoder.encode(texts)
             logits = predict_logits(self.runner, encoded, max_length=self.preprocessing.max_length,
                                     pad_id=self.encoder.pad_id, batch_size=batch_size)
             require_finite(logits, model=self.location.path, inputs="input rows")
-            probs[~empty] = softmax(logits)
+            outputs[~empty] = logits[:, :1] if self.values else softmax(logits)
         status = np.where(empty, SKIPPED_EMPTY, "ok")
-        return labelled_frame(frame, labels, probs, status), empty
+        if self.values:
+            return value_frame(frame, outputs[:, 0], status), empty
+        return labelled_frame(frame, labels, outputs, status), empty
