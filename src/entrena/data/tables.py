@@ -290,7 +290,8 @@ def load_splits(*, train: str, validation: str | None, test: str | None, text_co
                 checks: hy.CheckPolicy | None = None, encoding: str = "auto",
                 delimiter: str = "auto", cache_dir: Path | None = None,
                 sources: dict[str, list[SourceFile]] | None = None,
-                target_transform: str | None = None) -> LabelledSplits:
+                target_transform: str | None = None,
+                regression_task: str = "") -> LabelledSplits:
     """Read the configured data into checked, labelled splits.
 
     Args:
@@ -335,7 +336,7 @@ def load_splits(*, train: str, validation: str | None, test: str | None, text_co
         raw, specs, label_column=label_column, validation_fraction=validation_fraction,
         max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed,
         group_column=group_column, on_unseen_labels=on_unseen_labels, policy=policy,
-        empty_what=f"an empty {text_column!r}")
+        empty_what=f"an empty {text_column!r}", regression_task=regression_task)
 
 
 def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
@@ -344,7 +345,7 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
                     group_column: str | None, on_unseen_labels: str, policy: hy.CheckPolicy,
                     normalise: bool = True, empty_what: str = "an empty text",
                     check_keys: str = "data.text_column and data.label_column",
-                    terms: ck.Terms = ck.TEXT) -> LabelledSplits:
+                    terms: ck.Terms = ck.TEXT, regression_task: str = "") -> LabelledSplits:
     """Steps 2 to 6 of the module docstring on splits already read: the data checks of
     every task (texts, table rows, image files).
 
@@ -358,6 +359,8 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
         empty_what: What a skipped row lacked, for the "no usable rows" message.
         check_keys: The config keys that message suggests checking.
         terms: The words messages use for a row (:class:`~.checks.Terms`).
+        regression_task: The task that predicts such rows' numbers (named when the label
+            column looks like a number to predict rather than classes).
 
     Raises:
         DataError: As :func:`load_splits`, after reading.
@@ -389,8 +392,9 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
                         f"values in {rows_read} training rows ({', '.join(names[:5])}, …): "
                         + ("numbers to predict (a regression target), not classes; "
                            if numbers else "nearly every row a class of its own; ")
-                        + "set data.label_column to the column of class labels"
-                        + (", or bin the numbers into classes" if numbers else ""))
+                        + (f"to predict the numbers use task: {regression_task}, or "
+                           if numbers and regression_task else "")
+                        + "set data.label_column to the column of class labels")
     index_of = {name: i for i, name in enumerate(names)}
     present = list(raw)
     exact = dict(zip(present, hy.text_keys(*(raw[r].texts for r in present)), strict=True))

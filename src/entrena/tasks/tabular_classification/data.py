@@ -143,7 +143,8 @@ def prepare_table(loaded: LoadedConfig, *, numeric_target: bool = False) -> Prep
         splits = check_and_split_targets(raw, specs, target_transform=data.target_transform,
                                          **common)
     else:
-        splits = check_and_split(raw, specs, on_unseen_labels=data.on_unseen_labels, **common)
+        splits = check_and_split(raw, specs, on_unseen_labels=data.on_unseen_labels,
+                                 regression_task="tabular-regression", **common)
     checked_s = time.perf_counter() - started
 
     def rows_of(role: str) -> pd.DataFrame:

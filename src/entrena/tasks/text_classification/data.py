@@ -179,7 +179,8 @@ def prepare_texts(loaded: LoadedConfig, sources: dict[str, str], *,
         seed=cfg.train.seed, group_column=data.group_column,
         on_unseen_labels=data.on_unseen_labels,
         checks=CheckPolicy(**data.checks.model_dump()), sources=files,
-        target_transform=data.target_transform if numeric_target else None)
+        target_transform=data.target_transform if numeric_target else None,
+        regression_task="text-regression")
     checked_s = time.perf_counter() - started
     writer = cache.writer(key)
     try:
