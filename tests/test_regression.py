@@ -280,3 +280,37 @@ def test_text_regression_trains_exports_and_predicts(tmp_path):
     assert result.returncode == 0, result.stderr
     predicted = pd.read_csv(out)
     assert predicted["predicted_value"].notna().all() and len(predicted) == 40
+
+
+# --- the bundled examples (real data) -----------------------------------------------------
+
+def test_the_regression_examples_load_and_plan(concrete_data, tate_data, tmp_path):
+    for name in ("concrete", "tate"):
+        loaded = load_config(concrete_data.parent.parent / name / "config.yaml")
+        assert loaded.config.task.endswith("-regression")
+    result = run_cli("plan", concrete_data.parent / "config.yaml", "--local-only", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.slow
+def test_concrete_trains_to_a_competitive_r2(concrete_data, tmp_path):
+    """A short real run of `make concrete` (60 of its 300 epochs)."""
+    result = run_cli("train", concrete_data.parent / "config.yaml", "--run-dir", tmp_path / "run",
+                     "--set", "train.max_epochs=60", "--set", "tracking.enabled=false",
+                     cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads((tmp_path / "run/metrics.json").read_text())
+    assert metrics["validation"]["r2"] > 0.8 and metrics["test"]["r2"] > 0.75
+    assert metrics["baseline"]["boosted_trees"]["test"]["r2"] > 0.8
+
+
+@pytest.mark.slow
+def test_tate_300_rows_one_epoch_reports_validation_r2(tate_data, tmp_path):
+    """The issue's check: 300 rows, 1 epoch of MiniLM through examples/tate/config.yaml."""
+    result = run_cli("train", tate_data.parent / "config.yaml", "--run-dir", tmp_path / "run",
+                     "--set", "train.max_epochs=1", "--set", "data.max_train_samples=300",
+                     "--set", "data.max_eval_samples=200", "--set", "tracking.enabled=false",
+                     cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads((tmp_path / "run/metrics.json").read_text())
+    assert np.isfinite(metrics["validation"]["r2"]) and "tfidf_ridge" in metrics["baseline"]
