@@ -87,6 +87,19 @@ def test_regression_metrics_match_their_definitions():
     assert outcome_against(0.9, 1.0) == "beats" and outcome_against(1.1, 1.0) == "loses to"
 
 
+def test_the_prediction_table_is_in_the_targets_units():
+    from entrena.tasks.regression import value_table
+
+    scaler = TargetScaler.fit(np.array([10.0, 20.0, 30.0]))
+    truth = np.array([10.0, 30.0])
+    frame = value_table({"text": ["a", "b"]}, scaler.to_model(np.array([12.0, 27.0]))[:, None],
+                        scaler.to_model(truth), [3, 7], scaler)
+    assert list(frame.columns) == ["row", "text", "target", "predicted_value", "residual"]
+    assert frame["predicted_value"].tolist() == pytest.approx([12.0, 27.0], rel=1e-5)
+    assert frame["residual"].tolist() == pytest.approx([-2.0, 3.0], abs=1e-4)
+    assert frame["row"].tolist() == [3, 7]
+
+
 def raw_split(values: list[str], role: str = "train", texts: list[str] | None = None
               ) -> RawSplit:
     import pyarrow as pa

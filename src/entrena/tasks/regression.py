@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["REGRESSION_HIGHER_IS_BETTER", "COMPARISON_METRIC", "TIE_RELATIVE", "TargetScaler",
-           "WithTarget",
+           "WithTarget", "value_table",
            "mse_loss", "regression_metrics", "evaluate_regression", "mean_baseline",
            "score_baseline", "outcome_against"]
 
@@ -89,6 +89,30 @@ class WithTarget:
         if name == "prepared":  # not set yet (copy, unpickling): no recursion
             raise AttributeError(name)
         return getattr(self.prepared, name)
+
+
+def value_table(inputs: dict[str, Any], outputs: np.ndarray, targets: np.ndarray,
+                row_ids: Any, scaler: TargetScaler) -> Any:
+    """One row per example for ``predictions/<role>.csv``: ``row``, the inputs, ``target``,
+    ``predicted_value`` and ``residual`` (target − predicted), in the target's units.
+
+    Args:
+        inputs: Input column name → values (N,), in example order.
+        outputs: Network outputs (N, 1) (standardised).
+        targets: The batches' standardised targets (N,).
+        row_ids: Each example's row number in its file (1-based).
+        scaler: The fitted target scaling.
+    """
+    import pandas as pd
+
+    frame = pd.DataFrame({"row": np.asarray(row_ids, dtype=np.int64)})
+    for column, values in inputs.items():
+        frame[column] = list(values)
+    truth, predicted = scaler.from_model(np.asarray(targets)), scaler.from_model(outputs)
+    frame["target"] = truth
+    frame["predicted_value"] = predicted
+    frame["residual"] = truth - predicted
+    return frame
 
 
 def _forward(values: np.ndarray, transform: str) -> np.ndarray:

@@ -26,6 +26,7 @@ from entrena.tasks.regression import (
     evaluate_regression,
     mse_loss,
     outcome_against,
+    value_table,
 )
 from entrena.tasks.tabular_classification.data import prepare_table
 from entrena.tasks.tabular_classification.task import FeatureBatches
@@ -97,6 +98,14 @@ class TabularRegressionTask:
         return tabular_regression_baselines(prepared.frames, targets,
                                             prepared.preprocessing,
                                             prepared.target_scaler, seed=loaded.config.train.seed)
+
+    def prediction_table(self, loaded: Any, prepared: WithTarget, role: str, outputs: Any,
+                         targets: Any) -> Any:
+        """Split ``role``'s rows (feature values as read) with ``target``,
+        ``predicted_value`` and ``residual`` (:func:`~entrena.tasks.regression.value_table`)."""
+        frame = prepared.frames[role]
+        return value_table({c: frame[c].tolist() for c in frame.columns}, outputs, targets,
+                           getattr(prepared.splits, role).row_ids, prepared.target_scaler)
 
     def save_model(self, model: Any, prepared: WithTarget, directory: Path) -> None:
         """Weights, ``preprocessing.json`` and ``entrena_model.json`` (with ``target``: the

@@ -27,6 +27,7 @@ from entrena.tasks.regression import (
     mean_baseline,
     mse_loss,
     score_baseline,
+    value_table,
 )
 from entrena.tasks.text_classification.task import (
     TextClassificationTask,
@@ -135,6 +136,14 @@ class TextRegressionTask:
         return text_regression_baselines(splits.train.texts, np.asarray(splits.train.labels),
                                          evaluation, prepared.target_scaler,
                                          seed=loaded.config.train.seed)
+
+    def prediction_table(self, loaded: Any, prepared: WithTarget, role: str, outputs: Any,
+                         targets: Any) -> Any:
+        """Split ``role``'s texts with ``target``, ``predicted_value`` and ``residual``
+        (:func:`~entrena.tasks.regression.value_table`)."""
+        split = getattr(prepared.splits, role)
+        return value_table({loaded.config.data.text_column: split.texts}, outputs, targets,
+                           split.row_ids, prepared.target_scaler)
 
     def save_model(self, model: Any, prepared: WithTarget, directory: Path) -> None:
         """Encoder, tokenizer, head and ``entrena_model.json`` (with ``target``)."""
