@@ -366,17 +366,8 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
         DataError: As :func:`load_splits`, after reading.
     """
     train = specs["train"] or ""
-    if group_column is not None and group_column == label_column:
-        raise DataError(f"data.group_column = {group_column!r} is the label column; a group "
-                        "keeps related rows (one user's, one product's) on one side of the "
-                        "validation split: name such a column, or leave data.group_column out")
-    for role, split in raw.items():
-        if len(split.texts) == 0:
-            raise DataError(
-                f"{split.spec}: no usable {role} rows ({split.rows_read} read, "
-                f"{len(split.empty_text)} with {empty_what}, "
-                f"{len(split.empty_label)} with an empty {label_column!r}); check "
-                f"{check_keys}, or the file")
+    ck.refuse_unusable(raw, label_column=label_column, group_column=group_column,
+                       empty_what=empty_what, check_keys=check_keys)
     names = sorted({raw["train"].label_names[c] for c in np.unique(raw["train"].label_codes)})
     if len(names) < 2:
         raise DataError(f"{train}: " + (

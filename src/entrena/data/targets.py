@@ -132,17 +132,8 @@ def check_and_split_targets(raw: dict[str, RawSplit], specs: dict[str, str | Non
             ``log`` with a value ≤ -1, or no rows left after the checks.
     """
     train = specs["train"] or ""
-    if group_column is not None and group_column == label_column:
-        raise DataError(f"data.group_column = {group_column!r} is the target column; a group "
-                        "keeps related rows on one side of the validation split: name such a "
-                        "column, or leave data.group_column out")
-    for role, split in raw.items():
-        if len(split.texts) == 0:
-            raise DataError(
-                f"{split.spec}: no usable {role} rows ({split.rows_read} read, "
-                f"{len(split.empty_text)} with {empty_what}, "
-                f"{len(split.empty_label)} with an empty {label_column!r}); check "
-                f"{check_keys}, or the file")
+    ck.refuse_unusable(raw, label_column=label_column, group_column=group_column,
+                       empty_what=empty_what, check_keys=check_keys)
     values = {role: parse_targets(split, label_column) for role, split in raw.items()}
     if target_transform == "log":
         for role, v in values.items():
@@ -329,31 +320,11 @@ def _report(rows: dict[str, ck.RowSet], targets_of: Any, specs: dict[str, str | 
             checks: list[dict[str, Any]]) -> dict[str, Any]:
     splits: dict[str, Any] = {}
     for role, r in rows.items():
-        from_train = role == "validation" and validation_split is not None
-        kept = len(r.index)
-        removed = {key: int(n) for key, n in r.removed.items()}
-        entry: dict[str, Any] = {
-            "file": None if from_train else specs[role],
-            "source": "split from train" if from_train else "file",
-            "rows_read": kept + sum(removed.values()),
-            "rows_kept": kept,
-            "exact_duplicates": int(r.counts.get("exact_duplicates", 0)),
-            "normalised_duplicates": int(r.counts.get("normalised_duplicates", 0)),
-            "conflicting_label_rows": int(r.counts.get("conflicting_label_rows", 0)),
-            "leaked_rows": int(r.counts.get("leaked_rows", 0)),
-            "empty_text": 0 if from_train else len(r.raw.empty_text),
-            "empty_label": 0 if from_train else len(r.raw.empty_label),
-            "unseen_label_rows": 0,
-            "outside_training_range": int(r.counts.get("outside_training_range", 0)),
-            "rows_removed": removed,
-            "target": target_summary(targets_of(r)),
-            "label_counts": {},
-            "examples": {key: v for key, v in r.examples.items() if v},
-        }
-        if not from_train:
-            entry["files"] = r.raw.files
-            entry["skipped_rows"] = {"empty_text": r.raw.empty_text[:50],
-                                     "empty_label": r.raw.empty_label[:50]}
+        entry = ck.split_entry(r, specs[role],
+                               role == "validation" and validation_split is not None)
+        entry["outside_training_range"] = int(r.counts.get("outside_training_range", 0))
+        entry["target"] = target_summary(targets_of(r))
+        entry["label_counts"] = {}
         splits[role] = entry
     report: dict[str, Any] = {
         "labels": [],
