@@ -117,8 +117,6 @@ def value_parity_report(reference: np.ndarray, exported: np.ndarray,
         ``mean_abs_diff``, ``max_rel_diff`` and, with targets, ``r2_pytorch``,
         ``r2_exported``, ``r2_drop``.
     """
-    from entrena.tasks.regression import regression_metrics
-
     pairs = [(reference, exported)] + ([also_compare] if also_compare is not None
                                        and len(also_compare[0]) else [])
     ref = np.concatenate([np.asarray(a, np.float64).ravel() for a, _ in pairs])
@@ -136,10 +134,8 @@ def value_parity_report(reference: np.ndarray, exported: np.ndarray,
     known = None if targets is None else np.isfinite(np.asarray(targets, np.float64))
     if known is not None and known.sum() > 1:
         truth = np.asarray(targets, np.float64)[known]
-        report["r2_pytorch"] = regression_metrics(
-            truth, np.asarray(reference, np.float64).ravel()[known])["r2"]
-        report["r2_exported"] = regression_metrics(
-            truth, np.asarray(exported, np.float64).ravel()[known])["r2"]
+        report["r2_pytorch"] = _r2(truth, np.asarray(reference, np.float64).ravel()[known])
+        report["r2_exported"] = _r2(truth, np.asarray(exported, np.float64).ravel()[known])
         report["r2_drop"] = report["r2_pytorch"] - report["r2_exported"]
     if quantized and "r2_drop" in report:
         report["criteria"] = f"r2_drop <= {thresholds.max_r2_drop}"
@@ -152,6 +148,12 @@ def value_parity_report(reference: np.ndarray, exported: np.ndarray,
         passed = report["max_rel_diff"] <= thresholds.max_rel_diff
     report["passed"] = bool(passed)
     return report
+
+
+def _r2(truth: np.ndarray, predicted: np.ndarray) -> float:
+    """Coefficient of determination, 1 − SSE/SST (NaN when the truth is constant)."""
+    total = float(np.sum((truth - truth.mean()) ** 2))
+    return 1.0 - float(np.sum((truth - predicted) ** 2)) / total if total > 0 else float("nan")
 
 
 def time_calls(calls: dict[str, Callable[[Any], Any]], inputs: Sequence[Any], warmup: int = 3
