@@ -68,7 +68,15 @@ _TABLE = [
     MetricKey("data.train_rows", "rows", "training rows used"),
     MetricKey("data.validation_rows", "rows", "validation rows used"),
     MetricKey("data.test_rows", "rows", "test rows used"),
-    MetricKey("data.labels", "", "the label map, index order"),
+    MetricKey("data.labels", "", "the label map, index order, after the label clean-up "
+              "(data.label_map, data.normalise_labels)"),
+    MetricKey("predictions.validation", "", "predictions/validation.csv, one row per "
+              "validation example (row, inputs, label, predicted_label, prob_<label>, "
+              "correct): file, rows, mistakes (a count) and most_confident_mistakes (up to 10 "
+              "wrong rows, surest first: row, inputs cut to 200 characters, label, "
+              "predicted_label, confidence, label_probability)"),
+    MetricKey("predictions.test", "", "the same for predictions/test.csv, when there is a "
+              "test split"),
     MetricKey("history", "", "a list, one entry per evaluation: epoch, step and the "
               "validation metrics (loss, accuracy, macro_f1)"),
     MetricKey("baseline.majority.validation", "fraction", "majority-class baseline: "
@@ -94,7 +102,8 @@ _TABLE = [
               "regression: fit and score time"),
     MetricKey("baseline.comparison", "", "model vs the best baseline on test (else "
               "validation) accuracy: split, metric, model, best, best_score, "
-              "model_beats_baseline; a model that does not beat it is warned about loudly"),
+              "model_beats_baseline, outcome (beats, ties: equal at 4 decimals, or loses); "
+              "a tie is warned about, a model that loses loudly"),
     MetricKey("efficiency.mfu", "fraction", "model FLOPs utilisation: useful training FLOPs "
               "(planner's per-sample count at real lengths, padding excluded) / training time "
               "/ device peak (GPU: the catalog's peak for the precision; CPU: an fp32 matmul peak "
@@ -132,8 +141,11 @@ _TABLE = [
     MetricKey("efficiency.cores", "cores", "physical cores of the machine"),
     MetricKey("efficiency.device", "", "device trained on"),
     MetricKey("efficiency.precision", "", "numeric precision used"),
-    MetricKey("diagnosis", "", "a list of findings, each code, figure (what triggered "
-              "it), message and change (what to do): input_bound (data wait > 20%), "
+    MetricKey("diagnosis", "", "a list of findings, each code, group, figure (what "
+              "triggered it), message and change (what to do), listed by group: data "
+              "(no_test_split), model (baseline_ties, baseline_wins, trees_enough), training "
+              "(early_stopping_saved, padding_waste), then hardware and plan, whose figures a "
+              "newcomer acts on last (logged at INFO, the others as warnings): input_bound (data wait > 20%), "
               "padding_waste (> 30%), memory_headroom (< 25% used) / memory_tight (> 90%), "
               "low_mfu (with its likely cause), threads_idle / threads_fewer_than_cores, "
               "early_stopping_saved (epochs, minutes, USD), plan_off (plan vs actual off by "

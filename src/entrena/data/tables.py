@@ -19,6 +19,7 @@ with other runs on the same files; what they hold is counted in the report.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -30,13 +31,17 @@ import pyarrow as pa
 
 from entrena.data import checks as ck
 from entrena.data import hygiene as hy
+from entrena.data.labels import LabelCleanup, spelling_twins
 from entrena.data.reading import RawSplit, empty_values, read_split
 from entrena.data.sources import SourceFile, open_source
+from entrena.data.text_fields import describe_text_columns
 from entrena.errors import DataError
 
 __all__ = ["Split", "LabelledSplits", "TextColumn", "load_splits", "check_and_split",
            "open_sources",
            "stratified_split", "stratified_group_split", "empty_values"]
+
+log = logging.getLogger("entrena")
 
 ROLES = ck.ROLES
 MAX_LABEL_SHARE = 0.5
@@ -283,17 +288,23 @@ def _subsample(index: np.ndarray, labels: np.ndarray, limit: int | None, seed: i
     return np.sort(kept)
 
 
-def load_splits(*, train: str, validation: str | None, test: str | None, text_column: str,
-                label_column: str, validation_fraction: float, max_train_samples: int | None,
+def load_splits(*, train: str, validation: str | None, test: str | None,
+                text_column: str | Sequence[str], label_column: str,
+                validation_fraction: float, max_train_samples: int | None,
                 max_eval_samples: int | None, on_bad_rows: str, seed: int,
                 group_column: str | None = None, on_unseen_labels: str = "error",
                 checks: hy.CheckPolicy | None = None, encoding: str = "auto",
                 delimiter: str = "auto", cache_dir: Path | None = None,
-                sources: dict[str, list[SourceFile]] | None = None) -> LabelledSplits:
+                sources: dict[str, list[SourceFile]] | None = None,
+                label_cleanup: LabelCleanup | None = None) -> LabelledSplits:
     """Read the configured data into checked, labelled splits.
 
     Args:
         train, validation, test: Path, glob pattern or URL of each split (``None``: absent).
+        text_column: One column, or several joined into one text per row
+            (:func:`~entrena.data.text_fields.join_text_columns`).
+        label_cleanup: ``data.label_map`` / ``data.normalise_labels``
+            (:class:`~entrena.data.labels.LabelCleanup`).
         checks: What the hygiene checks drop (default :class:`~.hygiene.CheckPolicy()`).
         sources: The splits' files, already opened by :func:`open_sources`.
 
@@ -322,7 +333,8 @@ def load_splits(*, train: str, validation: str | None, test: str | None, text_co
         raw, specs, label_column=label_column, validation_fraction=validation_fraction,
         max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed,
         group_column=group_column, on_unseen_labels=on_unseen_labels, policy=policy,
-        empty_what=f"an empty {text_column!r}")
+        empty_what=f"an empty {describe_text_columns(text_column)}",
+        label_cleanup=label_cleanup)
 
 
 def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
@@ -331,7 +343,8 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
                     group_column: str | None, on_unseen_labels: str, policy: hy.CheckPolicy,
                     normalise: bool = True, empty_what: str = "an empty text",
                     check_keys: str = "data.text_column and data.label_column",
-                    terms: ck.Terms = ck.TEXT) -> LabelledSplits:
+                    terms: ck.Terms = ck.TEXT,
+                    label_cleanup: LabelCleanup | None = None) -> LabelledSplits:
     """Steps 2 to 6 of the module docstring on splits already read: the data checks of
     every task (texts, table rows, image files).
 
@@ -345,6 +358,8 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
         empty_what: What a skipped row lacked, for the "no usable rows" message.
         check_keys: The config keys that message suggests checking.
         terms: The words messages use for a row (:class:`~.checks.Terms`).
+        label_cleanup: Renames and merges labels before the label map is built
+            (:class:`~entrena.data.labels.LabelCleanup`); the report's ``label_cleanup``.
 
     Raises:
         DataError: As :func:`load_splits`, after reading.
@@ -361,6 +376,12 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
                 f"{len(split.empty_text)} with {empty_what}, "
                 f"{len(split.empty_label)} with an empty {label_column!r}); check "
                 f"{check_keys}, or the file")
+    cleanup_report = (label_cleanup.apply(raw) if label_cleanup is not None
+                      and label_cleanup.active else None)
+    if cleanup_report and cleanup_report["unused_map_keys"]:
+        log.warning("data.label_map: %s occur(s) in no split, so nothing was renamed from "
+                    "them; check their spelling against the labels of %s",
+                    ", ".join(map(repr, cleanup_report["unused_map_keys"])), train)
     names = sorted({raw["train"].label_names[c] for c in np.unique(raw["train"].label_codes)})
     if len(names) < 2:
         raise DataError(f"{train}: " + (
@@ -424,14 +445,13 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
                                     terms=terms)
     checks_out += ck.class_checks(rows, names, policy,
                                   validation_fraction if validation_split else None, terms)
-    folded: dict[str, list[str]] = {}
-    for name in names:
-        folded.setdefault(" ".join(name.casefold().split()), []).append(name)
-    twins = [" / ".join(map(repr, group)) for group in folded.values() if len(group) > 1]
+    twins = [" / ".join(map(repr, group)) for group in spelling_twins(names)]
+    more = f" and {len(twins) - 5} more" if len(twins) > 5 else ""
     checks_out.append(hy.check_record(
         "label_spelling", len(twins), "warn",
-        f"{len(twins)} label(s) differ only in case or spacing, so they are separate classes: "
-        f"{'; '.join(twins[:5])}; write each class one way if they are one class"))
+        f"{len(twins)} group(s) of labels differ only in case or spacing, so they are separate "
+        f"classes: {'; '.join(twins[:5])}{more}; set data.normalise_labels: case_and_space to "
+        "merge them (or data.label_map: {from: to} to choose each spelling)"))
 
     limits = {"train": max_train_samples, "validation": max_eval_samples,
               "test": max_eval_samples}
@@ -462,6 +482,8 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
 
     splits = {role: Split(_texts(r), r.labels[r.index], r.rows()) for role, r in rows.items()}
     report = ck.build_report(rows, names, specs, validation_split, ratio, checks_out)
+    if cleanup_report is not None:
+        report["label_cleanup"] = cleanup_report
     return LabelledSplits(splits["train"], splits["validation"], splits.get("test"), names,
                           report)
 

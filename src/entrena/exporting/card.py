@@ -19,6 +19,16 @@ def _num(value: Any, fmt: str = "{:.4f}") -> str:
     return fmt.format(value) if isinstance(value, int | float) else "n/a"
 
 
+def _text_columns(value: Any) -> str:
+    """``the `review` column`` or ``the `subject` and `body` columns, joined (name: text per
+    line)``."""
+    if isinstance(value, list) and len(value) > 1:
+        names = ", ".join(f"`{c}`" for c in value[:-1]) + f" and `{value[-1]}`"
+        return f"the {names} columns, joined (`column: text`, one per line)"
+    column = value[0] if isinstance(value, list) else value
+    return f"the `{column}` column"
+
+
 def _base_model(config: dict[str, Any]) -> str:
     model = config.get("model", {})
     if model.get("architecture"):
@@ -108,7 +118,7 @@ def model_card(run: RunModel, manifest: dict[str, Any]) -> str:
 
 ## Task
 Text classification into {len(labels)} classes: {', '.join(f'`{label}`' for label in labels)}.
-The model reads the `{prep['text_column']}` column (labels came from `{prep['label_column']}`).
+The model reads {_text_columns(prep['text_column'])} (labels came from `{prep['label_column']}`).
 Base model: {_base_model(config)}; pooling `{run.meta.get('pooling', 'mean')}`, then a
 linear head. Texts are cut to {prep['max_length']} tokens (the model accepts
 {prep['length_limit']}).

@@ -33,7 +33,7 @@ from entrena.exporting.formats import FORMATS
 
 __all__ = ["BACKENDS", "SKIPPED_ROWS_LISTED", "ModelLocation", "locate_model", "model_task_name",
            "PredictOptions",
-           "output_columns", "labelled_frame", "ChunkPredictor", "Progress",
+           "output_columns", "output_format", "labelled_frame", "ChunkPredictor", "Progress",
            "stream_predictions", "warn_replaced"]
 
 log = logging.getLogger("entrena")
@@ -238,6 +238,24 @@ class Progress:
             self.bar.stop()
 
 
+def output_format(data: Path, output: Path) -> Any:
+    """How a ``.csv`` or ``.tsv`` output is written: a ``.csv`` output of a ``.csv`` input
+    takes the input's delimiter and encoding (a ``;``-separated Windows-1252 export opens in
+    the same spreadsheet as its input); a ``.tsv`` output, or a ``.csv`` one of a ``.tsv``
+    input, takes its encoding; other inputs give UTF-8. ``None`` for JSONL and Parquet
+    outputs (:class:`~entrena.data.streaming.TextFormat`)."""
+    from entrena.data.streaming import TextFormat, text_format
+
+    suffix = output.suffix.lower()
+    if suffix not in (".csv", ".tsv"):
+        return None
+    found = text_format(data) if data.suffix.lower() in (".csv", ".tsv") else None
+    if found is None:
+        return TextFormat()
+    same = suffix == ".csv" and data.suffix.lower() == ".csv"
+    return TextFormat(found.delimiter if same else ",", found.encoding)
+
+
 def stream_predictions(predictor: ChunkPredictor, data: Path, output: Path, *,
                        columns: list[str], policy: str, options: PredictOptions, model: str,
                        started: float | None = None) -> dict[str, Any]:
@@ -260,6 +278,7 @@ def stream_predictions(predictor: ChunkPredictor, data: Path, output: Path, *,
     from entrena.data.streaming import TableWriter, iter_table
 
     start = time.perf_counter() if started is None else started
+    text = output_format(data, output)
     log.info("predicting %s with %s (%s) into %s", data, model, predictor.runner.name, output)
     console = options.console
     if console is None:
@@ -269,7 +288,7 @@ def stream_predictions(predictor: ChunkPredictor, data: Path, output: Path, *,
     counts: Counter[str] = Counter()
     skipped_rows: list[int] = []
     rows = predicted = 0
-    with TableWriter(output) as writer, Progress(console, options.progress) as bar:
+    with TableWriter(output, text=text) as writer, Progress(console, options.progress) as bar:
         for chunk in iter_table(data, chunk_rows=options.chunk_rows,
                                 na_columns=predictor.na_columns, role="input"):
             annotated, skipped = predictor.annotate(chunk.frame, first_row=chunk.first_row,
@@ -291,6 +310,8 @@ def stream_predictions(predictor: ChunkPredictor, data: Path, output: Path, *,
              predictor.skip_reason, elapsed)
     return {
         "input": str(data), "output": str(output), "model": model,
+        "output_format": ({"delimiter": text.delimiter, "encoding": text.encoding}
+                          if text is not None else None),
         "backend": predictor.runner.name, "on_bad_rows": policy,
         "columns_added": output_columns(predictor.labels),
         "rows": {"read": rows, "predicted": predicted, "skipped": rows - predicted},

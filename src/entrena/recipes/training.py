@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from entrena.callbacks.checkpoint import ModelCheckpoint, PeriodicCheckpoint, unwrap
+from entrena.callbacks.diagnosis import order_findings
 from entrena.callbacks.early_stopping import EarlyStopping
 from entrena.callbacks.lr_schedule import LRSchedule
 from entrena.callbacks.monitor import Monitor
@@ -67,6 +68,7 @@ from entrena.recipes.planning import (
     plan_vs_actual,
     reset_peak_memory,
 )
+from entrena.recipes.predictions import write_predictions
 from entrena.tasks.baselines import compare_with_baseline
 from entrena.tasks.registry import get_task
 from entrena.tracking.base import TrackingContext, build_trackers
@@ -272,13 +274,17 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         raise _interrupted_error(state, preemption)
 
     metrics: dict[str, Any] = {}
-    metrics["validation"] = evaluate(model)  # with the restored best weights
+    scored: dict[str, tuple[Any, Any]] = {}  # role -> (outputs, targets), for predictions/
+    outputs, targets, loss = predict(backend, model, validation_data, task.loss)
+    metrics["validation"] = {"loss": loss, **task.evaluate(outputs, targets, prepared)}
+    scored["validation"] = (outputs, targets)  # with the restored best weights
     _refuse_nonfinite_model(model, metrics["validation"], state, checkpoint.restored)
     if splits.test is not None:
         outputs, targets, loss = predict(backend, model, batches("test", shuffle=False),
                                          task.loss)
         metrics["test"] = {"loss": loss, **task.evaluate(outputs, targets, prepared,
                                                          detailed=True)}
+        scored["test"] = (outputs, targets)
     metrics["fit"] = {
         "epochs": state.epoch + (1 if state.batch_in_epoch else 0),
         "steps": state.step,
@@ -318,10 +324,19 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     metrics["efficiency"], metrics["diagnosis"] = efficiency_metrics(
         state, efficiency, precision=backend.precision, max_epochs=tcfg.max_epochs, plan=plan,
         plan_vs_actual=comparison)
-    if finding is not None:
-        metrics["diagnosis"] = [finding, *(metrics["diagnosis"] or [])]
-        log.warning("%s: %s; %s", finding["figure"], finding["message"], finding["change"])
+    # The task's own advice speaks for the baselines when it has some (the tabular task's
+    # trees_enough); the generic tie or loss is already logged by _baseline.
+    generic = _baseline_finding(metrics["baseline"]["comparison"]) if finding is None else None
+    no_test = _no_test_finding(metrics)
+    for found in (finding, no_test):
+        if found is not None:
+            log.warning("%s: %s; %s", found["figure"], found["message"], found["change"])
+    own = [f for f in (finding, generic, no_test) if f is not None]
+    metrics["diagnosis"] = order_findings([*own, *(metrics["diagnosis"] or [])])
 
+    predictions = write_predictions(task, loaded, prepared, scored, paths.predictions)
+    if predictions:
+        metrics["predictions"] = predictions
     task.save_model(unwrap(model), prepared, paths.model)
     tmp = paths.metrics.with_name(".metrics.json.tmp")
     tmp.write_text(dumps_strict(metrics, indent=2) + "\n", encoding="utf-8")
@@ -361,16 +376,47 @@ def _baseline(result: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]
     role = "test" if "test" in metrics else "validation"
     verdict = compare_with_baseline(metrics[role], result, role)
     result["comparison"] = verdict
-    if not verdict["model_beats_baseline"]:
-        cheap = {"tfidf_logreg": "a bag of words"}.get(verdict["best"], verdict["best"])
+    cheap = {"tfidf_logreg": "a bag of words"}.get(verdict["best"], verdict["best"])
+    if verdict["outcome"] == "ties":
+        log.warning("the model ties the cheap baseline: %s %s %.4f = %s %.4f; %s does as "
+                    "well for a fraction of the cost (more epochs, a pretrained model or more "
+                    "data may help the model pull ahead)", role, verdict["metric"],
+                    verdict["model"], verdict["best"], verdict["best_score"], cheap)
+    elif verdict["outcome"] == "loses":
         log.warning("THE MODEL DOES NOT BEAT THE CHEAP BASELINE: %s %s %.4f vs %s %.4f; "
-                    "%s does as well for a fraction of the cost (more epochs, a "
+                    "%s does better for a fraction of the cost (more epochs, a "
                     "pretrained model or more data may help)", role, verdict["metric"],
                     verdict["model"], verdict["best"], verdict["best_score"], cheap)
     else:
         log.info("baseline: %s %s %.4f (model %.4f)", verdict["best"], role,
                  verdict["best_score"], verdict["model"])
     return result
+
+
+def _baseline_finding(verdict: dict[str, Any]) -> dict[str, str] | None:
+    """A ``model`` finding when a cheap baseline ties or beats the model."""
+    outcome = verdict.get("outcome")
+    if outcome not in ("ties", "loses"):
+        return None
+    relation = "=" if outcome == "ties" else "<"
+    return {"code": "baseline_ties" if outcome == "ties" else "baseline_wins",
+            "figure": f"{verdict['split']} {verdict['metric']} {verdict['model']:.4f} "
+                      f"{relation} {verdict['best']} {verdict['best_score']:.4f}",
+            "message": ("the model ties the cheap baseline" if outcome == "ties"
+                        else "the cheap baseline beats the model"),
+            "change": "train longer (train.max_epochs), start from a pretrained model "
+                      "(model.name), or add data; or ship the baseline"}
+
+
+def _no_test_finding(metrics: dict[str, Any]) -> dict[str, str] | None:
+    """A ``data`` finding when the run had no test split: every score is a validation one."""
+    if "test" in metrics:
+        return None
+    return {"code": "no_test_split", "figure": "no data.test",
+            "message": "no test file: the scores are validation scores, on the rows that also "
+                       "chose the best weights, so they lean optimistic",
+            "change": "set data.test to held-out rows (a file the run never trains or "
+                      "validates on) for an unbiased score"}
 
 
 def _interrupted_error(state: TrainState, preemption: Preemption) -> Interrupted:

@@ -16,7 +16,10 @@ import numpy as np
 
 from entrena.tasks.metrics import classification_metrics
 
-__all__ = ["text_baselines", "compare_with_baseline"]
+__all__ = ["TIE_DECIMALS", "text_baselines", "compare_with_baseline"]
+
+TIE_DECIMALS = 4
+"""A model and a baseline equal at this many decimals (as logged and reported) tie."""
 
 
 def _majority(train_labels: np.ndarray) -> Any:
@@ -74,10 +77,16 @@ def compare_with_baseline(model_scores: dict[str, Any], baselines: dict[str, dic
     """Whether the model beats every baseline on ``split``'s ``metric``.
 
     Returns:
-        ``{"split", "metric", "model", "best", "best_score", "model_beats_baseline"}``.
+        ``{"split", "metric", "model", "best", "best_score", "model_beats_baseline",
+        "outcome"}``; ``outcome`` is ``beats``, ``ties`` (equal at the 4 decimals the logs and
+        the report show, :data:`TIE_DECIMALS`) or ``loses``; ``model_beats_baseline`` is
+        ``outcome == "beats"``.
     """
     name, best = max(((n, b[split][metric]) for n, b in baselines.items() if split in b),
                      key=lambda item: item[1])
     model = float(model_scores[metric])
+    outcome = ("ties" if round(model, TIE_DECIMALS) == round(float(best), TIE_DECIMALS)
+               else "beats" if model > best else "loses")
     return {"split": split, "metric": metric, "model": model, "best": name,
-            "best_score": float(best), "model_beats_baseline": model > best}
+            "best_score": float(best), "model_beats_baseline": outcome == "beats",
+            "outcome": outcome}

@@ -32,6 +32,7 @@ import pandas as pd
 
 from entrena.config import LoadedConfig
 from entrena.data.hygiene import CheckPolicy, check_record
+from entrena.data.labels import LabelCleanup
 from entrena.data.preprocessing import (
     feature_names,
     fit_preprocessing,
@@ -131,7 +132,8 @@ def prepare_table(loaded: LoadedConfig) -> PreparedTable:
         max_eval_samples=data.max_eval_samples, seed=cfg.train.seed,
         group_column=data.group_column, on_unseen_labels=data.on_unseen_labels,
         policy=CheckPolicy(**data.checks.model_dump()), normalise=False,
-        empty_what="no feature value", check_keys="data.label_column and data.drop_columns")
+        empty_what="no feature value", check_keys="data.label_column and data.drop_columns",
+        label_cleanup=LabelCleanup.from_config(data))
     checked_s = time.perf_counter() - started
 
     def rows_of(role: str) -> pd.DataFrame:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from entrena.config.schema import Config, DataConfig, ModelConfig, StrictModel
 
@@ -17,8 +17,27 @@ __all__ = ["ArchitectureConfig", "TextDataConfig", "TextModelConfig", "TextClass
 class TextDataConfig(DataConfig):
     """Where the texts come from, which columns hold what, and how the data is checked."""
 
-    text_column: str = "text"
-    """Column holding the input text."""
+    text_column: str | list[str] = "text"
+    """Column holding the input text, or a list of columns (`[subject, description]`) joined
+    into one text per row: each non-empty field after its column name, one per line
+    (`subject: …` newline `description: …`); a row whose fields are all empty is an empty
+    text. `entrena predict` and `entrena export` join them the same way."""
+
+    @field_validator("text_column")
+    @classmethod
+    def _columns(cls, value: str | list[str]) -> str | list[str]:
+        if isinstance(value, str):
+            return value
+        if not value:
+            raise ValueError("an empty list; name one text column or several")
+        blank = [c for c in value if not c.strip()]
+        if blank:
+            raise ValueError("a column name is empty; name each text column")
+        repeated = sorted({c for c in value if value.count(c) > 1})
+        if repeated:
+            raise ValueError(f"names {', '.join(map(repr, repeated))} more than once; list each "
+                             "text column once")
+        return value[0] if len(value) == 1 else value
 
 
 class ArchitectureConfig(StrictModel):

@@ -32,6 +32,7 @@ from entrena.config.models import resolve_model_name
 from entrena.data.cache import CACHE_FORMAT, PreparedCache
 from entrena.data.encoding import EncodedTexts, choose_max_length, tokenizer_fingerprint
 from entrena.data.hygiene import CheckPolicy, check_record, truncated_fraction
+from entrena.data.labels import LabelCleanup
 from entrena.data.tables import LabelledSplits, load_splits, open_config_sources
 from entrena.errors import ConfigError
 
@@ -172,7 +173,8 @@ def prepare_texts(loaded: LoadedConfig, sources: dict[str, str]) -> PreparedData
         max_eval_samples=data.max_eval_samples, on_bad_rows=data.on_bad_rows,
         seed=cfg.train.seed, group_column=data.group_column,
         on_unseen_labels=data.on_unseen_labels,
-        checks=CheckPolicy(**data.checks.model_dump()), sources=files)
+        checks=CheckPolicy(**data.checks.model_dump()), sources=files,
+        label_cleanup=LabelCleanup.from_config(data))
     checked_s = time.perf_counter() - started
     writer = cache.writer(key)
     try:

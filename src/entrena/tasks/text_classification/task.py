@@ -99,6 +99,22 @@ class TextClassificationTask:
         return text_baselines(splits.train.texts, splits.train.labels, evaluation,
                               splits.labels, seed=loaded.config.train.seed)
 
+    def prediction_table(self, loaded: Any, prepared: PreparedData, role: str, outputs: Any,
+                         targets: Any) -> Any:
+        """Split ``role``'s rows with their predictions
+        (:func:`~entrena.tasks.predictions.classification_table`); the input column is the
+        text column, or ``text`` (``joined_text`` if a column is called ``text``) holding the
+        joined text of several."""
+        from entrena.data.text_fields import text_columns
+        from entrena.tasks.predictions import classification_table
+
+        split = getattr(prepared.splits, role)
+        columns = text_columns(loaded.config.data.text_column)
+        name = columns[0] if len(columns) == 1 else (
+            "joined_text" if "text" in columns else "text")
+        return classification_table({name: split.texts}, prepared.splits.labels, outputs,
+                                    targets, split.row_ids)
+
     def save_model(self, model: Any, prepared: PreparedData, directory: Path) -> None:
         """Encoder (Hugging Face format), tokenizer, head and ``entrena_model.json``."""
         from entrena.tasks.text_classification.model import save_classifier
