@@ -166,9 +166,9 @@ def read_split(role: str, spec: str, files: list[SourceFile], *,
             strings, or (``on_bad_rows="error"``) a row has an empty text or label.
     """
     key = f"data.{role}"
-    names = text_columns(text_column)
-    wanted = {("data.text_column" if len(names) == 1 else f"data.text_column[{i}]"): name
-              for i, name in enumerate(names)}
+    text_names = text_columns(text_column)
+    wanted = {("data.text_column" if len(text_names) == 1 else f"data.text_column[{i}]"): name
+              for i, name in enumerate(text_names)}
     wanted["data.label_column"] = label_column
     if group_column is not None:
         wanted["data.group_column"] = group_column
@@ -189,7 +189,7 @@ def read_split(role: str, spec: str, files: list[SourceFile], *,
             n = len(chunk)
             rows = np.arange(file_rows + 1, file_rows + n + 1, dtype=np.int64)
             file_rows += n
-            text, label = join_text_columns(chunk, names), chunk[label_column]
+            text, label = join_text_columns(chunk, text_names), chunk[label_column]
             no_text = empty_values(text).to_numpy(dtype=bool)
             no_label = empty_values(label).to_numpy(dtype=bool) & ~no_text
             bad_text.extend(rows[no_text].tolist())
@@ -216,7 +216,7 @@ def read_split(role: str, spec: str, files: list[SourceFile], *,
         if on_bad_rows == "error" and (bad_text or bad_label):
             parts = []
             if bad_text:
-                parts.append(f"empty {describe_text_columns(names)} in rows "
+                parts.append(f"empty {describe_text_columns(text_names)} in rows "
                              f"{format_rows(bad_text)}")
             if bad_label:
                 parts.append(f"empty {label_column!r} in rows {format_rows(bad_label)}")
