@@ -198,3 +198,110 @@ def test_predict_text_column_option_names_several_columns(ticket_run, tickets, t
                      "--text-column", "title,description", "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["text_column"] == ["title", "description"]
+
+
+def test_predict_summary_keeps_the_output_path_on_one_line(ticket_run, tickets, tmp_path):
+    out = tmp_path / ("a-rather-long-folder-name-for-the-output" * 2) / "predictions.csv"
+    result = run_cli("predict", ticket_run, "-i", tickets / "test.csv", "-o", out,
+                     cwd=tmp_path, COLUMNS="40")
+    assert result.returncode == 0, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.endswith(f": {out}") and "rows predicted" in last
+
+
+# --- clearer words ---------------------------------------------------------------------------
+
+def test_a_tie_with_the_baseline_is_called_a_tie():
+    from entrena.tasks.baselines import compare_with_baseline
+
+    baselines = {"tfidf_logreg": {"validation": {"accuracy": 0.97800001}}}
+    tie = compare_with_baseline({"accuracy": 0.978}, baselines, "validation")
+    assert tie["outcome"] == "ties" and tie["model_beats_baseline"] is False
+    assert compare_with_baseline({"accuracy": 0.99}, baselines, "validation")["outcome"] == \
+        "beats"
+    assert compare_with_baseline({"accuracy": 0.9}, baselines, "validation")["outcome"] == \
+        "loses"
+
+
+def test_diagnosis_puts_what_the_user_can_change_first(ticket_run):
+    from entrena.callbacks.diagnosis import GROUPS, diagnose
+
+    found = diagnose({"data_wait_fraction": 0.5, "padding_fraction": 0.5, "mfu": 0.01,
+                      "device": "cpu", "peak_flops_per_s": 1e11, "threads": 2,
+                      "cpu_utilisation": 0.1},
+                     fit={"stop_reason": "early_stopping", "epochs": 1, "max_epochs": 3,
+                          "epoch_time_s": 60})
+    groups = [f["group"] for f in found]
+    assert groups == sorted(groups, key=GROUPS.index)
+    assert groups[0] == "training" and "hardware" in groups
+    assert [f["code"] for f in found][:2] == ["padding_waste", "early_stopping_saved"]
+    metrics = json.loads((ticket_run / "metrics.json").read_text())
+    assert all(f["group"] in GROUPS and f["code"] for f in metrics["diagnosis"])
+    ranks = [GROUPS.index(f["group"]) for f in metrics["diagnosis"]]
+    assert ranks == sorted(ranks)
+
+
+def test_no_test_file_is_said_in_metrics_and_report(tickets, tmp_path):
+    config = ticket_config(tickets, test=None, max_train_samples=60)
+    config["train"]["max_steps"] = 2
+    run_dir = tmp_path / "runs" / "no-test"
+    entrena.train(write_config(config, tmp_path / "c.yaml"), run_dir=run_dir)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert "test" not in metrics and metrics["diagnosis"][0]["code"] == "no_test_split"
+    assert metrics["diagnosis"][0]["group"] == "data"
+    assert set(metrics["predictions"]) == {"validation"}
+    assert not (run_dir / "predictions" / "test.csv").exists()
+    page = (run_dir / "report.html").read_text()
+    assert "No test file (data.test)" in page
+
+
+def test_library_banners_and_warnings_go_to_the_log_file_only(tmp_path, capfd):
+    import logging
+    import warnings
+
+    from entrena.api.training import library_output_to
+    from entrena.engine.backend import create_backend
+
+    log_file = tmp_path / "train.log"
+    handler = logging.FileHandler(log_file, encoding="utf-8")
+    with library_output_to(handler):
+        create_backend(accelerator="cpu", devices=1, precision="bf16-mixed", seed=0,
+                       deterministic=False, num_nodes=1, strategy="auto")
+        from sklearn.exceptions import ConvergenceWarning
+
+        warnings.warn("lbfgs failed to converge", ConvergenceWarning, stacklevel=1)
+    handler.close()
+    written = log_file.read_text(encoding="utf-8")
+    assert "Automatic Mixed Precision" in written and "failed to converge" in written
+    err = capfd.readouterr().err
+    assert "Automatic Mixed Precision" not in err and "failed to converge" not in err
+
+
+def test_long_label_lists_are_shortened():
+    from entrena.api.preparing import LABELS_SHOWN, _labels_shown
+    from entrena.units import short_list
+
+    names = [f"c{i:03d}" for i in range(200)]
+    assert short_list(names) == "c000, c001, c002, c003, c004, c005, c006, c007, c008, " \
+        "c009 and 190 more"
+    counts = {n: i for i, n in enumerate(names)}
+    shown, hidden = _labels_shown({"labels": names,
+                                   "splits": {"train": {"label_counts": counts}}})
+    assert len(shown) == LABELS_SHOWN and shown[0] == "c180" and len(hidden) == 180
+
+
+def test_one_count_per_name_in_the_duplicates(tmp_path):
+    """A text repeated under another label is an exact_duplicates (any label) row but not an
+    exact_duplicates_same_label one; the check's message uses the second name."""
+    from conftest import write_csv
+
+    rows = [("same text here", "a"), ("same text here", "a"), ("same text here", "b"),
+            *[(f"text number {i}", "ab"[i % 2]) for i in range(20)]]
+    write_csv(tmp_path / "train.csv", rows)
+    config = ticket_config(tmp_path, train=str(tmp_path / "train.csv"), test=None,
+                           text_column="text", label_column="label")
+    result = entrena.prepare(write_config(config, tmp_path / "c.yaml"))
+    train = result.report["splits"]["train"]
+    assert train["exact_duplicates"] == 2 and train["exact_duplicates_same_label"] == 1
+    check = next(c for c in result.report["checks"] if c["check"] == "exact_duplicates")
+    assert check["found"] == 1 and "exact_duplicates_same_label" in check["message"]

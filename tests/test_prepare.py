@@ -201,7 +201,7 @@ def test_prepare_finds_the_duplicates_and_leaks_of_the_real_reviews(reviews_prep
 
 def test_prepare_prints_the_table_on_stderr(reviews_prepared):
     result, _ = reviews_prepared
-    assert "exact duplicates" in result.stderr and "leaked rows" in result.stderr
+    assert "exact_duplicates (any label)" in result.stderr and "leaked rows" in result.stderr
     assert "dropped  exact_duplicates: 20 training rows repeat" in result.stderr
     assert "dropped  leakage: 7 training rows also occur" in result.stderr
 

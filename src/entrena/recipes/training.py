@@ -73,7 +73,7 @@ from entrena.tasks.baselines import compare_with_baseline
 from entrena.tasks.registry import get_task
 from entrena.tracking.base import TrackingContext, build_trackers
 from entrena.tracking.events import EventLog
-from entrena.units import parse_duration_s
+from entrena.units import parse_duration_s, short_list
 
 __all__ = ["run_fit", "build_optimizer"]
 
@@ -251,7 +251,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                            divergence_factor=tcfg.divergence_factor,
                            max_skipped_fraction=tcfg.max_skipped_fraction)
     log.info("training on %d examples, validating on %d; %d labels: %s", len(splits.train),
-             len(splits.validation), len(splits.labels), ", ".join(splits.labels))
+             len(splits.validation), len(splits.labels), short_list(splits.labels))
     reset_peak_memory(backend.accelerator)  # the fit's own peak, after planning's probe
     with preemption.installed():
         if rng_state is not None:
