@@ -305,3 +305,50 @@ def test_one_count_per_name_in_the_duplicates(tmp_path):
     assert train["exact_duplicates"] == 2 and train["exact_duplicates_same_label"] == 1
     check = next(c for c in result.report["checks"] if c["check"] == "exact_duplicates")
     assert check["found"] == 1 and "exact_duplicates_same_label" in check["message"]
+
+
+# --- tuning compares trials at equal data seen ---------------------------------------------
+
+def test_data_position_is_the_same_for_any_batch_size():
+    import math
+
+    from entrena.engine.loop import evaluation_points
+    from entrena.tuning.pruning import data_position
+
+    rows = 400
+    for evals in (1, 2, 3):
+        seen = []
+        for batch_size in (16, 32, 48):
+            per_epoch = math.ceil(rows / batch_size)
+            points = sorted(evaluation_points(per_epoch, evals))
+            seen.append([data_position(epoch, p, per_epoch, evals)
+                         for epoch in range(2) for p in points])
+        assert seen[0] == seen[1] == seen[2]
+    assert seen[0] == [333, 667, 1000, 1333, 1667, 2000]
+
+
+def test_tune_reports_trials_of_two_batch_sizes_at_equal_data_seen(tiny_data, tmp_path,
+                                                                  monkeypatch):
+    """Two trials (batch 8 and 16, two evaluations an epoch) report at the same positions:
+    half an epoch, one epoch; by optimizer step they would be 6/12 and 3/6."""
+    from conftest import build_config
+
+    import entrena.tuning
+    from entrena.tuning.study import StudyResult
+
+    reported: dict[int, list[int]] = {}
+
+    def fake_study(run_trial, **kwargs):
+        for number, batch in enumerate((8, 16)):
+            steps = reported.setdefault(batch, [])
+            run_trial(number, {"train.batch_size": batch},
+                      lambda value, step, steps=steps: steps.append(step) and False, 600.0)
+        return StudyResult(kwargs["study_name"], kwargs["storage"], "minimize", None, 2, 0, 2,
+                           0, 2, "n_trials")
+
+    monkeypatch.setattr(entrena.tuning, "run_study", fake_study)
+    config = build_config({"train.max_epochs": 1, "train.evals_per_epoch": 2,
+                           "train.early_stopping.enabled": False,
+                           "tune.space": {"train.batch_size": {"choices": [8, 16]}}})
+    entrena.tune(write_config(config, tmp_path / "c.yaml"), trials=2)
+    assert reported == {8: [500, 1000], 16: [500, 1000]}
