@@ -331,9 +331,8 @@ def test_tune_reports_trials_of_two_batch_sizes_at_equal_data_seen(tiny_data, tm
                                                                   monkeypatch):
     """Two trials (batch 8 and 16, two evaluations an epoch) report at the same positions:
     half an epoch, one epoch; by optimizer step they would be 6/12 and 3/6."""
-    from conftest import build_config
-
     import entrena.tuning
+    from conftest import build_config
     from entrena.tuning.study import StudyResult
 
     reported: dict[int, list[int]] = {}
@@ -352,3 +351,18 @@ def test_tune_reports_trials_of_two_batch_sizes_at_equal_data_seen(tiny_data, tm
                            "tune.space": {"train.batch_size": {"choices": [8, 16]}}})
     entrena.tune(write_config(config, tmp_path / "c.yaml"), trials=2)
     assert reported == {8: [500, 1000], 16: [500, 1000]}
+
+
+# --- the tutorial ------------------------------------------------------------------------------
+
+def test_the_tutorial_shows_the_shipped_config_and_is_linked_from_the_readme():
+    import re
+
+    import yaml
+
+    page = (EXAMPLES.parent / "docs" / "tutorials" / "own-data.md").read_text(encoding="utf-8")
+    shown = re.search(r"`examples/tickets/config.yaml`:\n\n```yaml\n(.*?)```", page, re.DOTALL)
+    shipped = (EXAMPLES / "tickets" / "config.yaml").read_text(encoding="utf-8")
+    assert yaml.safe_load(shown.group(1)) == yaml.safe_load(shipped)
+    assert "docs/tutorials/own-data.md" in (EXAMPLES.parent / "README.md").read_text()
+    assert "Without a test file" in page
