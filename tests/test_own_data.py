@@ -366,3 +366,100 @@ def test_the_tutorial_shows_the_shipped_config_and_is_linked_from_the_readme():
     assert yaml.safe_load(shown.group(1)) == yaml.safe_load(shipped)
     assert "docs/tutorials/own-data.md" in (EXAMPLES.parent / "README.md").read_text()
     assert "Without a test file" in page
+
+
+# --- multi-label -------------------------------------------------------------------------------
+
+def test_thresholds_are_tuned_per_tag_and_tags_read_as_sets():
+    from entrena.data.labels import split_tags, tag_matrix
+    from entrena.tasks.metrics import multi_label_metrics, tune_thresholds
+
+    assert split_tags(" b | a |a|", "|") == ["b", "a"]
+    np.testing.assert_array_equal(tag_matrix(["a|b", "b", "c"], ["a", "b"], "|"),
+                                  [[1, 1], [0, 1], [0, 0]])
+    probs = np.array([[0.9, 0.30], [0.8, 0.25], [0.2, 0.10], [0.1, 0.05]])
+    truth = np.array([[1, 1], [1, 1], [0, 0], [0, 0]])
+    thresholds = tune_thresholds(probs, truth)
+    assert thresholds[0] == 0.5 and 0.1 < thresholds[1] <= 0.25  # tag 2 needs a low cut
+    scores = multi_label_metrics(truth, probs >= thresholds, ["a", "b"])
+    assert scores == {"accuracy": 1.0, "micro_f1": 1.0, "macro_f1": 1.0}
+    half = multi_label_metrics(truth, probs >= 0.5, ["a", "b"])
+    assert half["accuracy"] == 0.5 and half["micro_f1"] == pytest.approx(2 / 3)
+
+
+@pytest.fixture(scope="module")
+def tagged(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("tagged") / "data"
+    spec = importlib.util.spec_from_file_location("make_tickets", MAKE_TICKETS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main([str(folder), "--rows", "120", "--multi-label"])
+    return folder
+
+
+def test_joined_labels_without_multi_label_name_the_option(tagged, tmp_path):
+    config = ticket_config(tagged, label_column="tags")
+    result = entrena.prepare(write_config(config, tmp_path / "c.yaml"))
+    check = next(c for c in result.report["checks"] if c["check"] == "joined_labels")
+    assert check["found"] >= 1 and "data.multi_label: {separator: '|'}" in check["message"]
+
+
+@pytest.fixture(scope="module")
+def tagged_run(tagged: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tagged-run")
+    config = ticket_config(tagged, label_column="tags", multi_label={"separator": "|"})
+    run_dir = root / "runs" / "tagged"
+    entrena.train(write_config(config, root / "config.yaml"), run_dir=run_dir)
+    return run_dir
+
+
+def test_multi_label_run_scores_micro_f1_beside_a_one_vs_rest_baseline(tagged_run):
+    metrics = json.loads((tagged_run / "metrics.json").read_text())
+    assert metrics["data"]["labels"] == ["account", "billing", "technical"]  # tags
+    for role in ("validation", "test"):
+        assert set(metrics[role]) >= {"loss", "accuracy", "micro_f1", "macro_f1"}
+    assert set(metrics["test"]["per_class"]) == {"account", "billing", "technical"}
+    baseline = metrics["baseline"]
+    assert 0 <= baseline["tfidf_logreg"]["test"]["micro_f1"] <= 1
+    assert baseline["comparison"]["metric"] == "micro_f1"
+    meta = json.loads((tagged_run / "model" / "entrena_model.json").read_text())
+    assert meta["labels"] == ["account", "billing", "technical"]
+    assert meta["multi_label"]["separator"] == "|"
+    assert len(meta["multi_label"]["thresholds"]) == 3
+    report = json.loads((tagged_run / "data_report.json").read_text())
+    assert report["multi_label"]["tags"] == ["account", "billing", "technical"]
+    frame = pd.read_csv(tagged_run / "predictions" / "test.csv", keep_default_na=False)
+    assert {"prob_account", "prob_billing", "prob_technical", "correct"} <= set(frame.columns)
+    assert frame["label"].str.contains("|", regex=False).any()
+    subset = (frame["correct"] == "yes").mean()
+    assert subset == pytest.approx(metrics["test"]["accuracy"])
+
+
+def test_multi_label_predict_returns_the_set_and_each_tags_probability(tagged_run, tagged,
+                                                                       tmp_path):
+    out = tmp_path / "out.csv"
+    result = entrena.predict(tagged_run, tagged / "test.csv", output=out, progress=False)
+    frame = pd.read_csv(out, sep=";", encoding="cp1252", keep_default_na=False)
+    tags = {"account", "billing", "technical"}
+    assert all(set(filter(None, v.split("|"))) <= tags for v in frame["predicted_label"])
+    kept = pd.read_csv(tagged_run / "predictions" / "test.csv", keep_default_na=False)
+    rows = kept["row"].to_numpy() - 1
+    np.testing.assert_allclose(frame["prob_billing"].to_numpy()[rows],
+                               kept["prob_billing"].to_numpy(), atol=1e-5)
+    assert frame["predicted_label"].to_numpy()[rows].tolist() == \
+        kept["predicted_label"].tolist()
+    assert set(result.summary["predicted_label_counts"]) == tags
+
+
+def test_multi_label_onnx_bundle_predicts_the_same_sets(tagged_run, tagged, tmp_path):
+    bundle = entrena.export(tagged_run, latency_calls=3, threads=1)
+    assert bundle.report["parity"]["passed"]
+    meta = json.loads((bundle.bundle_dir / "entrena_model.json").read_text())
+    assert meta["multi_label"]["separator"] == "|"
+    torch_out, onnx_out = tmp_path / "t.jsonl", tmp_path / "o.jsonl"
+    entrena.predict(tagged_run, tagged / "test.csv", output=torch_out, progress=False)
+    entrena.predict(bundle.bundle_dir, tagged / "test.csv", output=onnx_out, progress=False)
+    a = pd.read_json(torch_out, lines=True)
+    b = pd.read_json(onnx_out, lines=True)
+    assert (a["predicted_label"] == b["predicted_label"]).mean() >= 0.95
+    np.testing.assert_allclose(a["prob_billing"], b["prob_billing"], atol=1e-4)

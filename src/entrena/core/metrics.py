@@ -27,10 +27,16 @@ _TABLE = [
               "again with the weights the run keeps (the best ones unless "
               "train.restore_best_weights: false)", False),
     MetricKey("validation.accuracy", "fraction", "share of validation examples right", True),
-    MetricKey("validation.macro_f1", "fraction", "unweighted mean of per-class F1", True),
+    MetricKey("validation.macro_f1", "fraction", "unweighted mean of per-class F1 (multi-label: "
+              "of per-tag F1)", True),
+    MetricKey("validation.micro_f1", "fraction", "multi-label (data.multi_label): F1 over "
+              "every tag decision pooled, at the per-tag thresholds tuned on validation; "
+              "validation.accuracy is then subset accuracy (the whole tag set right)", True),
     MetricKey("test.loss", "nats", "mean cross-entropy on the test set", False),
     MetricKey("test.accuracy", "fraction", "share of test examples right", True),
     MetricKey("test.macro_f1", "fraction", "unweighted mean of per-class F1 on test", True),
+    MetricKey("test.micro_f1", "fraction", "multi-label: micro-F1 on test at the thresholds "
+              "tuned on validation", True),
     MetricKey("test.per_class", "fraction", "per class on the test set: "
               "test.per_class.<label>.precision, .recall, .f1 and .support (a count)"),
     MetricKey("test.confusion_matrix", "count", "rows: true label, columns: predicted label"),
@@ -68,8 +74,9 @@ _TABLE = [
     MetricKey("data.train_rows", "rows", "training rows used"),
     MetricKey("data.validation_rows", "rows", "validation rows used"),
     MetricKey("data.test_rows", "rows", "test rows used"),
-    MetricKey("data.labels", "", "the label map, index order, after the label clean-up "
-              "(data.label_map, data.normalise_labels)"),
+    MetricKey("data.labels", "", "the model's outputs in order, after the label clean-up "
+              "(data.label_map, data.normalise_labels): the classes, or a multi-label "
+              "model's tags"),
     MetricKey("predictions.validation", "", "predictions/validation.csv, one row per "
               "validation example (row, inputs, label, predicted_label, prob_<label>, "
               "correct): file, rows, mistakes (a count) and most_confident_mistakes (up to 10 "
@@ -102,7 +109,8 @@ _TABLE = [
               "regression: fit and score time"),
     MetricKey("baseline.comparison", "", "model vs the best baseline on test (else "
               "validation) accuracy: split, metric, model, best, best_score, "
-              "model_beats_baseline, outcome (beats, ties: equal at 4 decimals, or loses); "
+              "model_beats_baseline, outcome (beats, ties: equal at 4 decimals, or loses); the "
+              "metric is micro_f1 for multi-label runs; "
               "a tie is warned about, a model that loses loudly"),
     MetricKey("efficiency.mfu", "fraction", "model FLOPs utilisation: useful training FLOPs "
               "(planner's per-sample count at real lengths, padding excluded) / training time "

@@ -23,7 +23,26 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LabelCleanup", "fold_label", "spelling_twins"]
+__all__ = ["LabelCleanup", "fold_label", "spelling_twins", "split_tags", "tag_matrix"]
+
+
+def split_tags(name: str, separator: str) -> list[str]:
+    """The tags of a multi-label cell (``"billing| technical"`` → ``["billing",
+    "technical"]``): split, stripped, empty parts dropped, in order of appearance."""
+    return list(dict.fromkeys(t.strip() for t in name.split(separator) if t.strip()))
+
+
+def tag_matrix(combinations: Sequence[str], tags: Sequence[str], separator: str
+               ) -> np.ndarray:
+    """Multi-hot rows (C, K) float32 of label combinations (``"a|b"``) over ``tags`` (K);
+    a tag not in ``tags`` is left out."""
+    index = {t: j for j, t in enumerate(tags)}
+    out = np.zeros((len(combinations), len(tags)), dtype=np.float32)
+    for i, combination in enumerate(combinations):
+        for tag in split_tags(combination, separator):
+            if tag in index:
+                out[i, index[tag]] = 1.0
+    return out
 
 
 def fold_label(name: str) -> str:
@@ -96,9 +115,13 @@ class LabelCleanup:
             out.append(clean)
         return out
 
-    def apply(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+    def apply(self, raw: Mapping[str, Any], separator: str | None = None) -> dict[str, Any]:
         """Rename the labels of splits as read (:class:`~entrena.data.reading.RawSplit`:
         ``label_names``, ``label_codes``), in place, merging classes.
+
+        With ``separator`` (``data.multi_label``) a label is a set of tags: each tag is
+        cleaned, and the set is written back sorted and deduplicated (``"b|a|a"`` →
+        ``"a|b"``), so that one set is one name however the file orders it.
 
         Returns:
             The report: ``label_map`` (the setting), ``normalise_labels``, ``merged``
@@ -112,7 +135,22 @@ class LabelCleanup:
                           .tolist(), strict=True))
         others = [n for role, split in raw.items() if role != "train"
                   for n in split.label_names]
-        renames = self.renames(counts, others)
+        if separator is not None:  # count and clean tags, not sets
+            tag_counts: dict[str, int] = {}
+            for name, n in counts.items():
+                for tag in split_tags(name, separator):
+                    tag_counts[tag] = tag_counts.get(tag, 0) + n
+            tag_renames = self.renames(tag_counts, [t for n in others
+                                                    for t in split_tags(n, separator)])
+            renames = {name: separator.join(sorted({tag_renames[t] for t in
+                                                    split_tags(name, separator)}))
+                       for name in [*counts, *others]}
+            written = set(tag_renames)
+            changes = tag_renames
+        else:
+            renames = self.renames(counts, others)
+            written = set(renames)
+            changes = renames
         relabelled: dict[str, int] = {}
         for role, split in raw.items():
             clean = [renames[n] for n in split.label_names]
@@ -125,11 +163,10 @@ class LabelCleanup:
             split.label_codes = recode[split.label_codes] if len(recode) else split.label_codes
             split.label_names = names
         merged: dict[str, list[str]] = {}
-        for name, clean in renames.items():
+        for name, clean in changes.items():
             if name != clean:
-                merged.setdefault(clean, [clean] if clean in renames else [])
+                merged.setdefault(clean, [clean] if clean in changes else [])
                 merged[clean].append(name)
-        written = set(renames)
         return {"label_map": dict(self.label_map), "normalise_labels": self.normalise,
                 "merged": {k: sorted(set(v)) for k, v in sorted(merged.items())},
                 "rows_relabelled": relabelled,

@@ -33,7 +33,8 @@ from entrena.exporting.formats import FORMATS
 
 __all__ = ["BACKENDS", "SKIPPED_ROWS_LISTED", "ModelLocation", "locate_model", "model_task_name",
            "PredictOptions",
-           "output_columns", "output_format", "labelled_frame", "ChunkPredictor", "Progress",
+           "output_columns", "output_format", "labelled_frame", "multi_label_frame",
+           "ChunkPredictor", "Progress",
            "stream_predictions", "warn_replaced"]
 
 log = logging.getLogger("entrena")
@@ -176,6 +177,23 @@ def labelled_frame(frame: pd.DataFrame, labels: list[str], probs: np.ndarray,
     return out
 
 
+def multi_label_frame(frame: pd.DataFrame, tags: list[str], probs: np.ndarray,
+                      status: np.ndarray | list[str], thresholds: Any,
+                      separator: str) -> pd.DataFrame:
+    """:func:`labelled_frame` of a multi-label model: ``predicted_label`` is the set of tags
+    whose probability reaches its threshold (sorted, joined by ``separator``; empty when none
+    does), ``prob_<tag>`` each tag's sigmoid probability (N, K)."""
+    out = labelled_frame(frame, tags, probs, status)
+    ok = out["status"].to_numpy() == "ok"
+    cut = np.asarray(thresholds, dtype=np.float64)
+    names = np.asarray(tags, dtype=object)
+    predicted = np.full(len(frame), None, dtype=object)
+    for i in np.flatnonzero(ok):
+        predicted[i] = separator.join(sorted(names[probs[i] >= cut]))
+    out["predicted_label"] = predicted
+    return out
+
+
 def warn_replaced(data: Path, columns: list[str], labels: list[str]) -> None:
     """Warn when input columns share a name with the columns predict adds (``status``, a
     common label or feature name): the output holds predict's values under that name."""
@@ -298,7 +316,11 @@ def stream_predictions(predictor: ChunkPredictor, data: Path, output: Path, *,
             writer.write(annotated)
             rows += len(annotated)
             predicted += int((~skipped).sum())
-            counts.update(annotated.loc[~skipped, "predicted_label"].tolist())
+            predicted_now = annotated.loc[~skipped, "predicted_label"].tolist()
+            separator = getattr(predictor, "separator", None)
+            if separator:  # a multi-label model counts tags, not sets
+                predicted_now = [t for v in predicted_now if v for t in v.split(separator)]
+            counts.update(predicted_now)
             room = SKIPPED_ROWS_LISTED - len(skipped_rows)
             if room > 0:
                 skipped_rows += [chunk.first_row + int(i) for i in skipped.nonzero()[0][:room]]

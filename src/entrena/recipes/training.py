@@ -250,8 +250,10 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                            check_gradients=backend.precision != "16-mixed",
                            divergence_factor=tcfg.divergence_factor,
                            max_skipped_fraction=tcfg.max_skipped_fraction)
+    # the model's outputs: classes, or a multi-label task's tags (its label map holds sets)
+    outputs_named = list(getattr(prepared, "tags", splits.labels))
     log.info("training on %d examples, validating on %d; %d labels: %s", len(splits.train),
-             len(splits.validation), len(splits.labels), short_list(splits.labels))
+             len(splits.validation), len(outputs_named), short_list(outputs_named))
     reset_peak_memory(backend.accelerator)  # the fit's own peak, after planning's probe
     with preemption.installed():
         if rng_state is not None:
@@ -314,7 +316,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     finding = advice(metrics["baseline"]["comparison"], metrics["baseline"]) if advice else None
     metrics["data"] = {"train_rows": len(splits.train), "validation_rows": len(splits.validation),
                        "test_rows": len(splits.test) if splits.test is not None else 0,
-                       "labels": splits.labels}
+                       "labels": list(getattr(prepared, "tags", splits.labels))}
     metrics["history"] = state.history
     comparison = plan_vs_actual(plan, peak_memory_bytes=fit_peak_bytes,
                                 train_time_s=state.train_time_s,
@@ -374,7 +376,9 @@ def _baseline(result: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]
     loud warning when the model does not beat them (on test when there is one, else
     validation)."""
     role = "test" if "test" in metrics else "validation"
-    verdict = compare_with_baseline(metrics[role], result, role)
+    # multi-label scores lead with micro-F1 (subset accuracy is harsh on many tags)
+    metric = "micro_f1" if "micro_f1" in metrics[role] else "accuracy"
+    verdict = compare_with_baseline(metrics[role], result, role, metric)
     result["comparison"] = verdict
     cheap = {"tfidf_logreg": "a bag of words"}.get(verdict["best"], verdict["best"])
     if verdict["outcome"] == "ties":

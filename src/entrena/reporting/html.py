@@ -148,15 +148,21 @@ def _baseline(metrics: dict[str, Any]) -> str:
     for split in ("validation", "test"):
         if split in metrics:
             rows.append(("model", split, metrics[split].get("accuracy"),
-                         metrics[split].get("macro_f1"),
+                         metrics[split].get("micro_f1"), metrics[split].get("macro_f1"),
                          metrics.get("fit", {}).get("train_time_s")))
     for name, result in (metrics.get("baseline") or {}).items():
         if name == "comparison":
             continue
         for split in ("validation", "test"):
             if split in result:
-                rows.append((name, split, result[split]["accuracy"], result[split]["macro_f1"],
+                rows.append((name, split, result[split]["accuracy"],
+                             result[split].get("micro_f1"), result[split]["macro_f1"],
                              result.get("time_s")))
+    if all(row[3] is None for row in rows):  # single-label: no micro-F1 column
+        rows = [(*row[:3], *row[4:]) for row in rows]
+        header: tuple[str, ...] = ("model", "split", "accuracy", "macro-F1", "time (s)")
+    else:
+        header = ("model", "split", "accuracy (subset)", "micro-F1", "macro-F1", "time (s)")
     verdict = (metrics.get("baseline") or {}).get("comparison") or {}
     note = ""
     if verdict:
@@ -168,7 +174,7 @@ def _baseline(metrics: dict[str, Any]) -> str:
                 f"({html.escape(str(verdict.get('best')))}) on {verdict.get('split')} "
                 f"{verdict.get('metric')}: {_fmt(verdict.get('model'))} vs "
                 f"{_fmt(verdict.get('best_score'))}.</p>")
-    return note + _table(rows, ("model", "split", "accuracy", "macro-F1", "time (s)"))
+    return note + _table(rows, header)
 
 
 def _predictions(metrics: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["MISTAKES_LISTED", "classification_table", "most_confident_mistakes",
-           "softmax_rows"]
+           "multi_label_table", "softmax_rows"]
 
 MISTAKES_LISTED = 10
 """Wrong rows listed per split in ``metrics.json`` and the report (the CSV holds every row)."""
@@ -63,6 +63,43 @@ def classification_table(inputs: Mapping[str, Sequence[Any]], labels: Sequence[s
     return frame
 
 
+def multi_label_table(inputs: Mapping[str, Sequence[Any]], tags: Sequence[str],
+                      outputs: np.ndarray, targets: np.ndarray, row_ids: Sequence[int], *,
+                      thresholds: Any, separator: str) -> pd.DataFrame:
+    """:func:`classification_table` of a multi-label model: ``label`` and
+    ``predicted_label`` are tag sets (sorted, joined by ``separator``), ``prob_<tag>`` the
+    sigmoid of each output, ``correct`` whether the whole set is right, and ``confidence``
+    the probability behind the surest wrong decision (a tag predicted or left out).
+
+    Args:
+        outputs: Logits (N, K).
+        targets: Multi-hot truth (N, K).
+        thresholds: Per-tag thresholds (K,) (``None``: 0.5).
+    """
+    from entrena.tasks.metrics import sigmoid
+
+    probs = sigmoid(outputs)
+    cut = np.full(len(tags), 0.5) if thresholds is None else np.asarray(thresholds)
+    guess, truth = probs >= cut, np.asarray(targets) > 0.5
+    names = np.asarray(tags, dtype=object)
+
+    def joined(rows: np.ndarray) -> list[str]:
+        return [separator.join(sorted(names[r])) for r in rows]
+
+    frame = pd.DataFrame({"row": np.asarray(row_ids, dtype=np.int64)})
+    for column, values in inputs.items():
+        frame[column] = list(values)
+    frame["label"] = joined(truth)
+    frame["predicted_label"] = joined(guess)
+    for j, tag in enumerate(tags):
+        frame[f"prob_{tag}"] = probs[:, j]
+    wrong = guess != truth
+    sure = np.where(guess, probs, 1 - probs)
+    frame["confidence"] = np.where(wrong, sure, 0.0).max(axis=1)
+    frame["correct"] = np.where(wrong.any(axis=1), "no", "yes")
+    return frame
+
+
 def most_confident_mistakes(frame: pd.DataFrame, limit: int = MISTAKES_LISTED
                             ) -> list[dict[str, Any]]:
     """The wrong rows of a :func:`classification_table` with the highest probability on the
@@ -73,13 +110,18 @@ def most_confident_mistakes(frame: pd.DataFrame, limit: int = MISTAKES_LISTED
     wrong = frame.loc[frame["correct"] == "no"]
     if not len(wrong):
         return []
-    confidence = np.array([wrong.at[i, f"prob_{p}"] for i, p in
-                           zip(wrong.index, wrong["predicted_label"], strict=True)], dtype=float)
-    truth = np.array([wrong.at[i, f"prob_{t}"] for i, t in
-                      zip(wrong.index, wrong["label"], strict=True)], dtype=float)
+    if "confidence" in frame.columns:  # a multi-label table says it
+        confidence = wrong["confidence"].to_numpy(dtype=float)
+        truth = np.full(len(wrong), np.nan)
+    else:
+        confidence = np.array([wrong.at[i, f"prob_{p}"] for i, p in
+                               zip(wrong.index, wrong["predicted_label"], strict=True)],
+                              dtype=float)
+        truth = np.array([wrong.at[i, f"prob_{t}"] for i, t in
+                          zip(wrong.index, wrong["label"], strict=True)], dtype=float)
     order = np.argsort(-confidence, kind="stable")[:limit]
     inputs = [c for c in frame.columns
-              if c not in ("row", "label", "predicted_label", "correct")
+              if c not in ("row", "label", "predicted_label", "correct", "confidence")
               and not c.startswith("prob_")]
     listed = []
     for k in order:
@@ -92,7 +134,8 @@ def most_confident_mistakes(frame: pd.DataFrame, limit: int = MISTAKES_LISTED
                              value.item() if isinstance(value, np.generic) else value)
         entry.update(label=str(wrong.at[at, "label"]),
                      predicted_label=str(wrong.at[at, "predicted_label"]),
-                     confidence=round(float(confidence[k]), 4),
-                     label_probability=round(float(truth[k]), 4))
+                     confidence=round(float(confidence[k]), 4))
+        if not np.isnan(truth[k]):
+            entry["label_probability"] = round(float(truth[k]), 4)
         listed.append(entry)
     return listed

@@ -11,11 +11,29 @@ from pydantic import Field, field_validator, model_validator
 
 from entrena.config.schema import Config, DataConfig, ModelConfig, StrictModel
 
-__all__ = ["ArchitectureConfig", "TextDataConfig", "TextModelConfig", "TextClassificationConfig"]
+__all__ = ["ArchitectureConfig", "MultiLabelConfig", "TextDataConfig", "TextModelConfig",
+           "TextClassificationConfig"]
+
+
+class MultiLabelConfig(StrictModel):
+    """Each row's label is a set of tags (`billing|technical`): one sigmoid output per tag."""
+
+    separator: Annotated[str, Field(min_length=1)] = "|"
+    """What joins the tags in the label column (`billing|technical`); spaces around tags are
+    ignored, and so is their order."""
 
 
 class TextDataConfig(DataConfig):
     """Where the texts come from, which columns hold what, and how the data is checked."""
+
+    multi_label: MultiLabelConfig | None = None
+    """Train a multi-label classifier: the label column holds tags joined by
+    `multi_label.separator` (`{separator: "|"}`), the model has one sigmoid output per tag,
+    each tag's threshold is tuned on validation (the F1 of that tag, from 0.05 to 0.95),
+    and the scores are micro-F1, macro-F1 (over tags) and subset accuracy (`accuracy`: the
+    whole set right). `label_map` and `normalise_labels` clean each tag. Predict and export
+    return the set (tags joined by the separator) and each tag's probability. `null`: one
+    class per row (a `|` in labels is warned about by the `joined_labels` check)."""
 
     text_column: str | list[str] = "text"
     """Column holding the input text, or a list of columns (`[subject, description]`) joined

@@ -109,7 +109,8 @@ def parity_examples(run: RunModel, parity_data: str | Path | None,
     keep = ~empty_values(texts).to_numpy()
     frame, texts = frame.loc[keep], texts.loc[keep]
     codes = None
-    if label_column in frame.columns:
+    if label_column in frame.columns and not run.meta.get("multi_label"):
+        # (a multi-label model's parity is checked on its outputs alone)
         cleanup = LabelCleanup(dict(data.get("label_map") or {}), data.get("normalise_labels"))
         values = frame[label_column]
         if cleanup.active:  # the parity file's labels cleaned as training's were

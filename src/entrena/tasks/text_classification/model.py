@@ -158,8 +158,14 @@ def meta_classifier(*, num_labels: int, pretrained: str | None,
 
 
 def save_classifier(model: TextClassifier, tokenizer: Any, directory: Path, *, labels: list[str],
-                    max_length: int) -> None:
-    """Write the model folder (encoder, tokenizer, head, labels). Overwrites ``directory``."""
+                    max_length: int, multi_label: dict[str, Any] | None = None) -> None:
+    """Write the model folder (encoder, tokenizer, head, labels). Overwrites ``directory``.
+
+    Args:
+        labels: The outputs' names: classes, or a multi-label model's tags.
+        multi_label: ``{"separator", "thresholds"}`` of a multi-label model (sigmoid
+            outputs, one threshold per tag), written into ``entrena_model.json``.
+    """
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -171,7 +177,8 @@ def save_classifier(model: TextClassifier, tokenizer: Any, directory: Path, *, l
     head = {k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()}
     save_file(head, str(directory / HEAD_FILE))
     meta = {"task": "text-classification", "labels": labels, "pooling": model.pooling,
-            "max_length": max_length, "dropout": model.dropout.p}
+            "max_length": max_length, "dropout": model.dropout.p,
+            **({"multi_label": multi_label} if multi_label else {})}
     (directory / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
 

@@ -30,9 +30,11 @@ from entrena.exporting.prediction import (
     ModelLocation,
     PredictOptions,
     labelled_frame,
+    multi_label_frame,
     stream_predictions,
     warn_replaced,
 )
+from entrena.tasks.metrics import sigmoid
 
 __all__ = ["SKIPPED_EMPTY", "TextPredictor", "predict_texts", "preprocessing_of"]
 
@@ -143,6 +145,9 @@ class TextPredictor:
             self.runner = load_runner(location.folder, location.manifest, threads)
         self.preprocessing = preprocessing
         self.labels = preprocessing.labels
+        multi = location.meta.get("multi_label") or {}
+        self.separator: str | None = multi.get("separator")
+        self.thresholds = multi.get("thresholds")
         self.text_column = text_column
         self.na_columns = text_columns(text_column)
         self.markers = markers or self.na_columns
@@ -201,6 +206,9 @@ class TextPredictor:
             logits = predict_logits(self.runner, encoded, max_length=self.preprocessing.max_length,
                                     pad_id=self.encoder.pad_id, batch_size=batch_size)
             require_finite(logits, model=self.location.path, inputs="input rows")
-            probs[~empty] = softmax(logits)
+            probs[~empty] = sigmoid(logits) if self.separator else softmax(logits)
         status = np.where(empty, SKIPPED_EMPTY, "ok")
+        if self.separator:
+            return multi_label_frame(frame, labels, probs, status, self.thresholds,
+                                     self.separator), empty
         return labelled_frame(frame, labels, probs, status), empty
