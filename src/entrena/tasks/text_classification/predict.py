@@ -72,10 +72,12 @@ def predict_texts(location: ModelLocation, data: Path, output: Path,
     start = time.perf_counter()
     prep = preprocessing_of(location)
     trained = text_columns(prep.text_column)
-    wanted = ([c.strip() for c in options.input_column.split(",")] if options.input_column
-              else trained)
     policy = options.on_bad_rows or prep.on_bad_rows
     columns = table_columns(data, role="input")
+    wanted = trained
+    if options.input_column:  # "a,b" names several columns, unless one column is so named
+        wanted = ([options.input_column] if options.input_column in columns
+                  else [c.strip() for c in options.input_column.split(",")])
     if options.input_column and len(wanted) != len(trained):
         raise DataError(f"--text-column {options.input_column!r} names {len(wanted)} "
                         f"column(s) but the model was trained on {len(trained)} joined text "
