@@ -463,3 +463,14 @@ def test_multi_label_onnx_bundle_predicts_the_same_sets(tagged_run, tagged, tmp_
     b = pd.read_json(onnx_out, lines=True)
     assert (a["predicted_label"] == b["predicted_label"]).mean() >= 0.95
     np.testing.assert_allclose(a["prob_billing"], b["prob_billing"], atol=1e-4)
+
+
+def test_an_experiment_name_over_mlflows_limit_is_refused_when_the_config_loads(tmp_path):
+    config = ticket_config(tmp_path)
+    config["tracking"] = {"enabled": True, "experiment": "x" * 501}
+    path = write_config(config, tmp_path / "c.yaml")
+    with pytest.raises(ConfigError, match=r"tracking.experiment .*501 characters; MLflow allows "
+                                          r"at most 500"):
+        entrena.load_config(path)
+    config["tracking"]["experiment"] = "x" * 500
+    entrena.load_config(write_config(config, tmp_path / "c.yaml"))

@@ -29,6 +29,10 @@ __all__ = [
     "Config",
 ]
 
+MAX_EXPERIMENT_NAME_CHARS = 500
+"""MLflow's longest experiment name (``mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH``)."""
+
+
 class StrictModel(BaseModel):
     """Base of every config section: unknown keys are errors, docstrings are descriptions."""
 
@@ -320,7 +324,18 @@ class TrackingConfig(StrictModel):
     """MLflow tracking URI; default: a SQLite store `runs/mlflow.db` beside the run directory.
     The `MLFLOW_TRACKING_URI` environment variable wins when set."""
     experiment: str = "entrena"
-    """MLflow experiment name."""
+    """MLflow experiment name: 1 to 500 characters (MLflow's limit, checked when the config
+    loads rather than when tracking starts)."""
+
+    @field_validator("experiment")
+    @classmethod
+    def _experiment_length(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("is empty; name the experiment (default: entrena)")
+        if len(value) > MAX_EXPERIMENT_NAME_CHARS:
+            raise ValueError(f"is {len(value)} characters; MLflow allows at most "
+                             f"{MAX_EXPERIMENT_NAME_CHARS}: shorten it")
+        return value
 
 
 class ParamSpec(StrictModel):
