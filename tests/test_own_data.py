@@ -474,3 +474,17 @@ def test_an_experiment_name_over_mlflows_limit_is_refused_when_the_config_loads(
         entrena.load_config(path)
     config["tracking"]["experiment"] = "x" * 500
     entrena.load_config(write_config(config, tmp_path / "c.yaml"))
+
+
+def test_multi_label_reads_json_lists_of_labels(tmp_path):
+    rows = [{"subject": f"ticket {i}", "description": ["refund please", "app crashes",
+                                                      "refund and crash"][i % 3],
+             "tags": [["billing"], ["technical"], ["technical", "billing"]][i % 3]}
+            for i in range(60)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = ticket_config(tmp_path, train=str(tmp_path / "train.jsonl"), test=None,
+                           label_column="tags", multi_label={"separator": "|"})
+    del config["data"]["label_map"]
+    result = entrena.prepare(write_config(config, tmp_path / "c.yaml"))
+    assert result.report["multi_label"]["tags"] == ["billing", "technical"]
+    assert result.report["labels"] == ["billing", "billing|technical", "technical"]

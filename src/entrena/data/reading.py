@@ -154,12 +154,15 @@ def _arrow_text(values: pd.Series) -> pa.Array:
 
 def read_split(role: str, spec: str, files: list[SourceFile], *,
                text_column: str | Sequence[str], label_column: str, group_column: str | None,
-               on_bad_rows: str, chunk_rows: int = 100_000) -> RawSplit:
+               on_bad_rows: str, chunk_rows: int = 100_000,
+               label_separator: str | None = None) -> RawSplit:
     """Read every file of one split.
 
     Args:
         text_column: One column, or several joined into one text per row
             (:func:`~entrena.data.text_fields.join_text_columns`).
+        label_separator: ``data.multi_label.separator``: a JSON list of labels (JSONL) is
+            read as the labels joined by it.
 
     Raises:
         DataError: A column is missing, a file cannot be parsed, its labels mix numbers and
@@ -185,7 +188,9 @@ def read_split(role: str, spec: str, files: list[SourceFile], *,
         file_rows = 0
         bad_text: list[int] = []
         bad_label: list[int] = []
-        for chunk in read_chunks(file, wanted, key=key, role=role, chunk_rows=chunk_rows):
+        lists = {label_column: label_separator} if label_separator is not None else None
+        for chunk in read_chunks(file, wanted, key=key, role=role, chunk_rows=chunk_rows,
+                                 list_columns=lists):
             n = len(chunk)
             rows = np.arange(file_rows + 1, file_rows + n + 1, dtype=np.int64)
             file_rows += n

@@ -333,7 +333,7 @@ def load_splits(*, train: str, validation: str | None, test: str | None,
     raw = {role: read_split(role, specs[role], sources[role], text_column=text_column,
                             label_column=label_column,
                             group_column=group_column if role == "train" else None,
-                            on_bad_rows=on_bad_rows)
+                            on_bad_rows=on_bad_rows, label_separator=multi_label_separator)
            for role in ROLES if specs[role] is not None}
     splits = check_and_split(
         raw, specs, label_column=label_column, validation_fraction=validation_fraction,
