@@ -28,7 +28,8 @@ class TextDataConfig(DataConfig):
 
     multi_label: MultiLabelConfig | None = None
     """Train a multi-label classifier: the label column holds tags joined by
-    `multi_label.separator` (`{separator: "|"}`), the model has one sigmoid output per tag,
+    `multi_label.separator` (`{separator: "|"}`; in JSONL also a JSON list of tags), the
+    model has one sigmoid output per tag,
     each tag's threshold is tuned on validation (the F1 of that tag, from 0.05 to 0.95),
     and the scores are micro-F1, macro-F1 (over tags) and subset accuracy (`accuracy`: the
     whole set right). `label_map` and `normalise_labels` clean each tag. Predict and export
