@@ -488,3 +488,17 @@ def test_multi_label_reads_json_lists_of_labels(tmp_path):
     result = entrena.prepare(write_config(config, tmp_path / "c.yaml"))
     assert result.report["multi_label"]["tags"] == ["billing", "technical"]
     assert result.report["labels"] == ["billing", "billing|technical", "technical"]
+
+
+def test_a_label_of_separators_only_names_its_rows(tmp_path):
+    from conftest import write_csv
+
+    rows = [(f"text number {i}", ["a", "b", "a|b"][i % 3]) for i in range(30)]
+    rows[7] = ("text number 7", " | ")
+    write_csv(tmp_path / "train.csv", rows)
+    config = ticket_config(tmp_path, train=str(tmp_path / "train.csv"), test=None,
+                           text_column="text", label_column="label",
+                           multi_label={"separator": "|"})
+    with pytest.raises(DataError, match=r"'label' names no tag in train rows 8 \(only the "
+                                        r"separator '\|'\)"):
+        entrena.prepare(write_config(config, tmp_path / "c.yaml"))

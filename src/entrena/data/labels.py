@@ -23,7 +23,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LabelCleanup", "fold_label", "spelling_twins", "split_tags", "tag_matrix"]
+from entrena.errors import DataError
+
+__all__ = ["LabelCleanup", "fold_label", "refuse_empty_tag_sets", "spelling_twins",
+           "split_tags", "tag_matrix"]
 
 
 def split_tags(name: str, separator: str) -> list[str]:
@@ -171,3 +174,21 @@ class LabelCleanup:
                 "merged": {k: sorted(set(v)) for k, v in sorted(merged.items())},
                 "rows_relabelled": relabelled,
                 "unused_map_keys": sorted(k for k in self.label_map if k not in written)}
+
+
+def refuse_empty_tag_sets(raw: Mapping[str, Any], label_column: str, sep: str) -> None:
+    """A multi-label cell holding only separators (``"|"``) names no tag (splits as read:
+    :class:`~entrena.data.reading.RawSplit`).
+
+    Raises:
+        DataError: Names the split's file, the rows and the fix.
+    """
+    for split in raw.values():
+        empty = [i for i, name in enumerate(split.label_names) if not split_tags(name, sep)]
+        if not empty:
+            continue
+        rows = split.rows[np.isin(split.label_codes, empty)].tolist()
+        raise DataError(f"{split.spec}: {label_column!r} names no tag in {split.role} rows "
+                        f"{', '.join(map(str, rows[:10]))}{' …' if len(rows) > 10 else ''} "
+                        f"(only the separator {sep!r}); give each row at least one tag, or "
+                        "remove those rows")

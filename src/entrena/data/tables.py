@@ -31,7 +31,13 @@ import pyarrow as pa
 
 from entrena.data import checks as ck
 from entrena.data import hygiene as hy
-from entrena.data.labels import LabelCleanup, spelling_twins, split_tags, tag_matrix
+from entrena.data.labels import (
+    LabelCleanup,
+    refuse_empty_tag_sets,
+    spelling_twins,
+    split_tags,
+    tag_matrix,
+)
 from entrena.data.reading import RawSplit, empty_values, read_split
 from entrena.data.sources import SourceFile, open_source
 from entrena.data.text_fields import describe_text_columns
@@ -405,7 +411,7 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
     if not active:
         cleanup_report = None
     if sep is not None:
-        _refuse_empty_tag_sets(raw, label_column, sep)
+        refuse_empty_tag_sets(raw, label_column, sep)
     if cleanup_report and cleanup_report["unused_map_keys"]:
         log.warning("data.label_map: %s occur(s) in no split, so nothing was renamed from "
                     "them; check their spelling against the labels of %s",
@@ -534,23 +540,6 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
                            for role, r in rows.items()}}
     return LabelledSplits(splits["train"], splits["validation"], splits.get("test"), names,
                           report)
-
-
-def _refuse_empty_tag_sets(raw: dict[str, RawSplit], label_column: str, sep: str) -> None:
-    """A multi-label cell holding only separators (``"|"``) names no tag.
-
-    Raises:
-        DataError: Names the split's file, the rows and the fix.
-    """
-    for split in raw.values():
-        empty = [i for i, name in enumerate(split.label_names) if not split_tags(name, sep)]
-        if not empty:
-            continue
-        rows = split.rows[np.isin(split.label_codes, empty)].tolist()
-        raise DataError(f"{split.spec}: {label_column!r} names no tag in {split.role} rows "
-                        f"{', '.join(map(str, rows[:10]))}{' …' if len(rows) > 10 else ''} "
-                        f"(only the separator {sep!r}); give each row at least one tag, or "
-                        "remove those rows")
 
 
 def _is_number(text: str) -> bool:

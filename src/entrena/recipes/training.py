@@ -69,7 +69,7 @@ from entrena.recipes.planning import (
     reset_peak_memory,
 )
 from entrena.recipes.predictions import write_predictions
-from entrena.tasks.baselines import compare_with_baseline
+from entrena.recipes.verdicts import baseline_finding, baseline_verdict, no_test_finding
 from entrena.tasks.registry import get_task
 from entrena.tracking.base import TrackingContext, build_trackers
 from entrena.tracking.events import EventLog
@@ -311,7 +311,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     }
     if not leader:  # rank 0 tests, compares, saves and tracks
         return metrics
-    metrics["baseline"] = _baseline(task.baselines(loaded, prepared), metrics)
+    metrics["baseline"] = baseline_verdict(task.baselines(loaded, prepared), metrics)
     advice = getattr(task, "advice", None)  # optional: what a task says about its baselines
     finding = advice(metrics["baseline"]["comparison"], metrics["baseline"]) if advice else None
     metrics["data"] = {"train_rows": len(splits.train), "validation_rows": len(splits.validation),
@@ -327,9 +327,9 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         state, efficiency, precision=backend.precision, max_epochs=tcfg.max_epochs, plan=plan,
         plan_vs_actual=comparison)
     # The task's own advice speaks for the baselines when it has some (the tabular task's
-    # trees_enough); the generic tie or loss is already logged by _baseline.
-    generic = _baseline_finding(metrics["baseline"]["comparison"]) if finding is None else None
-    no_test = _no_test_finding(metrics)
+    # trees_enough); the generic tie or loss is already logged by baseline_verdict.
+    generic = baseline_finding(metrics["baseline"]["comparison"]) if finding is None else None
+    no_test = no_test_finding(metrics)
     for found in (finding, no_test):
         if found is not None:
             log.warning("%s: %s; %s", found["figure"], found["message"], found["change"])
@@ -369,58 +369,6 @@ def _write_report(paths: RunPaths) -> None:
         log.warning("could not write report.html (%s: %s); run `entrena report %s`",
                     type(exc).__name__, exc, paths.root)
         log.debug("report failure", exc_info=True)
-
-
-def _baseline(result: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
-    """The task's cheap baselines (fitted on the same splits) compared with the model, and a
-    loud warning when the model does not beat them (on test when there is one, else
-    validation)."""
-    role = "test" if "test" in metrics else "validation"
-    # multi-label scores lead with micro-F1 (subset accuracy is harsh on many tags)
-    metric = "micro_f1" if "micro_f1" in metrics[role] else "accuracy"
-    verdict = compare_with_baseline(metrics[role], result, role, metric)
-    result["comparison"] = verdict
-    cheap = {"tfidf_logreg": "a bag of words"}.get(verdict["best"], verdict["best"])
-    if verdict["outcome"] == "ties":
-        log.warning("the model ties the cheap baseline: %s %s %.4f = %s %.4f; %s does as "
-                    "well for a fraction of the cost (more epochs, a pretrained model or more "
-                    "data may help the model pull ahead)", role, verdict["metric"],
-                    verdict["model"], verdict["best"], verdict["best_score"], cheap)
-    elif verdict["outcome"] == "loses":
-        log.warning("THE MODEL DOES NOT BEAT THE CHEAP BASELINE: %s %s %.4f vs %s %.4f; "
-                    "%s does better for a fraction of the cost (more epochs, a "
-                    "pretrained model or more data may help)", role, verdict["metric"],
-                    verdict["model"], verdict["best"], verdict["best_score"], cheap)
-    else:
-        log.info("baseline: %s %s %.4f (model %.4f)", verdict["best"], role,
-                 verdict["best_score"], verdict["model"])
-    return result
-
-
-def _baseline_finding(verdict: dict[str, Any]) -> dict[str, str] | None:
-    """A ``model`` finding when a cheap baseline ties or beats the model."""
-    outcome = verdict.get("outcome")
-    if outcome not in ("ties", "loses"):
-        return None
-    relation = "=" if outcome == "ties" else "<"
-    return {"code": "baseline_ties" if outcome == "ties" else "baseline_wins",
-            "figure": f"{verdict['split']} {verdict['metric']} {verdict['model']:.4f} "
-                      f"{relation} {verdict['best']} {verdict['best_score']:.4f}",
-            "message": ("the model ties the cheap baseline" if outcome == "ties"
-                        else "the cheap baseline beats the model"),
-            "change": "train longer (train.max_epochs), start from a pretrained model "
-                      "(model.name), or add data; or ship the baseline"}
-
-
-def _no_test_finding(metrics: dict[str, Any]) -> dict[str, str] | None:
-    """A ``data`` finding when the run had no test split: every score is a validation one."""
-    if "test" in metrics:
-        return None
-    return {"code": "no_test_split", "figure": "no data.test",
-            "message": "no test file: the scores are validation scores, on the rows that also "
-                       "chose the best weights, so they lean optimistic",
-            "change": "set data.test to held-out rows (a file the run never trains or "
-                      "validates on) for an unbiased score"}
 
 
 def _interrupted_error(state: TrainState, preemption: Preemption) -> Interrupted:
