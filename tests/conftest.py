@@ -214,3 +214,14 @@ def digits_data() -> Path:
         subprocess.run([sys.executable, str(EXAMPLES / "digits" / "prepare_data.py")],
                        cwd=ROOT, check=True, timeout=300)
     return data
+
+
+@pytest.fixture(scope="session")
+def tickets_data() -> Path:
+    """The made-up help-desk export (``examples/tickets/data``), written by the example's
+    script when missing (seeded: the same file everywhere)."""
+    data = EXAMPLES / "tickets" / "data"
+    if not all((data / name).is_file() for name in ("train.csv", "test.csv")):
+        subprocess.run([sys.executable, str(EXAMPLES / "tickets" / "make_tickets.py")],
+                       cwd=ROOT, check=True, timeout=300)
+    return data

@@ -94,8 +94,13 @@ def test_duplicates_conflicts_and_leakage_are_counted_and_dropped_by_default(tmp
     assert t["examples"]["exact_duplicates"][0] == 11
     assert check(report, "exact_duplicates")["status"] == "dropped"
     # the check names the copy it counts, not row 15 (the conflicting label's text repeat)
-    assert check(report, "exact_duplicates")["message"].endswith("text and label (rows 11)")
-    assert check(report, "normalised_duplicates")["message"].endswith("ignored (rows 13)")
+    assert check(report, "exact_duplicates")["message"].endswith(
+        "text and label (rows 11; exact_duplicates_same_label)")
+    assert check(report, "normalised_duplicates")["message"].endswith(
+        "with the same label (rows 13; normalised_duplicates_same_label)")
+    # one count per name: the checks' counts have names of their own in the report
+    assert t["exact_duplicates_same_label"] == check(report, "exact_duplicates")["found"] == 1
+    assert t["normalised_duplicates_same_label"] == 1
     assert check(report, "normalised_duplicates")["status"] == "warning"
     assert check(report, "conflicting_labels")["status"] == "warning"
     assert check(report, "leakage")["status"] == "dropped"
@@ -201,7 +206,7 @@ def test_prepare_finds_the_duplicates_and_leaks_of_the_real_reviews(reviews_prep
 
 def test_prepare_prints_the_table_on_stderr(reviews_prepared):
     result, _ = reviews_prepared
-    assert "exact duplicates" in result.stderr and "leaked rows" in result.stderr
+    assert "exact_duplicates (any label)" in result.stderr and "leaked rows" in result.stderr
     assert "dropped  exact_duplicates: 20 training rows repeat" in result.stderr
     assert "dropped  leakage: 7 training rows also occur" in result.stderr
 
@@ -255,7 +260,8 @@ def test_failing_check_exits_3_and_still_writes_the_report(tiny_data, config_fil
     error = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert error == [
         "error: data check failed: exact_duplicates: 4 training rows repeat an earlier row's "
-        "text and label (rows 97, 98, 99, 100); the report is in runs/tiny/data_report.json; "
+        "text and label (rows 97, 98, 99, 100; exact_duplicates_same_label); the report is in "
+        "runs/tiny/data_report.json; "
         "fix the data, or set data.checks.exact_duplicates to warn (or drop)"]
 
 

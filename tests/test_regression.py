@@ -161,6 +161,8 @@ def test_the_regression_config_watches_rmse_and_refuses_classification_metrics(t
         load_config(path, ["train.early_stopping.monitor=validation.accuracy"])
     with pytest.raises(ConfigError, match="data.target_transform"):
         load_config(path, ["data.target_transform=sqrt"])
+    with pytest.raises(ConfigError, match="data.normalise_labels applies to class labels"):
+        load_config(path, ["data.normalise_labels=case_and_space"])
 
 
 # --- bad input, one line and exit 2 -----------------------------------------------------

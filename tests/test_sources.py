@@ -146,8 +146,8 @@ def test_a_jsonl_list_or_object_where_a_value_belongs_is_refused(tmp_path):
     path.write_text('{"text": "a", "label": "x"}\n{"text": "b", "label": ["great"]}\n')
     assert data_error(path) == (
         f"data.train: {path}: line 2: 'label' (data.label_column) is a JSON list, [\"great\"], "
-        "not a string or number; write one plain value per field (a list of labels per row "
-        "is not supported)")
+        "not a string or number; write one plain value per field (a text classifier takes a "
+        "list of labels per row with data.multi_label: {separator: \"|\"})")
     path.write_text('{"text": {"body": "b"}, "label": "x", "meta": [1]}\n')
     assert data_error(path).startswith(
         f"data.train: {path}: line 1: 'text' (data.text_column) is a JSON object, "
@@ -179,7 +179,8 @@ def test_prepare_refuses_a_list_label_with_exit_2(tmp_path, config_file):
     assert result.stderr.strip() == (
         f"error: data.train: {tmp_path / 'data' / 'train.jsonl'}: line 4: 'label' "
         "(data.label_column) is a JSON list, [\"bad\"], not a string or number; write one "
-        "plain value per field (a list of labels per row is not supported)")
+        "plain value per field (a text classifier takes a list of labels per row with "
+        "data.multi_label: {separator: \"|\"})")
     assert not (tmp_path / "runs").exists()
 
 

@@ -6,7 +6,7 @@ import re
 from typing import NamedTuple
 
 __all__ = ["parse_duration_s", "format_duration", "format_bytes", "Budget", "parse_budget",
-           "format_usd"]
+           "format_usd", "short_list"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|hr|d)?\s*$", re.IGNORECASE)
 _SECONDS_PER = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400}
@@ -121,3 +121,10 @@ def format_usd(amount: float | None) -> str:
     if amount < 1000:
         return f"${amount:.2f}"
     return f"${amount:,.0f}"
+
+
+def short_list(names: list[str] | tuple[str, ...], limit: int = 10) -> str:
+    """``"a, b, c"``, or for more than ``limit`` names the first ``limit`` and a count:
+    ``"a, b, …, j and 190 more"`` (a log line stays one readable line)."""
+    shown = ", ".join(str(n) for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")

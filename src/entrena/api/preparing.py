@@ -146,9 +146,14 @@ def report_table(report: dict[str, Any]) -> Any:
     table_rows = report.get("features") is not None  # rows of feature columns, not texts
     row("empty row / label" if table_rows else "empty text / label",
         lambda s: f"{s['empty_text']:,} / {s['empty_label']:,}")
-    row("exact duplicates", lambda s: f"{s['exact_duplicates']:,}")
+    # One name, one count: the split keys count repeated texts under any label; the checks
+    # (and their messages) count repeats of text and label, under their own names.
+    row("exact_duplicates (any label)", lambda s: f"{s['exact_duplicates']:,}")
+    row("  exact_duplicates_same_label", lambda s: _count(s, "exact_duplicates_same_label"))
     if not table_rows:  # table rows are compared exactly: nothing to normalise
-        row("normalised duplicates", lambda s: f"{s['normalised_duplicates']:,}")
+        row("normalised_duplicates (any label)", lambda s: f"{s['normalised_duplicates']:,}")
+        row("  normalised_duplicates_same_label",
+            lambda s: _count(s, "normalised_duplicates_same_label"))
     row("conflicting-label rows", lambda s: f"{s['conflicting_label_rows']:,}")
     row("leaked rows (train ↔ val/test)", lambda s: f"{s['leaked_rows']:,}")
     row("unseen-label rows", lambda s: f"{s['unseen_label_rows']:,}")
@@ -167,8 +172,12 @@ def report_table(report: dict[str, Any]) -> Any:
                                                        s["target"]["max"])
             if s.get("target", {}).get("mean") is not None else "-")
         row("targets outside training range", lambda s: f"{s.get('outside_training_range', 0):,}")
-    for name in report["labels"]:
+    shown, hidden = _labels_shown(report)
+    for name in shown:
         row(f"label {name}", lambda s, n=name: f"{s['label_counts'].get(n, 0):,}")
+    if hidden:
+        row(f"{len(hidden)} more labels",
+            lambda s: f"{sum(s['label_counts'].get(n, 0) for n in hidden):,}")
     lines = [table]
     ratio = report.get("imbalance_ratio")
     features = report.get("features")
@@ -186,6 +195,27 @@ def report_table(report: dict[str, Any]) -> Any:
             lines.append(Text.assemble((f"{check['status']:>8}", style),
                                        f"  {check['check']}: {check['message']}"))
     return Group(*lines)
+
+
+LABELS_SHOWN = 20
+"""Labels listed one per row in the data table; more are summed in one row (all are in
+``data_report.json``)."""
+
+
+def _labels_shown(report: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """``(labels given a row, the rest)``: the :data:`LABELS_SHOWN` most frequent training
+    labels when there are more, in label order."""
+    names = list(report["labels"])
+    if len(names) <= LABELS_SHOWN:
+        return names, []
+    counts = ((report.get("splits") or {}).get("train") or {}).get("label_counts") or {}
+    top = set(sorted(names, key=lambda n: -counts.get(n, 0))[:LABELS_SHOWN])
+    return [n for n in names if n in top], [n for n in names if n not in top]
+
+
+def _count(split: dict[str, Any], key: str) -> str:
+    """A count the split may lack (validation and test have no training checks): ``–``."""
+    return f"{split[key]:,}" if key in split else "–"
 
 
 def _images_note(images: dict[str, Any] | None) -> str | None:

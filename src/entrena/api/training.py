@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,6 +172,37 @@ def _announce(console: Any, message: str) -> None:
     console.print(message, markup=False, highlight=False, soft_wrap=True)
 
 
+LIBRARY_LOGGERS = ("lightning", "lightning.fabric", "lightning_fabric", "lightning_utilities",
+                   "py.warnings")
+"""Loggers whose records go only to ``train.log`` during a run: Lightning's banners (the
+AMP line …) and Python warnings (scikit-learn's convergence and metric warnings, torch's
+user warnings), which would otherwise reach stderr raw."""
+
+
+@contextmanager
+def library_output_to(handler: logging.Handler) -> Iterator[None]:
+    """Route :data:`LIBRARY_LOGGERS` (and Python warnings, through ``logging``) to
+    ``handler`` alone while the block runs; restore them after."""
+    saved = []
+    for name in LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.handlers[:], logger.level, logger.propagate))
+        logger.handlers = [handler]
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        logger.entrena_captured = True  # type: ignore[attr-defined]  # backend.py reads it
+    logging.captureWarnings(True)
+    try:
+        yield
+    finally:
+        logging.captureWarnings(False)
+        for logger, handlers, level, propagate in saved:
+            logger.handlers = handlers
+            logger.setLevel(level)
+            logger.propagate = propagate
+            logger.entrena_captured = False  # type: ignore[attr-defined]
+
+
 def _attach_log_file(path: Path) -> logging.Handler:
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setLevel(logging.DEBUG)
@@ -293,9 +326,10 @@ def _train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path 
         _write_json_atomic(paths.data_report, prepared.report)
         write_status(paths, "running",
                      **({"resumed_from_step": resume.step} if resume else {}))
-        metrics = run_fit(loaded, paths, sources, prepared, console=console, resume=resume,
-                          config_hash=new_hash, callbacks=callbacks or [],
-                          tracking_tags=tracking_tags)
+        with library_output_to(handler):
+            metrics = run_fit(loaded, paths, sources, prepared, console=console, resume=resume,
+                              config_hash=new_hash, callbacks=callbacks or [],
+                              tracking_tags=tracking_tags)
         write_status(paths, "finished")
         return TrainResult(paths.root, metrics,
                            resumed_from_step=resume.step if resume else None)

@@ -179,16 +179,28 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
     parent = _parent_run(study_dir, cfg, name)
     tags = {"mlflow.parentRunId": parent, "entrena.study": name} if parent else {}
 
+    from entrena.tuning.pruning import DATA_POSITION_KEYS
+
+    # Trials whose steps hold different numbers of samples are compared at equal data seen.
+    by_data = any(key in space for key in DATA_POSITION_KEYS)
+    if by_data:
+        log.info("pruning compares trials at equal data seen (thousandths of an epoch), not "
+                 "at equal optimizer steps: the space varies %s",
+                 ", ".join(k for k in DATA_POSITION_KEYS if k in space))
+
     def run_trial(number: int, params: dict[str, Any], report: Any, max_time_s: float) -> float:
         from entrena.api.training import train
         from entrena.tuning import PruningCallback
 
         trial_dir = study_dir / f"trial-{number:04d}"
         values = {**fixed, **params, "train.max_time": f"{max(1, int(max_time_s))}s"}
+        pruning = PruningCallback(
+            report, metric, by_data=by_data,
+            evals_per_epoch=int(params.get("train.evals_per_epoch",
+                                           cfg.train.evals_per_epoch)))
         try:
             result = train(config, run_dir=trial_dir, overrides=values, restart=True,
-                           callbacks=[PruningCallback(report, metric)], console=console,
-                           tracking_tags=tags)
+                           callbacks=[pruning], console=console, tracking_tags=tags)
         except Exception as exc:
             import optuna
 

@@ -1,7 +1,10 @@
 """What the efficiency figures mean and what to change: pure functions over plain dicts.
 
-Each finding is ``{"code", "figure", "message", "change"}``: the figure that triggered it, in
-words, and the change to make. :func:`window_findings` runs on one monitoring window (live
+Each finding is ``{"code", "group", "figure", "message", "change"}``: the figure that
+triggered it, in words, and the change to make. ``group`` says what the change is to
+(:data:`GROUPS`, in the order findings are listed): what the user decides (``data``,
+``model``, ``training``) before what the machine shows (``hardware``, ``plan``).
+:func:`window_findings` runs on one monitoring window (live
 warnings when a condition persists); :func:`diagnose` on the whole fit (``metrics.json``'s
 ``diagnosis``).
 """
@@ -10,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["INPUT_BOUND_FRACTION", "PADDING_WASTE_FRACTION", "LOW_MEMORY_SHARE",
+__all__ = ["GROUPS", "FINDING_GROUPS", "group_of", "order_findings",
+           "INPUT_BOUND_FRACTION", "PADDING_WASTE_FRACTION", "LOW_MEMORY_SHARE",
            "HIGH_MEMORY_SHARE", "LOW_MFU", "IDLE_THREADS_SHARE", "PLAN_TOLERANCE",
            "window_findings", "diagnose"]
 
@@ -32,8 +36,36 @@ PLAN_TOLERANCE = {"peak_memory_bytes": 0.25, "epoch_time_s": 0.50}
 error of its own yet; these are provisional bounds, to be replaced by its measured error."""
 
 
+GROUPS = ("data", "model", "training", "hardware", "plan")
+"""What a finding's change is to, in the order ``metrics.json``'s ``diagnosis`` lists them:
+the data, the model, the training settings (epochs, batch shapes), then the machine and the
+plan, which a newcomer acts on last."""
+FINDING_GROUPS = {
+    "no_test_split": "data", "baseline_ties": "model", "baseline_wins": "model",
+    "trees_enough": "model", "early_stopping_saved": "training", "padding_waste": "training",
+    "input_bound": "hardware", "memory_headroom": "hardware", "memory_tight": "hardware",
+    "low_mfu": "hardware", "threads_idle": "hardware", "threads_fewer_than_cores": "hardware",
+    "plan_off": "plan",
+}
+"""The group of each finding code; a code not listed (a task's or a plugin's) is ``model``."""
+
+
+def group_of(code: str) -> str:
+    """The group of a finding code (:data:`FINDING_GROUPS`, else ``model``)."""
+    return FINDING_GROUPS.get(code, "model")
+
+
+def order_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``findings`` with ``group`` filled in, sorted by :data:`GROUPS` (stable within one)."""
+    grouped = [{**f, "group": f.get("group") or group_of(str(f.get("code", "")))}
+               for f in findings]
+    return sorted(grouped, key=lambda f: GROUPS.index(f["group"])
+                  if f["group"] in GROUPS else len(GROUPS))
+
+
 def _finding(code: str, figure: str, message: str, change: str) -> dict[str, str]:
-    return {"code": code, "figure": figure, "message": message, "change": change}
+    return {"code": code, "group": group_of(code), "figure": figure, "message": message,
+            "change": change}
 
 
 def window_findings(window: dict[str, Any]) -> list[dict[str, str]]:
@@ -85,7 +117,7 @@ def diagnose(summary: dict[str, Any], *, plan_vs_actual: dict[str, Any] | None =
         fit: ``{"stop_reason", "epochs", "max_epochs", "epoch_time_s", "usd_per_hour"}``.
 
     Returns:
-        The findings, most actionable first.
+        The findings, in :data:`GROUPS` order (:func:`order_findings`).
     """
     found = window_findings(summary)
     share = summary.get("memory_share")
@@ -148,4 +180,4 @@ def diagnose(summary: dict[str, Any], *, plan_vs_actual: dict[str, Any] | None =
                 f"{tolerance:.0%})",
                 "re-plan with entrena plan --calibrate on an idle machine; other load or a "
                 "changed config shifts the figures"))
-    return found
+    return order_findings(found)

@@ -320,10 +320,12 @@ def predict(source: Annotated[Path, typer.Argument(
     else:
         summary = result.summary
         reasons = ", ".join(summary["skipped"])  # an image model's summary names none
+        # One unwrapped line (soft_wrap): scripts read the output path off its end.
         _stderr_console().print(
             f"{summary['rows']['predicted']} rows predicted, {summary['rows']['skipped']} "
             f"skipped{f' ({reasons})' if reasons else ''} with "
-            f"{summary['backend']}: {result.output}")
+            f"{summary['backend']}: {result.output}", soft_wrap=True, markup=False,
+            highlight=False)
 
 
 @app.command()

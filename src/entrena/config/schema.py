@@ -30,6 +30,10 @@ __all__ = [
     "Config",
 ]
 
+MAX_EXPERIMENT_NAME_CHARS = 500
+"""MLflow's longest experiment name (``mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH``)."""
+
+
 class StrictModel(BaseModel):
     """Base of every config section: unknown keys are errors, docstrings are descriptions."""
 
@@ -98,6 +102,16 @@ class DataConfig(StrictModel):
     on_bad_rows: Literal["skip", "error"] = "skip"
     """Rows with an empty text or label: `skip` drops and counts them; `error` refuses the
     data (exit code 2) and names the rows."""
+    label_map: dict[str, str] = {}
+    """Rename labels before training, `{from: to}` (`{Billing: billing, Invoices: billing}`):
+    several spellings or old names become one class. Names match as written (trimmed;
+    numbers canonical, `1.0` is `1`); applied to every split, before `normalise_labels`. A
+    `from` that occurs in no split is warned about. `metrics.json` `data.labels` lists the
+    labels after the clean-up."""
+    normalise_labels: Literal["case_and_space"] | None = None
+    """Merge labels that differ only in case or spacing (`Billing`, `billing `): each merged
+    class takes its most frequent training spelling. `null` keeps every spelling a class of
+    its own (the `label_spelling` check warns about them)."""
     on_unseen_labels: Literal["error", "drop"] = "error"
     """Validation or test rows whose label never occurs in training: `error` refuses the data
     (exit code 2) and names the rows; `drop` removes and counts them."""
@@ -112,6 +126,13 @@ class DataConfig(StrictModel):
     default: `$ENTRENA_CACHE_DIR`, else `~/.cache/entrena`."""
     checks: DataChecksConfig = DataChecksConfig()
     """Data hygiene checks."""
+
+    @field_validator("label_map", mode="before")
+    @classmethod
+    def _label_names(cls, value: object) -> object:
+        if not isinstance(value, dict):
+            return value
+        return {_label_name(k): _label_name(v) for k, v in value.items()}
 
     @field_validator("delimiter", mode="before")
     @classmethod
@@ -130,6 +151,16 @@ class DataConfig(StrictModel):
         except LookupError:
             raise ValueError(f"unknown encoding {value!r}; use auto or a Python codec name "
                              "such as utf-8, utf-16, latin-1 or cp1252") from None
+
+
+def _label_name(value: object) -> object:
+    """A label as the data reader writes it: trimmed text, numbers canonical (``1.0`` → ``1``)."""
+    if isinstance(value, bool) or value is None:
+        return value  # refused by the str type, with pydantic's message
+    if isinstance(value, int | float):
+        number = float(value)
+        return str(int(number)) if number.is_integer() else repr(number)
+    return value.strip() if isinstance(value, str) else value
 
 
 class ModelConfig(StrictModel):
@@ -308,7 +339,18 @@ class TrackingConfig(StrictModel):
     """MLflow tracking URI; default: a SQLite store `runs/mlflow.db` beside the run directory.
     The `MLFLOW_TRACKING_URI` environment variable wins when set."""
     experiment: str = "entrena"
-    """MLflow experiment name."""
+    """MLflow experiment name: 1 to 500 characters (MLflow's limit, checked when the config
+    loads rather than when tracking starts)."""
+
+    @field_validator("experiment")
+    @classmethod
+    def _experiment_length(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("is empty; name the experiment (default: entrena)")
+        if len(value) > MAX_EXPERIMENT_NAME_CHARS:
+            raise ValueError(f"is {len(value)} characters; MLflow allows at most "
+                             f"{MAX_EXPERIMENT_NAME_CHARS}: shorten it")
+        return value
 
 
 class ParamSpec(StrictModel):

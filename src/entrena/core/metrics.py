@@ -29,7 +29,11 @@ _TABLE = [
               "again with the weights the run keeps (the best ones unless "
               "train.restore_best_weights: false)", False),
     MetricKey("validation.accuracy", "fraction", "share of validation examples right", True),
-    MetricKey("validation.macro_f1", "fraction", "unweighted mean of per-class F1", True),
+    MetricKey("validation.macro_f1", "fraction", "unweighted mean of per-class F1 (multi-label: "
+              "of per-tag F1)", True),
+    MetricKey("validation.micro_f1", "fraction", "multi-label (data.multi_label): F1 over "
+              "every tag decision pooled, at the per-tag thresholds tuned on validation; "
+              "validation.accuracy is then subset accuracy (the whole tag set right)", True),
     MetricKey("test.loss", "nats", "mean cross-entropy on the test set", False),
     MetricKey("test.accuracy", "fraction", "share of test examples right", True),
     MetricKey("test.macro_f1", "fraction", "unweighted mean of per-class F1 on test", True),
@@ -46,6 +50,8 @@ _TABLE = [
     MetricKey("test.r2", "", "regression: coefficient of determination on test", True),
     MetricKey("test.median_absolute_error", "target units", "regression: median absolute "
               "error on test", False),
+    MetricKey("test.micro_f1", "fraction", "multi-label: micro-F1 on test at the thresholds "
+              "tuned on validation", True),
     MetricKey("test.per_class", "fraction", "per class on the test set: "
               "test.per_class.<label>.precision, .recall, .f1 and .support (a count)"),
     MetricKey("test.confusion_matrix", "count", "rows: true label, columns: predicted label"),
@@ -83,7 +89,16 @@ _TABLE = [
     MetricKey("data.train_rows", "rows", "training rows used"),
     MetricKey("data.validation_rows", "rows", "validation rows used"),
     MetricKey("data.test_rows", "rows", "test rows used"),
-    MetricKey("data.labels", "", "the label map, index order"),
+    MetricKey("data.labels", "", "the model's outputs in order, after the label clean-up "
+              "(data.label_map, data.normalise_labels): the classes, or a multi-label "
+              "model's tags"),
+    MetricKey("predictions.validation", "", "predictions/validation.csv, one row per "
+              "validation example (row, inputs, label, predicted_label, prob_<label>, "
+              "correct): file, rows, mistakes (a count) and most_confident_mistakes (up to 10 "
+              "wrong rows, surest first: row, inputs cut to 200 characters, label, "
+              "predicted_label, confidence, label_probability)"),
+    MetricKey("predictions.test", "", "the same for predictions/test.csv, when there is a "
+              "test split"),
     MetricKey("history", "", "a list, one entry per evaluation: epoch, step and the "
               "validation metrics (loss, accuracy, macro_f1)"),
     MetricKey("baseline.majority.validation", "fraction", "majority-class baseline: "
@@ -123,8 +138,9 @@ _TABLE = [
               "regression: fit and score time"),
     MetricKey("baseline.comparison", "", "model vs the best baseline on test (else "
               "validation) accuracy (regression: rmse, lower better): split, metric, "
-              "higher_is_better, model, best, best_score, model_beats_baseline; a model that "
-              "does not beat it is warned about loudly"),
+              "higher_is_better, model, best, best_score, model_beats_baseline, outcome "
+              "(beats, ties: equal at 4 decimals, or loses); the metric is micro_f1 for "
+              "multi-label runs; a tie is warned about, a model that loses loudly"),
     MetricKey("efficiency.mfu", "fraction", "model FLOPs utilisation: useful training FLOPs "
               "(planner's per-sample count at real lengths, padding excluded) / training time "
               "/ device peak (GPU: the catalog's peak for the precision; CPU: an fp32 matmul peak "
@@ -162,8 +178,12 @@ _TABLE = [
     MetricKey("efficiency.cores", "cores", "physical cores of the machine"),
     MetricKey("efficiency.device", "", "device trained on"),
     MetricKey("efficiency.precision", "", "numeric precision used"),
-    MetricKey("diagnosis", "", "a list of findings, each code, figure (what triggered "
-              "it), message and change (what to do): input_bound (data wait > 20%), "
+    MetricKey("diagnosis", "", "a list of findings, each code, group, figure (what "
+              "triggered it), message and change (what to do), listed by group: data "
+              "(no_test_split), model (baseline_ties, baseline_wins, trees_enough), training "
+              "(early_stopping_saved, padding_waste), then hardware and plan, whose figures a "
+              "newcomer acts on last (logged at INFO, the others as warnings): input_bound "
+              "(data wait > 20%), "
               "padding_waste (> 30%), memory_headroom (< 25% used) / memory_tight (> 90%), "
               "low_mfu (with its likely cause), threads_idle / threads_fewer_than_cores, "
               "early_stopping_saved (epochs, minutes, USD), plan_off (plan vs actual off by "

@@ -68,6 +68,12 @@ class RunPaths:
         return self.root / "status.json"
 
     @property
+    def predictions(self) -> Path:
+        """``predictions/``: ``validation.csv`` and ``test.csv``, one row per example with its
+        prediction (classification: each class's probability and whether it is correct)."""
+        return self.root / "predictions"
+
+    @property
     def report(self) -> Path:
         """``report.html``: the run's self-contained report."""
         return self.root / "report.html"

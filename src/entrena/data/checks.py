@@ -148,6 +148,11 @@ def train_copies(t: RowSet, k: int, policy: hy.CheckPolicy, terms: Terms = TEXT
     exact_rows = hy.first_rows(rows, exact_pair, EXAMPLE_ROWS)
     near_rows = hy.first_rows(rows, near, EXAMPLE_ROWS)
     c = t.counts
+    # Second quantities, second names: the split keys exact_duplicates and
+    # normalised_duplicates count text repeats under any label (describe_copies); these
+    # checks count repeats of text and label, reported under their own names.
+    c["exact_duplicates_same_label"] = int(exact_pair.sum())
+    c["normalised_duplicates_same_label"] = int(near.sum())
     records = [
         hy.check_record("conflicting_labels", int(conflict.sum()), policy.conflicting_labels,
                         f"{terms.rows(c['conflicting_label_rows'], 'training ')} "
@@ -157,12 +162,14 @@ def train_copies(t: RowSet, k: int, policy: hy.CheckPolicy, terms: Terms = TEXT
         hy.check_record("exact_duplicates", int(exact_pair.sum()), policy.exact_duplicates,
                         f"{terms.rows(int(exact_pair.sum()), 'training ')} "
                         f"{_verb(int(exact_pair.sum()), 'repeat')} an earlier "
-                        f"{terms.row}'s {terms.key} and label ({terms.where(t.raw, exact_rows)})"),
+                        f"{terms.row}'s {terms.key} and label "
+                        f"({terms.where(t.raw, exact_rows)}; exact_duplicates_same_label)"),
         hy.check_record("normalised_duplicates", int(near.sum()),
                         policy.normalised_duplicates,
                         f"{terms.rows(int(near.sum()), 'more training ')} "
                         f"{_verb(int(near.sum()), 'repeat')} an earlier {terms.row} once case, "
-                        f"punctuation and spacing are ignored ({terms.where(t.raw, near_rows)})"),
+                        f"punctuation and spacing are ignored, with the same label "
+                        f"({terms.where(t.raw, near_rows)}; normalised_duplicates_same_label)"),
     ]
     current = np.ones(len(t.index), dtype=bool)
     for record, mask in zip(records, (conflict, exact_pair, near), strict=True):
@@ -299,7 +306,8 @@ def build_report(rows: dict[str, RowSet], names: list[str], specs: dict[str, str
         entry = split_entry(r, specs[role],
                             role == "validation" and validation_split is not None)
         entry["label_counts"] = _label_counts(r.labels[r.index], names)
-        for extra in ("small_classes", "classes_absent", "unseen_labels"):
+        for extra in ("exact_duplicates_same_label", "normalised_duplicates_same_label",
+                      "small_classes", "classes_absent", "unseen_labels"):
             if extra in r.counts:
                 entry[extra] = r.counts[extra]
         splits[role] = entry

@@ -18,8 +18,8 @@ class TextBatches:
 
     Args:
         encoded: Token ids of the split (untruncated up to the model limit).
-        labels: Label index per example, shape (N,) (kept as float32 when floating: a
-            regression target).
+        labels: Label index per example, shape (N,) (int64); multi-hot tags (N, K)
+            (float32, multi-label data); or a regression target (N,) (float32).
         max_length: Truncation length (tokens).
         batch_size: Examples per batch.
         pad_id: Padding token id.
@@ -35,7 +35,8 @@ class TextBatches:
                  seed: int = 0):
         self.encoded = encoded
         labels = np.asarray(labels)
-        self.labels = labels.astype(np.float32 if labels.dtype.kind == "f" else np.int64)
+        self.labels = labels.astype(np.float32 if labels.ndim == 2 or labels.dtype.kind == "f"
+                                    else np.int64)
         self.max_length = max_length
         self.batch_size = batch_size
         self.pad_id = pad_id
@@ -62,7 +63,8 @@ class TextBatches:
         return self._plans[key]
 
     def collate(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        """``input_ids`` (B, T) int64, ``attention_mask`` (B, T) int64, ``labels`` (B,) int64."""
+        """``input_ids`` (B, T) int64, ``attention_mask`` (B, T) int64, ``labels`` (B,) int64
+        (or (B, K) float32 multi-hot tags)."""
         ids, mask = pad_batch([self.encoded.get(i, self.max_length) for i in indices], self.pad_id)
         return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
                 "labels": torch.from_numpy(self.labels[list(indices)])}

@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 
 from entrena.data.sources import SourceFile, read_chunks
+from entrena.data.text_fields import describe_text_columns, join_text_columns, text_columns
 from entrena.errors import DataError
 
 __all__ = ["RawSplit", "read_split", "empty_values", "format_rows"]
@@ -151,21 +152,30 @@ def _arrow_text(values: pd.Series) -> pa.Array:
     return array.cast(pa.large_string())
 
 
-def read_split(role: str, spec: str, files: list[SourceFile], *, text_column: str,
-               label_column: str, group_column: str | None, on_bad_rows: str,
-               chunk_rows: int = 100_000, numeric_label: bool = False) -> RawSplit:
+def read_split(role: str, spec: str, files: list[SourceFile], *,
+               text_column: str | Sequence[str], label_column: str, group_column: str | None,
+               on_bad_rows: str, chunk_rows: int = 100_000,
+               label_separator: str | None = None, numeric_label: bool = False) -> RawSplit:
     """Read every file of one split.
 
-    ``numeric_label``: the label is a number to predict; values that are not numbers are
-    kept as written, for :func:`entrena.data.targets.parse_targets` to refuse with their rows
-    (no "mixes numbers and strings" check).
+    Args:
+        text_column: One column, or several joined into one text per row
+            (:func:`~entrena.data.text_fields.join_text_columns`).
+        label_separator: ``data.multi_label.separator``: a JSON list of labels (JSONL) is
+            read as the labels joined by it.
+        numeric_label: The label is a number to predict; values that are not numbers are
+            kept as written, for :func:`entrena.data.targets.parse_targets` to refuse with
+            their rows (no "mixes numbers and strings" check).
 
     Raises:
         DataError: A column is missing, a file cannot be parsed, its labels mix numbers and
             strings, or (``on_bad_rows="error"``) a row has an empty text or label.
     """
     key = f"data.{role}"
-    wanted = {"data.text_column": text_column, "data.label_column": label_column}
+    text_names = text_columns(text_column)
+    wanted = {("data.text_column" if len(text_names) == 1 else f"data.text_column[{i}]"): name
+              for i, name in enumerate(text_names)}
+    wanted["data.label_column"] = label_column
     if group_column is not None:
         wanted["data.group_column"] = group_column
     labels, groups = _Codes(), _Codes()
@@ -181,11 +191,13 @@ def read_split(role: str, spec: str, files: list[SourceFile], *, text_column: st
         file_rows = 0
         bad_text: list[int] = []
         bad_label: list[int] = []
-        for chunk in read_chunks(file, wanted, key=key, role=role, chunk_rows=chunk_rows):
+        lists = {label_column: label_separator} if label_separator is not None else None
+        for chunk in read_chunks(file, wanted, key=key, role=role, chunk_rows=chunk_rows,
+                                 list_columns=lists):
             n = len(chunk)
             rows = np.arange(file_rows + 1, file_rows + n + 1, dtype=np.int64)
             file_rows += n
-            text, label = chunk[text_column], chunk[label_column]
+            text, label = join_text_columns(chunk, text_names), chunk[label_column]
             no_text = empty_values(text).to_numpy(dtype=bool)
             no_label = empty_values(label).to_numpy(dtype=bool) & ~no_text
             bad_text.extend(rows[no_text].tolist())
@@ -213,7 +225,8 @@ def read_split(role: str, spec: str, files: list[SourceFile], *, text_column: st
         if on_bad_rows == "error" and (bad_text or bad_label):
             parts = []
             if bad_text:
-                parts.append(f"empty {text_column!r} in rows {format_rows(bad_text)}")
+                parts.append(f"empty {describe_text_columns(text_names)} in rows "
+                             f"{format_rows(bad_text)}")
             if bad_label:
                 parts.append(f"empty {label_column!r} in rows {format_rows(bad_label)}")
             raise DataError(f"{file.name}: {'; '.join(parts)} of the {role} data; fix or "

@@ -144,7 +144,8 @@ def require_columns(columns: Sequence[str] | pd.DataFrame, wanted: dict[str, str
 
 
 def read_chunks(file: SourceFile, wanted: dict[str, str] | None, *, key: str, role: str,
-                chunk_rows: int = CHUNK_ROWS) -> Iterator[pd.DataFrame]:
+                chunk_rows: int = CHUNK_ROWS,
+                list_columns: dict[str, str] | None = None) -> Iterator[pd.DataFrame]:
     """Yield the rows of ``file`` in chunks of at most ``chunk_rows``.
 
     Args:
@@ -154,11 +155,17 @@ def read_chunks(file: SourceFile, wanted: dict[str, str] | None, *, key: str, ro
         key: The config key, for messages.
         role: The split, for messages.
         chunk_rows: Rows per chunk.
+        list_columns: ``{column: separator}``: a JSON list of plain values in such a column
+            (JSONL) is read as its values joined by the separator (multi-label tags); a list
+            elsewhere is refused.
 
     Raises:
         DataError: A column is missing, a row is ragged, or the file cannot be parsed.
     """
-    reader = {"csv": _csv_chunks, "jsonl": _jsonl_chunks, "parquet": _parquet_chunks}[file.format]
+    if file.format == "jsonl":
+        yield from _jsonl_chunks(file, wanted, key, role, chunk_rows, list_columns or {})
+        return
+    reader = {"csv": _csv_chunks, "parquet": _parquet_chunks}[file.format]
     yield from reader(file, wanted, key, role, chunk_rows)
 
 
@@ -241,7 +248,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _jsonl_chunks(file: SourceFile, wanted: dict[str, str] | None, key: str, role: str,
-                  chunk_rows: int) -> Iterator[pd.DataFrame]:
+                  chunk_rows: int, list_columns: dict[str, str] | None = None
+                  ) -> Iterator[pd.DataFrame]:
     records: list[dict] = []
     seen: dict[str, None] = {}
     checked = False
@@ -262,6 +270,11 @@ def _jsonl_chunks(file: SourceFile, wanted: dict[str, str] | None, key: str, rol
                     raise DataError(f"{key}: {file.name}: line {number} is a JSON "
                                     f"{type(record).__name__}, not an object; write one "
                                     "{\"column\": value, …} object per line")
+                for column, separator in (list_columns or {}).items():
+                    value = record.get(column)
+                    if isinstance(value, list) and all(
+                            not isinstance(v, list | dict) for v in value):
+                        record[column] = separator.join(str(v) for v in value if v is not None)
                 _refuse_nested(record, wanted, f"{key}: {file.name}: line {number}")
                 records.append(record)
                 if len(records) == chunk_rows:
@@ -304,9 +317,11 @@ def _refuse_nested(record: dict[str, Any], wanted: dict[str, str] | None, where:
         shown = json.dumps(value, ensure_ascii=False)
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
         named = f" ({keys[column]})" if keys is not None else ""
+        labels = (" (a text classifier takes a list of labels per row with "
+                  "data.multi_label: {separator: \"|\"})"
+                  if keys is not None and keys[column] == "data.label_column" else "")
         raise DataError(f"{where}: {column!r}{named} is a JSON {kind}, {shown}, not a string "
-                        f"or number; write one plain value per field (a list of labels per "
-                        f"row is not supported)")
+                        f"or number; write one plain value per field{labels}")
 
 
 def _check_keys(seen: dict[str, None], wanted: dict[str, str] | None, file: SourceFile,

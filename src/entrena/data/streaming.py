@@ -29,7 +29,7 @@ from entrena.core.files import plain_mode
 from entrena.data.sources import SUPPORTED_SUFFIXES
 from entrena.errors import DataError
 
-__all__ = ["Chunk", "iter_table", "table_columns", "TableWriter"]
+__all__ = ["Chunk", "TextFormat", "iter_table", "table_columns", "text_format", "TableWriter"]
 
 try:  # the strings pandas reads as missing (``NA``, ``null``, ``N/A`` …)
     from pandas._libs.parsers import STR_NA_VALUES as _NA_STRINGS
@@ -73,6 +73,45 @@ def _check_readable(path: Path, role: str) -> str:
     if not path.is_file():
         raise DataError(f"{role}: file not found: {path}")
     return _suffix(path, role)
+
+
+@dataclass(frozen=True)
+class TextFormat:
+    """How a CSV/TSV file is written: its field separator and text encoding (a Python codec;
+    ``utf-8-sig``, ``utf-16`` and ``utf-32`` start the file with a byte-order mark)."""
+
+    delimiter: str = ","
+    encoding: str = "utf-8"
+
+
+def text_format(path: str | Path, *, role: str = "input") -> TextFormat | None:
+    """The delimiter and encoding of a CSV/TSV file, detected as :func:`iter_table` reads it
+    (``None`` for JSONL and Parquet, which have one form)."""
+    from entrena.data.sniffing import detect_delimiter, scan_file
+
+    path = Path(path)
+    suffix = _check_readable(path, role)
+    if suffix not in (".csv", ".tsv") or path.stat().st_size == 0:
+        return None
+    try:
+        encoding = scan_file(path, name=str(path), key=role, text=True).encoding or "utf-8"
+    except DataError:
+        return None  # iter_table says what is wrong with the file
+    default = "\t" if suffix == ".tsv" else ","
+    return TextFormat(detect_delimiter(path, encoding, default=default), encoding)
+
+
+def _without_bom(encoding: str) -> str:
+    """The codec that continues a file ``encoding`` started (no second byte-order mark)."""
+    import codecs
+    import sys
+
+    name = codecs.lookup(encoding).name
+    if name == "utf-8-sig":
+        return "utf-8"
+    if name in ("utf-16", "utf-32"):
+        return f"{name}-{'le' if sys.byteorder == 'little' else 'be'}"
+    return encoding
 
 
 def table_columns(path: str | Path, *, role: str = "input") -> list[str]:
@@ -243,15 +282,21 @@ class TableWriter:
     Args:
         path: The output file; its folder is created if missing.
         role: What the file is for, used in messages.
+        text: For a ``.csv`` output: the delimiter and encoding to write (default: ``,`` and
+            UTF-8); a ``.tsv`` is tab-separated in ``text``'s encoding.
 
     Raises:
         DataError: The suffix is not a supported table format.
     """
 
-    def __init__(self, path: str | Path, *, role: str = "output"):
+    def __init__(self, path: str | Path, *, role: str = "output",
+                 text: TextFormat | None = None):
         self.path = Path(path)
         self.role = role
         self.suffix = _suffix(self.path, role)
+        text = text or TextFormat()
+        self.delimiter = "\t" if self.suffix == ".tsv" else text.delimiter
+        self.encoding = text.encoding
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.",
                                    suffix=".tmp")
@@ -266,9 +311,16 @@ class TableWriter:
     def write(self, frame: pd.DataFrame) -> None:
         """Append ``frame``'s rows (the first chunk fixes the columns)."""
         if self.suffix in (".csv", ".tsv"):
-            frame.to_csv(self._tmp, sep="\t" if self.suffix == ".tsv" else ",", index=False,
-                         header=not self._started, mode="a" if self._started else "w",
-                         encoding="utf-8")
+            encoding = _without_bom(self.encoding) if self._started else self.encoding
+            try:
+                frame.to_csv(self._tmp, sep=self.delimiter, index=False,
+                             header=not self._started, mode="a" if self._started else "w",
+                             encoding=encoding)
+            except UnicodeEncodeError as exc:
+                value = exc.object[exc.start:exc.end]
+                raise DataError(f"{self.role}: {self.path}: {value!r} cannot be written in "
+                                f"{self.encoding} (the input's encoding); write a .jsonl or "
+                                ".parquet output, or re-save the input as UTF-8") from None
         elif self.suffix in (".jsonl", ".json"):
             with self._tmp.open("a", encoding="utf-8") as handle:
                 if len(frame):

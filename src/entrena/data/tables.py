@@ -19,6 +19,7 @@ with other runs on the same files; what they hold is counted in the report.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -30,13 +31,27 @@ import pyarrow as pa
 
 from entrena.data import checks as ck
 from entrena.data import hygiene as hy
+from entrena.data.labels import (
+    LabelCleanup,
+    refuse_empty_tag_sets,
+    spelling_twins,
+    split_tags,
+    tag_matrix,
+)
 from entrena.data.reading import RawSplit, empty_values, read_split
 from entrena.data.sources import SourceFile, open_source
+from entrena.data.text_fields import describe_text_columns
 from entrena.errors import DataError
 
 __all__ = ["Split", "LabelledSplits", "TextColumn", "load_splits", "check_and_split",
            "open_sources",
            "stratified_split", "stratified_group_split", "empty_values"]
+
+log = logging.getLogger("entrena")
+
+JOINED_LABEL_MARK = "|"
+"""A text label holding this looks like several tags joined (``billing|technical``): the
+``joined_labels`` check names ``data.multi_label``."""
 
 ROLES = ck.ROLES
 MAX_LABEL_SHARE = 0.5
@@ -283,24 +298,33 @@ def _subsample(index: np.ndarray, labels: np.ndarray, limit: int | None, seed: i
     return np.sort(kept)
 
 
-def load_splits(*, train: str, validation: str | None, test: str | None, text_column: str,
-                label_column: str, validation_fraction: float, max_train_samples: int | None,
+def load_splits(*, train: str, validation: str | None, test: str | None,
+                text_column: str | Sequence[str], label_column: str,
+                validation_fraction: float, max_train_samples: int | None,
                 max_eval_samples: int | None, on_bad_rows: str, seed: int,
                 group_column: str | None = None, on_unseen_labels: str = "error",
                 checks: hy.CheckPolicy | None = None, encoding: str = "auto",
                 delimiter: str = "auto", cache_dir: Path | None = None,
                 sources: dict[str, list[SourceFile]] | None = None,
+                label_cleanup: LabelCleanup | None = None,
+                multi_label_separator: str | None = None,
                 target_transform: str | None = None,
                 regression_task: str = "") -> LabelledSplits:
     """Read the configured data into checked, labelled splits.
 
     Args:
         train, validation, test: Path, glob pattern or URL of each split (``None``: absent).
+        text_column: One column, or several joined into one text per row
+            (:func:`~entrena.data.text_fields.join_text_columns`).
+        label_cleanup: ``data.label_map`` / ``data.normalise_labels``
+            (:class:`~entrena.data.labels.LabelCleanup`).
+        multi_label_separator: ``data.multi_label.separator`` (see :func:`check_and_split`).
         checks: What the hygiene checks drop (default :class:`~.hygiene.CheckPolicy()`).
         sources: The splits' files, already opened by :func:`open_sources`.
         target_transform: Not ``None``: the label is a number to predict, checked by
             :func:`entrena.data.targets.check_and_split_targets` with this transform
             (``none`` or ``log``); the splits' ``labels`` are float64 targets.
+        regression_task: Named when the label column looks like numbers to predict.
 
     Returns:
         The splits; ``report`` holds per-split counts (``rows_read``, ``rows_kept``,
@@ -321,7 +345,7 @@ def load_splits(*, train: str, validation: str | None, test: str | None, text_co
     raw = {role: read_split(role, specs[role], sources[role], text_column=text_column,
                             label_column=label_column,
                             group_column=group_column if role == "train" else None,
-                            on_bad_rows=on_bad_rows,
+                            on_bad_rows=on_bad_rows, label_separator=multi_label_separator,
                             numeric_label=target_transform is not None)
            for role in ROLES if specs[role] is not None}
     if target_transform is not None:
@@ -331,12 +355,24 @@ def load_splits(*, train: str, validation: str | None, test: str | None, text_co
             raw, specs, label_column=label_column, validation_fraction=validation_fraction,
             max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed,
             group_column=group_column, policy=policy, target_transform=target_transform,
-            empty_what=f"an empty {text_column!r}")
-    return check_and_split(
+            empty_what=f"an empty {describe_text_columns(text_column)}")
+    splits = check_and_split(
         raw, specs, label_column=label_column, validation_fraction=validation_fraction,
         max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed,
         group_column=group_column, on_unseen_labels=on_unseen_labels, policy=policy,
-        empty_what=f"an empty {text_column!r}", regression_task=regression_task)
+        empty_what=f"an empty {describe_text_columns(text_column)}",
+        label_cleanup=label_cleanup, multi_label_separator=multi_label_separator,
+        regression_task=regression_task)
+    if multi_label_separator is None:
+        joined = [n for n in splits.labels if JOINED_LABEL_MARK in n]
+        shown = ", ".join(map(repr, joined[:3])) + (" …" if len(joined) > 3 else "")
+        splits.report["checks"].append(hy.check_record(
+            "joined_labels", len(joined), "warn",
+            f"{len(joined)} label(s) look like several tags joined by "
+            f"{JOINED_LABEL_MARK!r} ({shown}), so each combination is a class of its own; "
+            f"set data.multi_label: {{separator: {JOINED_LABEL_MARK!r}}} to train one output "
+            "per tag"))
+    return splits
 
 
 def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
@@ -345,7 +381,10 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
                     group_column: str | None, on_unseen_labels: str, policy: hy.CheckPolicy,
                     normalise: bool = True, empty_what: str = "an empty text",
                     check_keys: str = "data.text_column and data.label_column",
-                    terms: ck.Terms = ck.TEXT, regression_task: str = "") -> LabelledSplits:
+                    terms: ck.Terms = ck.TEXT,
+                    label_cleanup: LabelCleanup | None = None,
+                    multi_label_separator: str | None = None,
+                    regression_task: str = "") -> LabelledSplits:
     """Steps 2 to 6 of the module docstring on splits already read: the data checks of
     every task (texts, table rows, image files).
 
@@ -359,6 +398,13 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
         empty_what: What a skipped row lacked, for the "no usable rows" message.
         check_keys: The config keys that message suggests checking.
         terms: The words messages use for a row (:class:`~.checks.Terms`).
+        label_cleanup: Renames and merges labels before the label map is built
+            (:class:`~entrena.data.labels.LabelCleanup`); the report's ``label_cleanup``.
+        multi_label_separator: ``data.multi_label.separator``: a label is a set of tags. The
+            label map is then of sets (sorted tags joined by the separator; splitting is
+            stratified by set), validation and test sets unseen in training are kept when
+            every tag is known, the class checks are made per tag, and the report gains
+            ``multi_label`` (``separator``, ``tags``, ``tag_counts`` per split).
         regression_task: The task that predicts such rows' numbers (named when the label
             column looks like a number to predict rather than classes).
 
@@ -368,7 +414,28 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
     train = specs["train"] or ""
     ck.refuse_unusable(raw, label_column=label_column, group_column=group_column,
                        empty_what=empty_what, check_keys=check_keys)
+    sep = multi_label_separator
+    active = label_cleanup is not None and label_cleanup.active
+    cleanup_report = ((label_cleanup or LabelCleanup()).apply(raw, sep)
+                      if active or sep is not None else None)
+    if not active:
+        cleanup_report = None
+    if sep is not None:
+        refuse_empty_tag_sets(raw, label_column, sep)
+    if cleanup_report and cleanup_report["unused_map_keys"]:
+        log.warning("data.label_map: %s occur(s) in no split, so nothing was renamed from "
+                    "them; check their spelling against the labels of %s",
+                    ", ".join(map(repr, cleanup_report["unused_map_keys"])), train)
     names = sorted({raw["train"].label_names[c] for c in np.unique(raw["train"].label_codes)})
+    tags = sorted({t for n in names for t in split_tags(n, sep)}) if sep is not None else []
+    if sep is not None:  # sets of known tags are known, whether training has the set or not
+        names = sorted({*names, *(n for r in raw.values() for n in r.label_names
+                                  if set(split_tags(n, sep)) <= set(tags))})
+    classes = tags if sep is not None else names
+    if len(classes) < 2 and sep is not None:
+        raise DataError(f"{train}: {label_column!r} holds {len(tags)} tag(s) "
+                        f"({', '.join(tags) or 'none'}) split by {sep!r} "
+                        "(data.multi_label.separator); multi-label needs at least 2 tags")
     if len(names) < 2:
         raise DataError(f"{train}: " + (
             terms.single_class.format(names=", ".join(map(repr, names)) or "none")
@@ -376,8 +443,8 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
             f"{label_column!r} has {len(names)} distinct value(s) "
             f"({', '.join(names) or 'none'}); a classifier needs at least 2 classes"))
     rows_read = len(raw["train"].texts)
-    if (terms.label_column and len(names) > MAX_LABELS_MIN
-            and len(names) > MAX_LABEL_SHARE * rows_read):
+    if (terms.label_column and len(classes) > MAX_LABELS_MIN
+            and len(classes) > MAX_LABEL_SHARE * rows_read):
         numbers = all(_is_number(n) for n in names)
         raise DataError(f"{train}: data.label_column {label_column!r} has {len(names)} distinct "
                         f"values in {rows_read} training rows ({', '.join(names[:5])}, …): "
@@ -430,16 +497,16 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
     if group_column is not None and validation_split is not None:
         checks_out[-1] = ck.leakage(rows, policy, against=("validation",), record=checks_out[-1],
                                     terms=terms)
-    checks_out += ck.class_checks(rows, names, policy,
-                                  validation_fraction if validation_split else None, terms)
-    folded: dict[str, list[str]] = {}
-    for name in names:
-        folded.setdefault(" ".join(name.casefold().split()), []).append(name)
-    twins = [" / ".join(map(repr, group)) for group in folded.values() if len(group) > 1]
+    if sep is None:  # per class; multi-label data is described per tag below
+        checks_out += ck.class_checks(rows, names, policy,
+                                      validation_fraction if validation_split else None, terms)
+    twins = [" / ".join(map(repr, group)) for group in spelling_twins(classes)]
+    more = f" and {len(twins) - 5} more" if len(twins) > 5 else ""
     checks_out.append(hy.check_record(
         "label_spelling", len(twins), "warn",
-        f"{len(twins)} label(s) differ only in case or spacing, so they are separate classes: "
-        f"{'; '.join(twins[:5])}; write each class one way if they are one class"))
+        f"{len(twins)} group(s) of labels differ only in case or spacing, so they are separate "
+        f"classes: {'; '.join(twins[:5])}{more}; set data.normalise_labels: case_and_space to "
+        "merge them (or data.label_map: {from: to} to choose each spelling)"))
 
     limits = {"train": max_train_samples, "validation": max_eval_samples,
               "test": max_eval_samples}
@@ -461,7 +528,11 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
                         f"{ck.removed_text(t.removed)}); a classifier needs at least 2 classes: "
                         f"{limit}keep more {terms.row}s (data.checks.*) or add {terms.row}s of "
                         "other classes")
-    ratio = hy.imbalance_ratio(np.bincount(t.labels[t.index], minlength=k))
+    if sep is not None:
+        matrix = tag_matrix(names, tags, sep)
+        ratio = hy.imbalance_ratio(matrix[t.labels[t.index]].sum(axis=0).astype(np.int64))
+    else:
+        ratio = hy.imbalance_ratio(np.bincount(t.labels[t.index], minlength=k))
     checks_out.append(hy.check_record(
         "imbalance", round(ratio or 0.0, 4), policy.imbalance,
         f"the most frequent training class has {ratio or 0:.2f}x the {terms.row}s of the least "
@@ -470,6 +541,14 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
 
     splits = {role: Split(_texts(r), r.labels[r.index], r.rows()) for role, r in rows.items()}
     report = ck.build_report(rows, names, specs, validation_split, ratio, checks_out)
+    if cleanup_report is not None:
+        report["label_cleanup"] = cleanup_report
+    if sep is not None:
+        report["multi_label"] = {
+            "separator": sep, "tags": tags,
+            "tag_counts": {role: dict(zip(tags, matrix[r.labels[r.index]].sum(axis=0)
+                                          .astype(int).tolist(), strict=True))
+                           for role, r in rows.items()}}
     return LabelledSplits(splits["train"], splits["validation"], splits.get("test"), names,
                           report)
 

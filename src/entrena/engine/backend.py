@@ -153,9 +153,12 @@ def create_backend(*, accelerator: str, devices: int | str, precision: str, seed
     """
     from lightning.fabric import Fabric
 
+    # No banners on the console; a run that sends them to train.log (api/training.py's
+    # library_output_to) lets them through at INFO.
+    captured = getattr(logging.getLogger("lightning.fabric"), "entrena_captured", False)
     for name in ("lightning.fabric", "lightning.fabric.utilities.seed",
                  "lightning.fabric.utilities.rank_zero", "lightning_fabric"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+        logging.getLogger(name).setLevel(logging.INFO if captured else logging.WARNING)
     resolved = _resolve_accelerator(accelerator)
     chosen = resolve_precision(precision, resolved,
                                bf16=(torch.cuda.is_bf16_supported() if resolved == "cuda"

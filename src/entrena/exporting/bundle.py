@@ -46,7 +46,8 @@ class Preprocessing:
         max_length: Truncation length in tokens (the run's ``fit.max_length``).
         length_limit: Longest input the model accepts; texts are tokenized at this cap and
             then cut to ``max_length`` keeping the end marker, as training does.
-        text_column: The training data's text column (the default input column).
+        text_column: The training data's text column (the default input column), or its
+            text columns, joined as :func:`entrena.data.text_fields.join_text_columns` does.
         label_column: The training data's label column.
         on_bad_rows: The training policy for empty texts: ``skip`` or ``error``.
     """
@@ -54,7 +55,7 @@ class Preprocessing:
     labels: list[str]
     max_length: int
     length_limit: int
-    text_column: str = "text"
+    text_column: str | list[str] = "text"
     label_column: str = "label"
     on_bad_rows: str = "skip"
 

@@ -20,6 +20,16 @@ def _num(value: Any, fmt: str = "{:.4f}") -> str:
     return fmt.format(value) if isinstance(value, int | float) else "n/a"
 
 
+def _text_columns(value: Any) -> str:
+    """``the `review` column`` or ``the `subject` and `body` columns, joined (name: text per
+    line)``."""
+    if isinstance(value, list) and len(value) > 1:
+        names = ", ".join(f"`{c}`" for c in value[:-1]) + f" and `{value[-1]}`"
+        return f"the {names} columns, joined (`column: text`, one per line)"
+    column = value[0] if isinstance(value, list) else value
+    return f"the `{column}` column"
+
+
 def _base_model(config: dict[str, Any]) -> str:
     model = config.get("model", {})
     if model.get("architecture"):
@@ -104,10 +114,11 @@ def model_card(run: RunModel, manifest: dict[str, Any]) -> str:
                 f"test accuracy {_num(test.get('accuracy'))}, "
                 f"macro-F1 {_num(test.get('macro_f1'))}")
     task_line = (f"Text regression: predicts `{prep['label_column']}` (a number, in its own units) "
-                 f"from the `{prep['text_column']}` column." if values else
+                 f"from {_text_columns(prep['text_column'])}." if values else
                  f"Text classification into {len(labels)} classes: "
-                 f"{', '.join(f'`{label}`' for label in labels)}.\nThe model reads the "
-                 f"`{prep['text_column']}` column (labels came from `{prep['label_column']}`).")
+                 f"{', '.join(f'`{label}`' for label in labels)}.\nThe model reads "
+                 f"{_text_columns(prep['text_column'])} (labels came from "
+                 f"`{prep['label_column']}`).")
     parity_line = (f"max |Δvalue| {parity['max_abs_diff']:.2e} (target units), max relative "
                    f"difference {parity['max_rel_diff']:.2e}" if values else
                    f"max |Δlogit| {parity['max_abs_diff']:.2e}, label agreement "

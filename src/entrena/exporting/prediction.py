@@ -35,7 +35,8 @@ from entrena.exporting.formats import FORMATS
 __all__ = ["BACKENDS", "SKIPPED_ROWS_LISTED", "VALUE_COLUMNS", "value_frame", "ModelLocation",
            "locate_model", "model_task_name",
            "PredictOptions",
-           "output_columns", "labelled_frame", "ChunkPredictor", "Progress",
+           "output_columns", "output_format", "labelled_frame", "multi_label_frame",
+           "ChunkPredictor", "Progress",
            "stream_predictions", "warn_replaced"]
 
 log = logging.getLogger("entrena")
@@ -193,6 +194,23 @@ def value_frame(frame: pd.DataFrame, values: np.ndarray,
     return out
 
 
+def multi_label_frame(frame: pd.DataFrame, tags: list[str], probs: np.ndarray,
+                      status: np.ndarray | list[str], thresholds: Any,
+                      separator: str) -> pd.DataFrame:
+    """:func:`labelled_frame` of a multi-label model: ``predicted_label`` is the set of tags
+    whose probability reaches its threshold (sorted, joined by ``separator``; empty when none
+    does), ``prob_<tag>`` each tag's sigmoid probability (N, K)."""
+    out = labelled_frame(frame, tags, probs, status)
+    ok = out["status"].to_numpy() == "ok"
+    cut = np.asarray(thresholds, dtype=np.float64)
+    names = np.asarray(tags, dtype=object)
+    predicted = np.full(len(frame), None, dtype=object)
+    for i in np.flatnonzero(ok):
+        predicted[i] = separator.join(sorted(names[probs[i] >= cut]))
+    out["predicted_label"] = predicted
+    return out
+
+
 def warn_replaced(data: Path, columns: list[str], labels: list[str]) -> None:
     """Warn when input columns share a name with the columns predict adds (``status``, a
     common label or feature name): the output holds predict's values under that name."""
@@ -276,6 +294,24 @@ class Progress:
             self.bar.stop()
 
 
+def output_format(data: Path, output: Path) -> Any:
+    """How a ``.csv`` or ``.tsv`` output is written: a ``.csv`` output of a ``.csv`` input
+    takes the input's delimiter and encoding (a ``;``-separated Windows-1252 export opens in
+    the same spreadsheet as its input); a ``.tsv`` output, or a ``.csv`` one of a ``.tsv``
+    input, takes its encoding; other inputs give UTF-8. ``None`` for JSONL and Parquet
+    outputs (:class:`~entrena.data.streaming.TextFormat`)."""
+    from entrena.data.streaming import TextFormat, text_format
+
+    suffix = output.suffix.lower()
+    if suffix not in (".csv", ".tsv"):
+        return None
+    found = text_format(data) if data.suffix.lower() in (".csv", ".tsv") else None
+    if found is None:
+        return TextFormat()
+    same = suffix == ".csv" and data.suffix.lower() == ".csv"
+    return TextFormat(found.delimiter if same else ",", found.encoding)
+
+
 def stream_predictions(predictor: ChunkPredictor, data: Path, output: Path, *,
                        columns: list[str], policy: str, options: PredictOptions, model: str,
                        started: float | None = None) -> dict[str, Any]:
@@ -298,6 +334,7 @@ def stream_predictions(predictor: ChunkPredictor, data: Path, output: Path, *,
     from entrena.data.streaming import TableWriter, iter_table
 
     start = time.perf_counter() if started is None else started
+    text = output_format(data, output)
     log.info("predicting %s with %s (%s) into %s", data, model, predictor.runner.name, output)
     console = options.console
     if console is None:
@@ -309,7 +346,7 @@ def stream_predictions(predictor: ChunkPredictor, data: Path, output: Path, *,
     values = _ValueSummary()
     skipped_rows: list[int] = []
     rows = predicted = 0
-    with TableWriter(output) as writer, Progress(console, options.progress) as bar:
+    with TableWriter(output, text=text) as writer, Progress(console, options.progress) as bar:
         for chunk in iter_table(data, chunk_rows=options.chunk_rows,
                                 na_columns=predictor.na_columns, role="input"):
             annotated, skipped = predictor.annotate(chunk.frame, first_row=chunk.first_row,
@@ -320,7 +357,11 @@ def stream_predictions(predictor: ChunkPredictor, data: Path, output: Path, *,
             rows += len(annotated)
             predicted += int((~skipped).sum())
             if predictor.labels:
-                counts.update(annotated.loc[~skipped, "predicted_label"].tolist())
+                predicted_now = annotated.loc[~skipped, "predicted_label"].tolist()
+                separator = getattr(predictor, "separator", None)
+                if separator:  # a multi-label model counts tags, not sets
+                    predicted_now = [t for v in predicted_now if v for t in v.split(separator)]
+                counts.update(predicted_now)
             else:
                 values.add(annotated.loc[~skipped, "predicted_value"].to_numpy(float))
             room = SKIPPED_ROWS_LISTED - len(skipped_rows)
@@ -334,6 +375,8 @@ def stream_predictions(predictor: ChunkPredictor, data: Path, output: Path, *,
              predictor.skip_reason, elapsed)
     return {
         "input": str(data), "output": str(output), "model": model,
+        "output_format": ({"delimiter": text.delimiter, "encoding": text.encoding}
+                          if text is not None else None),
         "backend": predictor.runner.name, "on_bad_rows": policy,
         "columns_added": added,
         "rows": {"read": rows, "predicted": predicted, "skipped": rows - predicted},

@@ -4,7 +4,9 @@
 batches, callbacks and trackers, the loop, the test, the baselines, the saved model and
 ``metrics.json``), readable top to bottom as torchtune's recipes are; ``planning.py`` is its
 planning step (and what ``entrena plan`` shares with it); ``efficiency.py`` wires the
-efficiency monitor and the diagnosis. Nothing here names a task: the task comes from the
+efficiency monitor and the diagnosis; ``verdicts.py`` compares the model with the task's
+baselines and adds the data and model findings; ``predictions.py`` writes
+``predictions/<role>.csv``. Nothing here names a task: the task comes from the
 registry and is called through its protocol.
 """
 

@@ -94,6 +94,14 @@ def efficiency_metrics(state: TrainState, monitor: EfficiencyMonitor, *, precisi
            "usd_per_hour": local.get("usd_per_hour")}
     findings = diagnose(summary, plan_vs_actual=plan_vs_actual, fit=fit)
     for finding in findings:
-        log.warning("diagnosis: %s [%s] -> %s", finding["message"], finding["figure"],
-                    finding["change"])
+        log_finding(finding)
     return summary, findings
+
+
+def log_finding(finding: dict[str, Any]) -> None:
+    """A warning for what the user can change (data, model, training); the machine's figures
+    (hardware, plan) at INFO: they are in ``metrics.json`` and the report for whoever tunes
+    throughput, and a newcomer's console leads with what they can act on."""
+    level = logging.INFO if finding.get("group") in ("hardware", "plan") else logging.WARNING
+    log.log(level, "diagnosis (%s): %s [%s] -> %s", finding.get("group", "model"),
+            finding["message"], finding["figure"], finding["change"])

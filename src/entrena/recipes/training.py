@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from entrena.callbacks.checkpoint import ModelCheckpoint, PeriodicCheckpoint, unwrap
+from entrena.callbacks.diagnosis import order_findings
 from entrena.callbacks.early_stopping import EarlyStopping
 from entrena.callbacks.lr_schedule import LRSchedule
 from entrena.callbacks.monitor import Monitor
@@ -67,11 +68,12 @@ from entrena.recipes.planning import (
     plan_vs_actual,
     reset_peak_memory,
 )
-from entrena.tasks.baselines import compare_with_baseline
+from entrena.recipes.predictions import write_predictions
+from entrena.recipes.verdicts import baseline_finding, baseline_verdict, no_test_finding
 from entrena.tasks.registry import get_task
 from entrena.tracking.base import TrackingContext, build_trackers
 from entrena.tracking.events import EventLog
-from entrena.units import parse_duration_s
+from entrena.units import parse_duration_s, short_list
 
 __all__ = ["run_fit", "build_optimizer"]
 
@@ -248,9 +250,11 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                            check_gradients=backend.precision != "16-mixed",
                            divergence_factor=tcfg.divergence_factor,
                            max_skipped_fraction=tcfg.max_skipped_fraction)
+    # the model's outputs: classes, or a multi-label task's tags (its label map holds sets)
+    outputs_named = list(getattr(prepared, "tags", splits.labels))
     log.info("training on %d examples, validating on %d%s", len(splits.train),
-             len(splits.validation), f"; {len(splits.labels)} labels: {', '.join(splits.labels)}"
-             if splits.labels else "")
+             len(splits.validation), f"; {len(outputs_named)} labels: "
+             f"{short_list(outputs_named)}" if outputs_named else "")
     reset_peak_memory(backend.accelerator)  # the fit's own peak, after planning's probe
     with preemption.installed():
         if rng_state is not None:
@@ -273,13 +277,17 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         raise _interrupted_error(state, preemption)
 
     metrics: dict[str, Any] = {}
-    metrics["validation"] = evaluate(model)  # with the restored best weights
+    scored: dict[str, tuple[Any, Any]] = {}  # role -> (outputs, targets), for predictions/
+    outputs, targets, loss = predict(backend, model, validation_data, task.loss)
+    metrics["validation"] = {"loss": loss, **task.evaluate(outputs, targets, prepared)}
+    scored["validation"] = (outputs, targets)  # with the restored best weights
     _refuse_nonfinite_model(model, metrics["validation"], state, checkpoint.restored)
     if splits.test is not None:
         outputs, targets, loss = predict(backend, model, batches("test", shuffle=False),
                                          task.loss)
         metrics["test"] = {"loss": loss, **task.evaluate(outputs, targets, prepared,
                                                          detailed=True)}
+        scored["test"] = (outputs, targets)
     metrics["fit"] = {
         "epochs": state.epoch + (1 if state.batch_in_epoch else 0),
         "steps": state.step,
@@ -304,12 +312,13 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     }
     if not leader:  # rank 0 tests, compares, saves and tracks
         return metrics
-    metrics["baseline"] = _baseline(task.baselines(loaded, prepared), metrics, task)
+    metrics["baseline"] = baseline_verdict(task.baselines(loaded, prepared), metrics, task)
     advice = getattr(task, "advice", None)  # optional: what a task says about its baselines
     finding = advice(metrics["baseline"]["comparison"], metrics["baseline"]) if advice else None
     metrics["data"] = {"train_rows": len(splits.train), "validation_rows": len(splits.validation),
                        "test_rows": len(splits.test) if splits.test is not None else 0,
-                       **({"labels": splits.labels} if splits.labels else {})}
+                       **({"labels": list(getattr(prepared, "tags", splits.labels))}
+                          if splits.labels else {})}
     metrics["history"] = state.history
     comparison = plan_vs_actual(plan, peak_memory_bytes=fit_peak_bytes,
                                 train_time_s=state.train_time_s,
@@ -319,10 +328,19 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     metrics["efficiency"], metrics["diagnosis"] = efficiency_metrics(
         state, efficiency, precision=backend.precision, max_epochs=tcfg.max_epochs, plan=plan,
         plan_vs_actual=comparison)
-    if finding is not None:
-        metrics["diagnosis"] = [finding, *(metrics["diagnosis"] or [])]
-        log.warning("%s: %s; %s", finding["figure"], finding["message"], finding["change"])
+    # The task's own advice speaks for the baselines when it has some (the tabular task's
+    # trees_enough); the generic tie or loss is already logged by baseline_verdict.
+    generic = baseline_finding(metrics["baseline"]["comparison"]) if finding is None else None
+    no_test = no_test_finding(metrics)
+    for found in (finding, no_test):
+        if found is not None:
+            log.warning("%s: %s; %s", found["figure"], found["message"], found["change"])
+    own = [f for f in (finding, generic, no_test) if f is not None]
+    metrics["diagnosis"] = order_findings([*own, *(metrics["diagnosis"] or [])])
 
+    predictions = write_predictions(task, loaded, prepared, scored, paths.predictions)
+    if predictions:
+        metrics["predictions"] = predictions
     task.save_model(unwrap(model), prepared, paths.model)
     tmp = paths.metrics.with_name(".metrics.json.tmp")
     tmp.write_text(dumps_strict(metrics, indent=2) + "\n", encoding="utf-8")
@@ -353,28 +371,6 @@ def _write_report(paths: RunPaths) -> None:
         log.warning("could not write report.html (%s: %s); run `entrena report %s`",
                     type(exc).__name__, exc, paths.root)
         log.debug("report failure", exc_info=True)
-
-
-def _baseline(result: dict[str, Any], metrics: dict[str, Any], task: Any) -> dict[str, Any]:
-    """The task's cheap baselines (fitted on the same splits) compared with the model on the
-    task's ``comparison_metric`` (default ``accuracy``) in the direction it declares, and a
-    loud warning when the model does not beat them (on test when there is one, else
-    validation)."""
-    role = "test" if "test" in metrics else "validation"
-    metric = getattr(task, "comparison_metric", "accuracy")
-    verdict = compare_with_baseline(metrics[role], result, role, metric,
-                                    getattr(task, "higher_is_better", {}).get(metric, True))
-    result["comparison"] = verdict
-    if not verdict["model_beats_baseline"]:
-        cheap = {"tfidf_logreg": "a bag of words"}.get(verdict["best"], verdict["best"])
-        log.warning("THE MODEL DOES NOT BEAT THE CHEAP BASELINE: %s %s %.4f vs %s %.4f; "
-                    "%s does as well for a fraction of the cost (more epochs, a "
-                    "pretrained model or more data may help)", role, verdict["metric"],
-                    verdict["model"], verdict["best"], verdict["best_score"], cheap)
-    else:
-        log.info("baseline: %s %s %.4f (model %.4f)", verdict["best"], role,
-                 verdict["best_score"], verdict["model"])
-    return result
 
 
 def _interrupted_error(state: TrainState, preemption: Preemption) -> Interrupted:

@@ -16,7 +16,8 @@ from entrena.core.rundir import RunPaths
 __all__ = ["build_report", "read_events", "SECTIONS", "write_report"]
 
 SECTIONS = ("Summary", "Training curves", "Efficiency", "Errors",
-            "Baseline vs model", "Diagnosis", "Data report", "Plan vs actual", "Environment")
+            "Baseline vs model", "Predictions", "Diagnosis", "Data report", "Plan vs actual",
+            "Environment")
 """Section titles, in page order (a test checks them)."""
 
 
@@ -198,13 +199,40 @@ def _baseline(metrics: dict[str, Any]) -> str:
     verdict = (metrics.get("baseline") or {}).get("comparison") or {}
     note = ""
     if verdict:
-        beats = verdict.get("model_beats_baseline")
-        note = (f"<p class='{'ok' if beats else 'bad'}'>The model "
-                f"{'beats' if beats else 'DOES NOT BEAT'} the best baseline "
+        outcome = verdict.get("outcome") or ("beats" if verdict.get("model_beats_baseline")
+                                             else "loses")
+        words = {"beats": "beats", "ties": "ties with", "loses": "DOES NOT BEAT"}[outcome]
+        style = {"beats": "ok", "ties": "warn", "loses": "bad"}[outcome]
+        note = (f"<p class='{style}'>The model {words} the best baseline "
                 f"({html.escape(str(verdict.get('best')))}) on {verdict.get('split')} "
                 f"{verdict.get('metric')}: {_fmt(verdict.get('model'))} vs "
                 f"{_fmt(verdict.get('best_score'))}.</p>")
     return note + _table(rows, ("model", "split", *names, "time (s)"))
+
+
+def _predictions(metrics: dict[str, Any]) -> str:
+    """Links to ``predictions/<role>.csv`` and each split's most confident mistakes."""
+    saved = metrics.get("predictions") or {}
+    parts = []
+    if "test" not in metrics:
+        parts.append("<p class='warn'>No test file (data.test): every score here is a "
+                     "validation score, on the rows that also chose the best weights, so it "
+                     "leans optimistic. Set data.test to held-out data for an unbiased "
+                     "score.</p>")
+    if not saved:
+        return "".join(parts) + "<p class='empty'>no per-row predictions were written</p>"
+    for role, entry in saved.items():
+        file = html.escape(str(entry.get("file", "")))
+        wrong = entry.get("mistakes")
+        count = f", {wrong} wrong" if wrong is not None else ""
+        parts.append(f"<h3>{html.escape(role)}</h3><p><a href='{file}'>{file}</a> "
+                     f"({entry.get('rows')} rows{count})</p>")
+        mistakes = entry.get("most_confident_mistakes") or []
+        if mistakes:
+            header = tuple(mistakes[0].keys())
+            parts.append("<p>The wrong predictions the model was surest of:</p>"
+                         + _table([tuple(m.get(k) for k in header) for m in mistakes], header))
+    return "".join(parts)
 
 
 def _data(report: dict[str, Any]) -> str:
@@ -256,6 +284,7 @@ def build_report(run_dir: Path) -> str:
                   ((metrics.get("test") or {}).get("per_class") or {}).items()],
                  ("class", "precision", "recall", "F1", "support")),
         "Baseline vs model": _baseline(metrics),
+        "Predictions": _predictions(metrics),
         "Diagnosis": _table([(d.get("message"), d.get("figure"), d.get("change"))
                              for d in diagnosis], ("finding", "figure", "change to make"))
         if diagnosis else "<p class='ok'>nothing to change</p>",
@@ -270,7 +299,7 @@ def build_report(run_dir: Path) -> str:
             "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
             "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;"
             "padding:2px 8px;font-size:13px;text-align:left}.plot{margin:4px}"
-            ".bad{color:#b00;font-weight:bold}.ok{color:#070}.empty{color:#888}"
+            ".bad{color:#b00;font-weight:bold}.ok{color:#070}.warn{color:#a60}.empty{color:#888}"
             f"</style></head><body><h1>entrena report: {html.escape(run_dir.name)}</h1>"
             f"{sections}</body></html>\n")
 

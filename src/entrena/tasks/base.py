@@ -33,6 +33,13 @@ Optional: ``advice(verdict, baselines) -> dict | None``: a diagnosis finding (``
 "figure", "message", "change"}``, see :mod:`entrena.callbacks.diagnosis`) from the comparison
 with the baselines, added first to ``metrics.json``'s ``diagnosis`` and logged (the tabular
 task says "a CPU and boosted trees are enough here" when the trees win or tie).
+
+Optional: ``prediction_table(loaded, prepared, role, outputs, targets) -> pandas.DataFrame``:
+split ``role``'s rows with their predictions (``outputs`` and ``targets`` in example order, as
+:meth:`Task.evaluate` gets them), which the recipe writes to ``predictions/<role>.csv`` for
+validation and test. Classification tasks return
+:func:`entrena.tasks.predictions.classification_table` (``row``, the inputs, ``label``,
+``predicted_label``, ``prob_<label>``, ``correct``); a task without it writes none.
 """
 
 from __future__ import annotations

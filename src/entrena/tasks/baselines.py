@@ -14,9 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from entrena.tasks.metrics import classification_metrics
+from entrena.tasks.metrics import classification_metrics, multi_label_metrics
 
-__all__ = ["text_baselines", "compare_with_baseline"]
+__all__ = ["TIE_DECIMALS", "text_baselines", "multi_label_baselines", "compare_with_baseline"]
+
+TIE_DECIMALS = 4
+"""A model and a baseline equal at this many decimals (as logged and reported) tie."""
 
 
 def _majority(train_labels: np.ndarray) -> Any:
@@ -69,6 +72,55 @@ def text_baselines(train_texts: Sequence[str], train_labels: np.ndarray,
     return result
 
 
+def multi_label_baselines(train_texts: Sequence[str], train_tags: np.ndarray,
+                          evaluation: dict[str, tuple[Sequence[str], np.ndarray]],
+                          tags: list[str], *, seed: int = 0) -> dict[str, dict[str, Any]]:
+    """The multi-label baselines, scored as the model is (:func:`multi_label_metrics`):
+    ``majority`` (every row gets the tags more than half the training rows have, often
+    none) and ``tfidf_logreg`` (one-vs-rest: TF-IDF word 1-2 grams and one logistic
+    regression per tag, a tag predicted at probability 0.5).
+
+    Args:
+        train_tags: Multi-hot training tags (N, K).
+        evaluation: ``{"validation": (texts, multi-hot (N, K)), "test": …}``.
+    """
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.multiclass import OneVsRestClassifier
+    from sklearn.pipeline import make_pipeline
+
+    y = (np.asarray(train_tags) > 0.5).astype(np.int64)
+    common = y.mean(axis=0) > 0.5
+
+    def tfidf() -> Any:
+        if (y.sum(axis=0) == 0).any() or (y.sum(axis=0) == len(y)).any():
+            keep = [j for j in range(y.shape[1]) if 0 < y[:, j].sum() < len(y)]
+        else:
+            keep = list(range(y.shape[1]))
+        pipeline = make_pipeline(
+            TfidfVectorizer(ngram_range=(1, 2), min_df=1, sublinear_tf=True,
+                            max_features=200_000),
+            OneVsRestClassifier(LogisticRegression(max_iter=1000, random_state=seed)))
+        pipeline.fit(list(train_texts), y[:, keep])
+
+        def predict(texts: Sequence[str]) -> np.ndarray:
+            out = np.tile(common, (len(texts), 1))  # a constant tag keeps its constant
+            out[:, keep] = pipeline.predict_proba(list(texts)) >= 0.5
+            return out
+        return predict
+
+    builders = {"majority": lambda: (lambda texts: np.tile(common, (len(texts), 1))),
+                "tfidf_logreg": tfidf}
+    result: dict[str, dict[str, Any]] = {}
+    for name, build in builders.items():
+        started = time.perf_counter()
+        predict = build()
+        scores = {split: multi_label_metrics(np.asarray(truth), predict(texts), tags)
+                  for split, (texts, truth) in evaluation.items()}
+        result[name] = {**scores, "time_s": time.perf_counter() - started}
+    return result
+
+
 def compare_with_baseline(model_scores: dict[str, Any], baselines: dict[str, dict[str, Any]],
                           split: str, metric: str = "accuracy",
                           higher_is_better: bool = True) -> dict[str, Any]:
@@ -83,13 +135,17 @@ def compare_with_baseline(model_scores: dict[str, Any], baselines: dict[str, dic
 
     Returns:
         ``{"split", "metric", "higher_is_better", "model", "best", "best_score",
-        "model_beats_baseline"}``.
+        "model_beats_baseline", "outcome"}``; ``outcome`` is ``beats``, ``ties`` (equal at the
+        4 decimals the logs and the report show, :data:`TIE_DECIMALS`) or ``loses``;
+        ``model_beats_baseline`` is ``outcome == "beats"``.
     """
     pick = max if higher_is_better else min
     name, best = pick(((n, b[split][metric]) for n, b in baselines.items() if split in b),
                       key=lambda item: item[1])
     model = float(model_scores[metric])
-    beats = model > best if higher_is_better else model < best
+    better = model > best if higher_is_better else model < best
+    outcome = ("ties" if round(model, TIE_DECIMALS) == round(float(best), TIE_DECIMALS)
+               else "beats" if better else "loses")
     return {"split": split, "metric": metric, "higher_is_better": higher_is_better,
             "model": model, "best": name, "best_score": float(best),
-            "model_beats_baseline": bool(beats)}
+            "model_beats_baseline": outcome == "beats", "outcome": outcome}

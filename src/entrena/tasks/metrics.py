@@ -11,10 +11,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CLASSIFICATION_HIGHER_IS_BETTER", "classification_metrics", "cross_entropy_loss",
-           "evaluate_classification"]
+__all__ = ["CLASSIFICATION_HIGHER_IS_BETTER", "THRESHOLD_GRID", "classification_loss",
+           "classification_metrics", "cross_entropy_loss", "evaluate_classification",
+           "multi_label_metrics", "sigmoid", "tune_thresholds"]
 
-CLASSIFICATION_HIGHER_IS_BETTER = {"loss": False, "accuracy": True, "macro_f1": True}
+CLASSIFICATION_HIGHER_IS_BETTER = {"loss": False, "accuracy": True, "macro_f1": True,
+                                   "micro_f1": True}
 """An evaluation's metrics (``validation.<name>``) and whether a larger value is better."""
 
 
@@ -34,19 +36,113 @@ def cross_entropy_loss(outputs: Any, batch: dict[str, Any]) -> tuple[Any, int]:
     return F.cross_entropy(outputs.float(), labels, reduction="sum"), int(labels.shape[0])
 
 
+THRESHOLD_GRID = np.round(np.arange(0.05, 0.951, 0.05), 2)
+"""The per-tag thresholds :func:`tune_thresholds` tries (0.05 … 0.95)."""
+
+
+def classification_loss(outputs: Any, batch: dict[str, Any]) -> tuple[Any, int]:
+    """:func:`cross_entropy_loss` for class indices (B,); for multi-hot labels (B, K) (B batch,
+    K tags) binary cross-entropy on the logits, averaged over the tags of each example and
+    summed over the batch.
+
+    Returns:
+        ``(sum over the batch (scalar tensor), B)``.
+    """
+    labels = batch["labels"]
+    if labels.ndim == 1:
+        return cross_entropy_loss(outputs, batch)
+    import torch.nn.functional as F
+
+    per_tag = F.binary_cross_entropy_with_logits(outputs.float(), labels.float(),
+                                                 reduction="none")
+    return per_tag.mean(dim=1).sum(), int(labels.shape[0])
+
+
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    """Element-wise logistic function in float64 (no overflow warnings)."""
+    x = np.asarray(logits, dtype=np.float64)
+    return np.exp(-np.logaddexp(0.0, -x))
+
+
+def tune_thresholds(probs: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Each tag's threshold: the :data:`THRESHOLD_GRID` value with the best F1 of that tag on
+    these rows (ties: the one closest to 0.5; a tag with no positive row keeps 0.5).
+
+    Args:
+        probs: Sigmoid outputs (N, K).
+        targets: Multi-hot truth (N, K).
+
+    Returns:
+        Thresholds (K,) float64.
+    """
+    truth = np.asarray(targets) > 0.5
+    out = np.full(probs.shape[1], 0.5)
+    for j in range(probs.shape[1]):
+        if not truth[:, j].any():
+            continue
+        predicted = probs[:, j][None, :] >= THRESHOLD_GRID[:, None]  # (G, N)
+        tp = (predicted & truth[:, j]).sum(1)
+        f1 = 2 * tp / np.maximum(predicted.sum(1) + truth[:, j].sum(), 1)
+        best = np.flatnonzero(f1 == f1.max())
+        out[j] = THRESHOLD_GRID[best[np.argmin(np.abs(THRESHOLD_GRID[best] - 0.5))]]
+    return out
+
+
+def multi_label_metrics(targets: np.ndarray, predicted: np.ndarray, tags: list[str],
+                        detailed: bool = False) -> dict[str, Any]:
+    """Subset accuracy, micro- and macro-F1 of multi-label predictions.
+
+    Args:
+        targets: Multi-hot truth (N, K).
+        predicted: Multi-hot predictions (N, K).
+        tags: Tag names in output order.
+        detailed: Add ``per_class`` per tag (precision, recall, f1, support).
+
+    Returns:
+        ``{"accuracy" (every tag of the row right), "micro_f1", "macro_f1", ...}``.
+    """
+    from sklearn.metrics import f1_score, precision_recall_fscore_support
+
+    truth, guess = np.asarray(targets) > 0.5, np.asarray(predicted) > 0.5
+    result: dict[str, Any] = {
+        "accuracy": float(np.mean(np.all(truth == guess, axis=1))),
+        "micro_f1": float(f1_score(truth, guess, average="micro", zero_division=0)),
+        "macro_f1": float(f1_score(truth, guess, average="macro", zero_division=0)),
+    }
+    if detailed:
+        precision, recall, f1, support = precision_recall_fscore_support(
+            truth, guess, zero_division=0)
+        result["per_class"] = {
+            name: {"precision": float(precision[i]), "recall": float(recall[i]),
+                   "f1": float(f1[i]), "support": int(support[i])}
+            for i, name in enumerate(tags)}
+    return result
+
+
 def evaluate_classification(outputs: np.ndarray, targets: np.ndarray, prepared: Any, *,
                             detailed: bool = False) -> dict[str, Any]:
     """Metrics of one split from the model's outputs.
 
     Args:
         outputs: Logits (N, C) float32, in example order.
-        targets: True class indices (N,).
-        prepared: The task's prepared data (``prepared.splits.labels``: the class names).
+        targets: True class indices (N,), or multi-hot tags (N, K) for multi-label data.
+        prepared: The task's prepared data (``prepared.splits.labels``: the class names;
+            multi-label: ``prepared.tags`` and ``prepared.thresholds``).
         detailed: Add per-class figures and the confusion matrix (the test split).
 
     Returns:
-        :func:`classification_metrics` of the arg-max predictions.
+        :func:`classification_metrics` of the arg-max predictions; for multi-label targets
+        :func:`multi_label_metrics` at per-tag thresholds: tuned on this split when not
+        ``detailed`` (validation; kept in ``prepared.thresholds``), the kept ones otherwise.
     """
+    if np.ndim(targets) == 2:
+        probs = sigmoid(outputs)
+        if not detailed:
+            prepared.thresholds = tune_thresholds(probs, targets)
+        thresholds = getattr(prepared, "thresholds", None)
+        thresholds = np.full(probs.shape[1], 0.5) if thresholds is None else thresholds
+        return multi_label_metrics(targets, probs >= thresholds, list(prepared.tags),
+                                   detailed=detailed)
     return classification_metrics(targets, outputs.argmax(-1), prepared.splits.labels,
                                   detailed=detailed)
 

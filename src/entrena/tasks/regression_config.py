@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
+from pydantic import model_validator
+
 from entrena.config.schema import EarlyStoppingConfig, StrictModel, TrainConfig, TuneConfig
 
 __all__ = ["REGRESSION_METRICS", "TargetConfig", "RegressionEarlyStoppingConfig",
@@ -24,6 +26,15 @@ class TargetConfig(StrictModel):
     """Transform of the target before it is standardised: `log` learns log(1 + target)
     (prices, counts, durations: a skewed, non-negative target; refused when a value is
     <= -1); predictions and every reported figure are in the target's own units either way."""
+
+    @model_validator(mode="after")
+    def _no_class_label_keys(self) -> TargetConfig:
+        """The keys that clean or split class labels mean nothing for a number."""
+        for key in ("label_map", "normalise_labels", "multi_label"):
+            if getattr(self, key, None):
+                raise ValueError(f"data.{key} applies to class labels; a regression target "
+                                 f"is a number: remove data.{key}")
+        return self
 
 
 class RegressionEarlyStoppingConfig(EarlyStoppingConfig):

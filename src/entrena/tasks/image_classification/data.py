@@ -45,6 +45,7 @@ from entrena.data.cache import default_cache_dir
 from entrena.data.image_batches import ImageTransforms, channel_stats, iter_resized
 from entrena.data.image_cache import ImageSplit, ImageSplits, load_entry, write_entry
 from entrena.data.images import ImageList, ScannedImages, choose_channels, list_images, scan_images
+from entrena.data.labels import LabelCleanup
 from entrena.data.reading import RawSplit
 from entrena.data.tables import check_and_split, split_specs
 from entrena.errors import ConfigError, DataError
@@ -231,7 +232,8 @@ def _build(loaded: Any, sources: dict[str, str], specs: dict[str, str | None],
         on_unseen_labels=data.on_unseen_labels, policy=hy.CheckPolicy(**data.checks.model_dump()),
         normalise=False, empty_what="an empty path",
         check_keys="data.image_column and data.label_column",
-        terms=_terms(scanned, folder=Path(str(specs["train"])).is_dir()))
+        terms=_terms(scanned, folder=Path(str(specs["train"])).is_dir()),
+        label_cleanup=LabelCleanup.from_config(data))
     names = checked.labels
     split_off = checked.report.get("validation_split") is not None
 

@@ -27,6 +27,7 @@ from entrena.exporting.prediction import (
     PredictOptions,
     labelled_frame,
     output_columns,
+    output_format,
 )
 
 __all__ = ["ImagePredictor", "predict_images"]
@@ -101,7 +102,8 @@ def predict_images(location: ModelLocation, data: Path, output: Path,
     probs, status = predictor.predict(paths, on_bad_rows=policy, batch_size=options.batch_size)
     labels = predictor.labels
     out = labelled_frame(frame, labels, probs, status)
-    with TableWriter(output) as writer:
+    text = output_format(data, output)
+    with TableWriter(output, text=text) as writer:
         writer.write(out)
     ok = np.array([s == "ok" for s in status], dtype=bool)
     reasons = Counter(s.removeprefix("skipped: ") for s in status if s != "ok")
@@ -112,6 +114,8 @@ def predict_images(location: ModelLocation, data: Path, output: Path,
     return {"input": str(data), "output": str(output), "model": str(location.folder),
             "backend": predictor.runner.name, "task": location.meta.get("task"),
             "on_bad_rows": policy, "columns_added": output_columns(labels),
+            "output_format": ({"delimiter": text.delimiter, "encoding": text.encoding}
+                              if text is not None else None),
             "rows": {"read": len(paths), "predicted": int(ok.sum()),
                      "skipped": int((~ok).sum())},
             "skipped": {reason: {"count": n} for reason, n in reasons.items()},

@@ -133,6 +133,19 @@ class ImageClassificationTask:
         return image_baselines(features, labels, prepared.splits.labels,
                                seed=loaded.config.train.seed)
 
+    def prediction_table(self, loaded: Any, prepared: PreparedImages, role: str, outputs: Any,
+                         targets: Any) -> Any:
+        """Split ``role``'s images (their paths, under ``data.image_column``'s name) with their
+        predictions (:func:`~entrena.tasks.predictions.classification_table`; ``row`` is the
+        image's position in its listing, 1-based)."""
+        from entrena.tasks.predictions import classification_table
+
+        split = getattr(prepared.splits, role)
+        return classification_table({loaded.config.data.image_column:
+                                     [str(p) for p in split.paths]},
+                                    prepared.splits.labels, outputs, targets,
+                                    split.row_ids + 1)
+
     def save_model(self, model: Any, prepared: PreparedImages, directory: Path) -> None:
         """``model.safetensors`` and ``entrena_model.json`` (labels, model name, transforms)."""
         from entrena.callbacks.checkpoint import unwrap

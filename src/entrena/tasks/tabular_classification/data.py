@@ -32,6 +32,7 @@ import pandas as pd
 
 from entrena.config import LoadedConfig
 from entrena.data.hygiene import CheckPolicy, check_record
+from entrena.data.labels import LabelCleanup
 from entrena.data.preprocessing import (
     feature_names,
     fit_preprocessing,
@@ -144,7 +145,8 @@ def prepare_table(loaded: LoadedConfig, *, numeric_target: bool = False) -> Prep
                                          **common)
     else:
         splits = check_and_split(raw, specs, on_unseen_labels=data.on_unseen_labels,
-                                 regression_task="tabular-regression", **common)
+                                 regression_task="tabular-regression",
+                                 label_cleanup=LabelCleanup.from_config(data), **common)
     checked_s = time.perf_counter() - started
 
     def rows_of(role: str) -> pd.DataFrame:

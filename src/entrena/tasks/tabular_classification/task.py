@@ -124,6 +124,17 @@ class TabularClassificationTask:
         return tabular_baselines(prepared.frames, labels, prepared.splits.labels,
                                  prepared.preprocessing, seed=loaded.config.train.seed)
 
+    def prediction_table(self, loaded: Any, prepared: PreparedTable, role: str, outputs: Any,
+                         targets: Any) -> Any:
+        """Split ``role``'s rows (their feature values as read) with their predictions
+        (:func:`~entrena.tasks.predictions.classification_table`)."""
+        from entrena.tasks.predictions import classification_table
+
+        split = getattr(prepared.splits, role)
+        frame = prepared.frames[role]
+        return classification_table({c: frame[c].tolist() for c in frame.columns},
+                                    prepared.splits.labels, outputs, targets, split.row_ids)
+
     def save_model(self, model: Any, prepared: PreparedTable, directory: Path) -> None:
         """Weights, ``preprocessing.json`` and ``entrena_model.json``."""
         from entrena.tasks.tabular_classification.model import save_mlp

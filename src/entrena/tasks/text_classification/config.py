@@ -7,18 +7,56 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from entrena.config.schema import Config, DataConfig, ModelConfig, StrictModel
 
-__all__ = ["ArchitectureConfig", "TextDataConfig", "TextModelConfig", "TextClassificationConfig"]
+__all__ = ["ArchitectureConfig", "MultiLabelConfig", "TextDataConfig", "TextModelConfig",
+           "TextClassificationConfig"]
+
+
+class MultiLabelConfig(StrictModel):
+    """Each row's label is a set of tags (`billing|technical`): one sigmoid output per tag."""
+
+    separator: Annotated[str, Field(min_length=1)] = "|"
+    """What joins the tags in the label column (`billing|technical`); spaces around tags are
+    ignored, and so is their order."""
 
 
 class TextDataConfig(DataConfig):
     """Where the texts come from, which columns hold what, and how the data is checked."""
 
-    text_column: str = "text"
-    """Column holding the input text."""
+    multi_label: MultiLabelConfig | None = None
+    """Train a multi-label classifier: the label column holds tags joined by
+    `multi_label.separator` (`{separator: "|"}`; in JSONL also a JSON list of tags), the
+    model has one sigmoid output per tag,
+    each tag's threshold is tuned on validation (the F1 of that tag, from 0.05 to 0.95),
+    and the scores are micro-F1, macro-F1 (over tags) and subset accuracy (`accuracy`: the
+    whole set right). `label_map` and `normalise_labels` clean each tag. Predict and export
+    return the set (tags joined by the separator) and each tag's probability. `null`: one
+    class per row (a `|` in labels is warned about by the `joined_labels` check)."""
+
+    text_column: str | list[str] = "text"
+    """Column holding the input text, or a list of columns (`[subject, description]`) joined
+    into one text per row: each non-empty field after its column name, one per line
+    (`subject: …` newline `description: …`); a row whose fields are all empty is an empty
+    text. `entrena predict` and `entrena export` join them the same way."""
+
+    @field_validator("text_column")
+    @classmethod
+    def _columns(cls, value: str | list[str]) -> str | list[str]:
+        if isinstance(value, str):
+            return value
+        if not value:
+            raise ValueError("an empty list; name one text column or several")
+        blank = [c for c in value if not c.strip()]
+        if blank:
+            raise ValueError("a column name is empty; name each text column")
+        repeated = sorted({c for c in value if value.count(c) > 1})
+        if repeated:
+            raise ValueError(f"names {', '.join(map(repr, repeated))} more than once; list each "
+                             "text column once")
+        return value[0] if len(value) == 1 else value
 
 
 class ArchitectureConfig(StrictModel):

@@ -32,6 +32,7 @@ from entrena.config.models import resolve_model_name
 from entrena.data.cache import CACHE_FORMAT, PreparedCache
 from entrena.data.encoding import EncodedTexts, choose_max_length, tokenizer_fingerprint
 from entrena.data.hygiene import CheckPolicy, check_record, truncated_fraction
+from entrena.data.labels import LabelCleanup
 from entrena.data.tables import LabelledSplits, load_splits, open_config_sources
 from entrena.errors import ConfigError
 
@@ -61,10 +62,34 @@ class PreparedData:
     length_limit: int
     report: dict[str, Any]
     from_cache: bool
+    thresholds: Any = None
+    """Multi-label: each tag's decision threshold (K,), tuned on validation by
+    :func:`entrena.tasks.metrics.evaluate_classification`; ``None`` before that."""
 
     @property
     def failed_checks(self) -> list[dict[str, Any]]:
         return [c for c in self.report.get("checks", []) if c["status"] == "failed"]
+
+    @property
+    def separator(self) -> str | None:
+        """``data.multi_label.separator`` of multi-label data, else ``None``."""
+        return (self.report.get("multi_label") or {}).get("separator")
+
+    @property
+    def tags(self) -> list[str]:
+        """Multi-label: the tags (the model's outputs, in order); else the class names."""
+        found = (self.report.get("multi_label") or {}).get("tags")
+        return list(found) if found is not None else list(self.splits.labels)
+
+    def targets(self, role: str) -> np.ndarray:
+        """Split ``role``'s labels as the model is trained on them: class indices (N,), or
+        for multi-label data multi-hot tags (N, K) float32 (the label map holds tag sets)."""
+        split = getattr(self.splits, role)
+        if self.separator is None:
+            return np.asarray(split.labels)
+        from entrena.data.labels import tag_matrix
+
+        return tag_matrix(self.splits.labels, self.tags, self.separator)[split.labels]
 
 
 
@@ -179,6 +204,10 @@ def prepare_texts(loaded: LoadedConfig, sources: dict[str, str], *,
         seed=cfg.train.seed, group_column=data.group_column,
         on_unseen_labels=data.on_unseen_labels,
         checks=CheckPolicy(**data.checks.model_dump()), sources=files,
+        label_cleanup=None if numeric_target else LabelCleanup.from_config(data),
+        multi_label_separator=(data.multi_label.separator
+                               if not numeric_target and getattr(data, "multi_label", None)
+                               else None),
         target_transform=data.target_transform if numeric_target else None,
         regression_task="text-regression")
     checked_s = time.perf_counter() - started

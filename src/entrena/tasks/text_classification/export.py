@@ -19,8 +19,10 @@ import numpy as np
 import pandas as pd
 
 from entrena.core.files import dumps_strict, plain_mode
+from entrena.data.labels import LabelCleanup
 from entrena.data.sources import read_table, require_columns
 from entrena.data.tables import empty_values
+from entrena.data.text_fields import describe_text_columns, join_text_columns, text_columns
 from entrena.errors import ConfigError, DataError
 from entrena.exporting import onnx_format
 from entrena.exporting.bundle import (
@@ -95,25 +97,38 @@ def parity_examples(run: RunModel, parity_data: str | Path | None,
     path, dataset = parity_source(run, parity_data, "a file with the run's text column")
     try:
         frame = read_table(path, role="parity")
-        require_columns(frame, {"data.text_column": text_column}, path=path, role="parity")
+        names = text_columns(text_column)
+        require_columns(frame, {("data.text_column" if len(names) == 1
+                                 else f"data.text_column[{i}]"): c for i, c in enumerate(names)},
+                        path=path, role="parity")
     except DataError as exc:
         hint = "" if parity_data is not None else (
             f"; the parity check reads the run's {dataset} file: pass --parity-data FILE (a "
-            f"file with the {text_column!r} column, and {label_column!r} for accuracy)")
+            f"file with the {describe_text_columns(text_column)} column, and "
+            f"{label_column!r} for accuracy)")
         raise DataError(f"{exc}{hint}") from None
-    frame = frame.loc[~empty_values(frame[text_column]).to_numpy()]
+    texts = join_text_columns(frame, text_column)
+    keep = ~empty_values(texts).to_numpy()
+    frame, texts = frame.loc[keep], texts.loc[keep]
     codes = None
     if run.meta.get("target"):  # a regressor: the true values (NaN where not a number)
         if label_column in frame.columns:
             codes = pd.to_numeric(frame[label_column], errors="coerce").to_numpy(np.float64)
-    elif label_column in frame.columns:
-        codes = label_index(frame[label_column], labels)
-        frame, codes = frame.loc[codes >= 0], codes[codes >= 0]
-    if limit is not None and len(frame) > limit:
-        frame = frame.iloc[:limit]
+    elif label_column in frame.columns and not run.meta.get("multi_label"):
+        # (a multi-label model's parity is checked on its outputs alone)
+        cleanup = LabelCleanup(dict(data.get("label_map") or {}), data.get("normalise_labels"))
+        values = frame[label_column]
+        if cleanup.active:  # the parity file's labels cleaned as training's were
+            known = label_index(values, labels) >= 0
+            values = [v if ok else cleanup.to_known([str(v).strip()], labels)[0]
+                      for v, ok in zip(values, known, strict=True)]
+        codes = label_index(values, labels)
+        texts, codes = texts.loc[codes >= 0], codes[codes >= 0]
+    if limit is not None and len(texts) > limit:
+        texts = texts.iloc[:limit]
         codes = codes[:limit] if codes is not None else None
         dataset = f"{dataset} (first {limit} rows)"
-    return ParityExamples([str(t) for t in frame[text_column]], codes, dataset)
+    return ParityExamples([str(t) for t in texts], codes, dataset)
 
 
 def _latency(runners: list[Runner], encoded: Any, prep: Preprocessing, pad_id: int,

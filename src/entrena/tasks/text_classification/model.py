@@ -158,12 +158,16 @@ def meta_classifier(*, num_labels: int, pretrained: str | None,
 
 
 def save_classifier(model: TextClassifier, tokenizer: Any, directory: Path, *, labels: list[str],
-                    max_length: int, task: str = "text-classification",
+                    max_length: int, multi_label: dict[str, Any] | None = None,
+                    task: str = "text-classification",
                     extra: dict[str, Any] | None = None) -> None:
     """Write the model folder (encoder, tokenizer, head, labels). Overwrites ``directory``.
 
     Args:
-        labels: Class names in output order (empty for a regressor's single output).
+        labels: The outputs' names: classes, or a multi-label model's tags (empty for a
+            regressor's single output).
+        multi_label: ``{"separator", "thresholds"}`` of a multi-label model (sigmoid
+            outputs, one threshold per tag), written into ``entrena_model.json``.
         task: The task recorded in ``entrena_model.json``.
         extra: More entries for ``entrena_model.json`` (a regressor's ``target`` scaling).
     """
@@ -180,7 +184,7 @@ def save_classifier(model: TextClassifier, tokenizer: Any, directory: Path, *, l
     save_file(head, str(directory / HEAD_FILE))
     meta = {"task": task, "labels": labels, "outputs": model.head.out_features,
             "pooling": model.pooling, "max_length": max_length, "dropout": model.dropout.p,
-            **(extra or {})}
+            **({"multi_label": multi_label} if multi_label else {}), **(extra or {})}
     (directory / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from entrena.data.tables import empty_values
+from entrena.data.text_fields import describe_text_columns, join_text_columns, text_columns
 from entrena.errors import DataError
 from entrena.exporting.bundle import Preprocessing
 from entrena.exporting.inference import (
@@ -29,10 +30,12 @@ from entrena.exporting.prediction import (
     ModelLocation,
     PredictOptions,
     labelled_frame,
+    multi_label_frame,
     stream_predictions,
     value_frame,
     warn_replaced,
 )
+from entrena.tasks.metrics import sigmoid
 
 __all__ = ["SKIPPED_EMPTY", "TextPredictor", "predict_texts", "preprocessing_of"]
 
@@ -69,21 +72,37 @@ def predict_texts(location: ModelLocation, data: Path, output: Path,
 
     start = time.perf_counter()
     prep = preprocessing_of(location)
-    column = options.input_column or prep.text_column
+    trained = text_columns(prep.text_column)
     policy = options.on_bad_rows or prep.on_bad_rows
     columns = table_columns(data, role="input")
-    if column not in columns:
-        origin = "--text-column" if options.input_column else \
-            f"the text column the model was trained on (data.text_column = {column!r})"
-        present = ", ".join(repr(c) for c in columns) or "none"
-        raise DataError(f"{data}: no column {column!r} ({origin}); the input's columns are: "
-                        f"{present}; rename the column or pass --text-column COLUMN")
+    wanted = trained
+    if options.input_column:  # "a,b" names several columns, unless one column is so named
+        wanted = ([options.input_column] if options.input_column in columns
+                  else [c.strip() for c in options.input_column.split(",")])
+    if options.input_column and len(wanted) != len(trained):
+        raise DataError(f"--text-column {options.input_column!r} names {len(wanted)} "
+                        f"column(s) but the model was trained on {len(trained)} joined text "
+                        f"columns ({describe_text_columns(trained)}); name as many, in that "
+                        "order, separated by commas")
+    for column in wanted:
+        if column not in columns:
+            origin = "--text-column" if options.input_column else (
+                f"a text column the model was trained on (data.text_column = "
+                f"{prep.text_column!r})")
+            present = ", ".join(repr(c) for c in columns) or "none"
+            several = " (several: A,B)" if len(trained) > 1 else ""
+            raise DataError(f"{data}: no column {column!r} ({origin}); the input's columns "
+                            f"are: {present}; rename the column or pass --text-column "
+                            f"COLUMN{several}")
     warn_replaced(data, columns, prep.labels)
     TableWriter(output).abort()  # an unwritable or unsupported output fails before loading
-    predictor = TextPredictor(location, prep, column, options.threads)
+    # The input's columns go by the trained names, so that the texts carry the markers the
+    # model was trained with ("subject: …"), whatever the input calls those columns.
+    predictor = TextPredictor(location, prep, wanted if len(wanted) > 1 else wanted[0],
+                              options.threads, markers=trained)
     summary = stream_predictions(predictor, data, output, columns=columns, policy=policy,
                                  options=options, model=str(location.path), started=start)
-    return {**summary, "text_column": column}
+    return {**summary, "text_column": wanted[0] if len(wanted) == 1 else wanted}
 
 
 class TextPredictor:
@@ -93,14 +112,18 @@ class TextPredictor:
     Args:
         location: What to run.
         preprocessing: How texts become inputs (:func:`preprocessing_of`).
-        text_column: The input column holding the texts.
+        text_column: The input column holding the texts, or the columns joined into one
+            text (:func:`~entrena.data.text_fields.join_text_columns`).
         threads: CPU threads (PyTorch and ONNX Runtime); ``None`` keeps their defaults.
+        markers: For several columns: the names the model was trained with, in the same
+            order (the markers of the joined text); default ``text_column``.
     """
 
     skip_reason = "empty text"
 
-    def __init__(self, location: ModelLocation, preprocessing: Preprocessing, text_column: str,
-                 threads: int | None = None):
+    def __init__(self, location: ModelLocation, preprocessing: Preprocessing,
+                 text_column: str | list[str], threads: int | None = None,
+                 markers: list[str] | None = None):
         from entrena.tasks.text_classification.model import (
             build_tokenizer,
             load_classifier,
@@ -132,8 +155,12 @@ class TextPredictor:
         self.labels = preprocessing.labels
         self.values = bool(location.meta.get("target"))
         """A regressor: ``predicted_value`` in the target's units (no labels)."""
+        multi = location.meta.get("multi_label") or {}
+        self.separator: str | None = multi.get("separator")
+        self.thresholds = multi.get("thresholds")
         self.text_column = text_column
-        self.na_columns = [text_column]
+        self.na_columns = text_columns(text_column)
+        self.markers = markers or self.na_columns
         self.encoder = TextEncoder(tokenizer, self.preprocessing)
 
     def annotate(self, frame: pd.DataFrame, *, first_row: int, on_bad_rows: str,
@@ -156,31 +183,45 @@ class TextPredictor:
         Raises:
             DataError: ``on_bad_rows == "error"`` and the chunk has empty texts (named).
         """
-        labels, text_column = self.preprocessing.labels, self.text_column
-        empty = empty_values(frame[text_column]).to_numpy()
-        if missing is not None and missing.get(text_column) is not None:
-            empty = empty | missing[text_column]
+        labels, columns = self.preprocessing.labels, self.na_columns
+        described = describe_text_columns(columns)
+        nested = sorted({i for c in columns for i, t in enumerate(frame[c].to_numpy())
+                         if isinstance(t, list | dict)})
+        if nested:
+            rows = ", ".join(str(i + first_row) for i in nested[:10])
+            raise DataError(f"input rows {rows}: {described} is a JSON list or object, not "
+                            "a text; write one string per row")
+        if len(columns) == 1:
+            values = frame[columns[0]]
+            empty = empty_values(values).to_numpy()
+            if missing is not None and missing.get(columns[0]) is not None:
+                empty = empty | missing[columns[0]]
+        else:
+            renamed = frame[columns].set_axis(self.markers, axis=1)
+            values = join_text_columns(
+                renamed, self.markers,
+                missing={m: (missing or {}).get(c) for m, c in zip(self.markers, columns,
+                                                                  strict=True)})
+            empty = (values == "").to_numpy()
         if on_bad_rows == "error" and empty.any():
             rows = (np.flatnonzero(empty) + first_row).tolist()
             shown = ", ".join(map(str, rows[:10])) + (f" and {len(rows) - 10} more"
                                                       if len(rows) > 10 else "")
-            raise DataError(f"empty {text_column!r} in input rows {shown}; fix or remove them, "
+            raise DataError(f"empty {described} in input rows {shown}; fix or remove them, "
                             "or pass --on-bad-rows skip to predict the rest")
-        nested = [i for i, t in enumerate(frame[text_column].to_numpy())
-                  if not empty[i] and isinstance(t, list | dict)]
-        if nested:
-            rows = ", ".join(str(i + first_row) for i in nested[:10])
-            raise DataError(f"input rows {rows}: {text_column!r} is a JSON list or object, not "
-                            "a text; write one string per row")
-        texts = [str(t) for t in frame[text_column].to_numpy()[~empty]]
+        texts = [str(t) for t in values.to_numpy()[~empty]]
         outputs = np.full((len(frame), 1 if self.values else len(labels)), np.nan)
         if texts:
             encoded = self.encoder.encode(texts)
             logits = predict_logits(self.runner, encoded, max_length=self.preprocessing.max_length,
                                     pad_id=self.encoder.pad_id, batch_size=batch_size)
             require_finite(logits, model=self.location.path, inputs="input rows")
-            outputs[~empty] = logits[:, :1] if self.values else softmax(logits)
+            outputs[~empty] = (logits[:, :1] if self.values else
+                               sigmoid(logits) if self.separator else softmax(logits))
         status = np.where(empty, SKIPPED_EMPTY, "ok")
         if self.values:
             return value_frame(frame, outputs[:, 0], status), empty
+        if self.separator:
+            return multi_label_frame(frame, labels, outputs, status, self.thresholds,
+                                     self.separator), empty
         return labelled_frame(frame, labels, outputs, status), empty

@@ -16,7 +16,7 @@ from typing import Any
 from entrena.tasks.base import PlanningSpec
 from entrena.tasks.metrics import (
     CLASSIFICATION_HIGHER_IS_BETTER,
-    cross_entropy_loss,
+    classification_loss,
     evaluate_classification,
 )
 from entrena.tasks.text_classification.config import TextClassificationConfig
@@ -72,7 +72,7 @@ def text_planning(loaded: Any, sources: dict[str, str], prepared: Any,
 
     def probe_batches(batch_size: int) -> list[dict[str, Any]]:
         t = cfg.train
-        batches = TextBatches(prepared.encoded["train"], prepared.splits.train.labels,
+        batches = TextBatches(prepared.encoded["train"], prepared.targets("train"),
                               max_length=max_length, batch_size=batch_size,
                               pad_id=tokenizer.pad_token_id or 0, shuffle=True,
                               group_by_length=t.group_by_length, seed=t.seed)
@@ -111,7 +111,7 @@ class TextClassificationTask:
     """The files a saved model folder holds (``entrena export``/``predict`` check them)."""
     export_formats = ("onnx", "torchscript")
     """The ``entrena export --format`` values this task writes."""
-    loss = staticmethod(cross_entropy_loss)
+    loss = staticmethod(classification_loss)
     evaluate = staticmethod(evaluate_classification)
     higher_is_better = CLASSIFICATION_HIGHER_IS_BETTER
 
@@ -131,7 +131,7 @@ class TextClassificationTask:
     def build_model(self, loaded: Any, sources: dict[str, str], prepared: PreparedData) -> Any:
         """A :class:`~entrena.tasks.text_classification.model.TextClassifier` (pretrained encoder,
         or random weights of ``model.architecture``)."""
-        return build_text_model(loaded, sources, prepared, len(prepared.splits.labels))
+        return build_text_model(loaded, sources, prepared, len(prepared.tags))
 
     def batches(self, loaded: Any, prepared: PreparedData, role: str, *, batch_size: int,
                 shuffle: bool) -> Any:
@@ -140,8 +140,8 @@ class TextClassificationTask:
         from entrena.data.loaders import TextBatches
 
         tcfg = loaded.config.train
-        split = getattr(prepared.splits, role)
-        return TextBatches(prepared.encoded[role], split.labels, max_length=prepared.max_length,
+        return TextBatches(prepared.encoded[role], prepared.targets(role),
+                           max_length=prepared.max_length,
                            batch_size=batch_size, pad_id=prepared.tokenizer.pad_token_id or 0,
                            shuffle=shuffle, group_by_length=tcfg.group_by_length,
                            seed=tcfg.seed)
@@ -151,17 +151,51 @@ class TextClassificationTask:
         from entrena.tasks.baselines import text_baselines
 
         splits = prepared.splits
-        evaluation = {role: (split.texts, split.labels) for role, split in splits.roles()
-                      if role != "train"}
+        evaluation = {role: (split.texts, prepared.targets(role))
+                      for role, split in splits.roles() if role != "train"}
+        if prepared.separator is not None:
+            from entrena.tasks.baselines import multi_label_baselines
+
+            return multi_label_baselines(splits.train.texts, prepared.targets("train"),
+                                         evaluation, prepared.tags,
+                                         seed=loaded.config.train.seed)
         return text_baselines(splits.train.texts, splits.train.labels, evaluation,
                               splits.labels, seed=loaded.config.train.seed)
+
+    def prediction_table(self, loaded: Any, prepared: PreparedData, role: str, outputs: Any,
+                         targets: Any) -> Any:
+        """Split ``role``'s rows with their predictions
+        (:func:`~entrena.tasks.predictions.classification_table`); the input column is the
+        text column, or ``text`` (``joined_text`` if a column is called ``text``) holding the
+        joined text of several."""
+        from entrena.data.text_fields import text_columns
+        from entrena.tasks.predictions import classification_table
+
+        split = getattr(prepared.splits, role)
+        columns = text_columns(loaded.config.data.text_column)
+        name = columns[0] if len(columns) == 1 else (
+            "joined_text" if "text" in columns else "text")
+        if prepared.separator is not None:
+            from entrena.tasks.predictions import multi_label_table
+
+            return multi_label_table({name: split.texts}, prepared.tags, outputs, targets,
+                                     split.row_ids, thresholds=prepared.thresholds,
+                                     separator=prepared.separator)
+        return classification_table({name: split.texts}, prepared.splits.labels, outputs,
+                                    targets, split.row_ids)
 
     def save_model(self, model: Any, prepared: PreparedData, directory: Path) -> None:
         """Encoder (Hugging Face format), tokenizer, head and ``entrena_model.json``."""
         from entrena.tasks.text_classification.model import save_classifier
 
-        save_classifier(model, prepared.tokenizer, directory, labels=prepared.splits.labels,
-                        max_length=prepared.max_length)
+        multi = None
+        if prepared.separator is not None:
+            thresholds = prepared.thresholds if prepared.thresholds is not None else \
+                [0.5] * len(prepared.tags)
+            multi = {"separator": prepared.separator,
+                     "thresholds": [float(t) for t in thresholds]}
+        save_classifier(model, prepared.tokenizer, directory, labels=prepared.tags,
+                        max_length=prepared.max_length, multi_label=multi)
 
     def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:
         """``(classifier in eval mode, meta)``; ``meta["tokenizer"]`` holds the tokenizer."""
@@ -183,7 +217,7 @@ class TextClassificationTask:
                  prepared: PreparedData) -> PlanningSpec:
         """Token lengths per split at ``max_length``; the model profiled on the meta device at
         three lengths; probed on the median-length and the longest batch of epoch 0."""
-        return text_planning(loaded, sources, prepared, len(prepared.splits.labels))
+        return text_planning(loaded, sources, prepared, len(prepared.tags))
 
     def write_bundle(self, run: Any, request: Any) -> dict[str, Any]:
         """Export ``run``'s model as ``request`` asks, check parity and latency, and return

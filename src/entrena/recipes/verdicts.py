@@ -1,0 +1,73 @@
+"""What the recipe says about a finished run's scores: the comparison with the task's cheap
+baselines (a tie is a tie) and the findings it adds to the diagnosis (``model``: a baseline
+ties or wins; ``data``: no test split)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from entrena.tasks.baselines import compare_with_baseline
+
+__all__ = ["baseline_finding", "baseline_verdict", "no_test_finding"]
+
+log = logging.getLogger("entrena")
+
+
+def baseline_verdict(result: dict[str, Any], metrics: dict[str, Any],
+                     task: Any = None) -> dict[str, Any]:
+    """The task's cheap baselines (fitted on the same splits) compared with the model, and a
+    loud warning when the model does not beat them (on test when there is one, else
+    validation).
+
+    The metric is the task's ``comparison_metric`` in the direction its ``higher_is_better``
+    declares (a regressor: ``rmse``, lower better); without one, ``accuracy`` (multi-label:
+    ``micro_f1``, as subset accuracy is harsh on many tags)."""
+    role = "test" if "test" in metrics else "validation"
+    metric = getattr(task, "comparison_metric", None) or (
+        "micro_f1" if "micro_f1" in metrics[role] else "accuracy")
+    higher = getattr(task, "higher_is_better", {}).get(metric, True)
+    verdict = compare_with_baseline(metrics[role], result, role, metric, higher)
+    result["comparison"] = verdict
+    cheap = {"tfidf_logreg": "a bag of words"}.get(verdict["best"], verdict["best"])
+    if verdict["outcome"] == "ties":
+        log.warning("the model ties the cheap baseline: %s %s %.4f = %s %.4f; %s does as "
+                    "well for a fraction of the cost (more epochs, a pretrained model or more "
+                    "data may help the model pull ahead)", role, verdict["metric"],
+                    verdict["model"], verdict["best"], verdict["best_score"], cheap)
+    elif verdict["outcome"] == "loses":
+        log.warning("THE MODEL DOES NOT BEAT THE CHEAP BASELINE: %s %s %.4f vs %s %.4f; "
+                    "%s does better for a fraction of the cost (more epochs, a "
+                    "pretrained model or more data may help)", role, verdict["metric"],
+                    verdict["model"], verdict["best"], verdict["best_score"], cheap)
+    else:
+        log.info("baseline: %s %s %.4f (model %.4f)", verdict["best"], role,
+                 verdict["best_score"], verdict["model"])
+    return result
+
+
+def baseline_finding(verdict: dict[str, Any]) -> dict[str, str] | None:
+    """A ``model`` finding when a cheap baseline ties or beats the model."""
+    outcome = verdict.get("outcome")
+    if outcome not in ("ties", "loses"):
+        return None
+    relation = "=" if outcome == "ties" else ("<" if verdict.get("higher_is_better", True)
+                                              else ">")
+    return {"code": "baseline_ties" if outcome == "ties" else "baseline_wins",
+            "figure": f"{verdict['split']} {verdict['metric']} {verdict['model']:.4f} "
+                      f"{relation} {verdict['best']} {verdict['best_score']:.4f}",
+            "message": ("the model ties the cheap baseline" if outcome == "ties"
+                        else "the cheap baseline beats the model"),
+            "change": "train longer (train.max_epochs), start from a pretrained model "
+                      "(model.name), or add data; or ship the baseline"}
+
+
+def no_test_finding(metrics: dict[str, Any]) -> dict[str, str] | None:
+    """A ``data`` finding when the run had no test split: every score is a validation one."""
+    if "test" in metrics:
+        return None
+    return {"code": "no_test_split", "figure": "no data.test",
+            "message": "no test file: the scores are validation scores, on the rows that also "
+                       "chose the best weights, so they lean optimistic",
+            "change": "set data.test to held-out rows (a file the run never trains or "
+                      "validates on) for an unbiased score"}
