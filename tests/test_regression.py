@@ -180,6 +180,11 @@ def test_bad_targets_are_one_line_errors(tmp_path):
                                   cwd=tmp_path))
     assert "has the same value (7) in all" in line and "nothing to predict" in line
 
+    huge = make_prices(60, 1).assign(price=lambda f: f["price"] * 1e300)
+    line = one_line_error(run_cli("prepare", table_config(tmp_path / "huge", huge, None),
+                                  cwd=tmp_path))
+    assert "too large to standardise" in line
+
     negative = make_prices(60, 1)
     negative.loc[3, "price"] = -2.5
     line = one_line_error(run_cli("prepare", table_config(tmp_path / "log", negative, None,

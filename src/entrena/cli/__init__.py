@@ -219,7 +219,8 @@ def export(run: RunArg,
                "split.", show_default=False)] = None,
            atol: Annotated[float, typer.Option(
                "--atol", help="Full precision: largest allowed |exported - PyTorch| logit "
-               "difference.")] = 1e-4,
+               "difference (classifiers; a regressor's values must agree within 1e-3 "
+               "relative).")] = 1e-4,
            latency_calls: Annotated[int, typer.Option(
                "--latency-calls", help="Timed calls per engine and batch size.")] = 50,
            json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
@@ -303,8 +304,8 @@ def predict(source: Annotated[Path, typer.Argument(
                 "--on-bad-rows", help="skip or error for empty texts (default: the run's "
                 "data.on_bad_rows).", show_default=False)] = None,
             json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
-    """Predict a label and class probabilities for every row of --input; writes --output with
-    every input column plus predicted_label, prob_<label> and status."""
+    """Predict every row of --input; writes --output with every input column plus
+    predicted_label, prob_<label> and status (a regressor: predicted_value and status)."""
     _setup_logging(verbose)
 
     def call() -> Any:

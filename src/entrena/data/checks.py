@@ -60,6 +60,8 @@ class Terms:
     where: Callable[[RawSplit, Sequence[int]], str] = _row_numbers
     single_class: str = ""
     label_column: bool = True
+    label: str = "label"
+    """What a row's answer is called (``label``; ``target`` for a number to predict)."""
 
     def rows(self, count: int, prefix: str = "") -> str:
         """``"1 training row"``, ``"2 training rows"``."""
@@ -157,18 +159,19 @@ def train_copies(t: RowSet, k: int, policy: hy.CheckPolicy, terms: Terms = TEXT
         hy.check_record("conflicting_labels", int(conflict.sum()), policy.conflicting_labels,
                         f"{terms.rows(c['conflicting_label_rows'], 'training ')} "
                         f"{_verb(c['conflicting_label_rows'], 'hold')} "
-                        f"{_n(c['conflicting_label_texts'], terms.key)} with different labels "
+                        f"{_n(c['conflicting_label_texts'], terms.key)} with different "
+                        f"{terms.label}s "
                         f"({terms.where(t.raw, t.examples['conflicting_labels'])})"),
         hy.check_record("exact_duplicates", int(exact_pair.sum()), policy.exact_duplicates,
                         f"{terms.rows(int(exact_pair.sum()), 'training ')} "
                         f"{_verb(int(exact_pair.sum()), 'repeat')} an earlier "
-                        f"{terms.row}'s {terms.key} and label "
+                        f"{terms.row}'s {terms.key} and {terms.label} "
                         f"({terms.where(t.raw, exact_rows)}; exact_duplicates_same_label)"),
         hy.check_record("normalised_duplicates", int(near.sum()),
                         policy.normalised_duplicates,
                         f"{terms.rows(int(near.sum()), 'more training ')} "
                         f"{_verb(int(near.sum()), 'repeat')} an earlier {terms.row} once case, "
-                        f"punctuation and spacing are ignored, with the same label "
+                        f"punctuation and spacing are ignored, with the same {terms.label} "
                         f"({terms.where(t.raw, near_rows)}; normalised_duplicates_same_label)"),
     ]
     current = np.ones(len(t.index), dtype=bool)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -146,6 +147,15 @@ def check_and_split_targets(raw: dict[str, RawSplit], specs: dict[str, str | Non
                     f"{', '.join(f'{x:g}' for x in v[low][:3])}); use "
                     "data.target_transform: none, or fix those targets")
     train_values = values["train"]
+    with np.errstate(over="ignore", invalid="ignore"):
+        learned = np.log1p(train_values) if target_transform == "log" else train_values
+        spread = float(np.std(learned))
+    if not math.isfinite(spread):
+        biggest = train_values[np.argmax(np.abs(train_values))]
+        raise DataError(f"{train}: data.label_column {label_column!r} holds targets as large as "
+                        f"{biggest:g}, too large to standardise (their squares overflow 64-bit "
+                        "floats); rescale the column (divide it by a power of ten) or use "
+                        "data.target_transform: log")
     if np.ptp(train_values) == 0:
         raise DataError(f"{train}: data.label_column {label_column!r} has the same value "
                         f"({train_values[0]:g}) in all {len(train_values)} training rows; "
@@ -167,7 +177,7 @@ def check_and_split_targets(raw: dict[str, RawSplit], specs: dict[str, str | Non
     for r in rows.values():
         ck.describe_copies(r, k)
     t = rows["train"]
-    checks_out = _train_copies(t, k, policy, terms)
+    checks_out = ck.train_copies(t, k, policy, replace(terms, label="target"))
     checks_out.append(ck.leakage(rows, policy, against=("validation", "test"), terms=terms))
 
     validation_split: dict[str, Any] | None = None
@@ -251,44 +261,6 @@ def _subsample(index: np.ndarray, bins: np.ndarray, limit: int | None, seed: int
                 and counts[counts > 0].min() >= 2 else None)
     kept, _ = train_test_split(index, train_size=limit, random_state=seed, stratify=stratify)
     return np.sort(kept)
-
-
-def _train_copies(t: ck.RowSet, k: int, policy: hy.CheckPolicy, terms: ck.Terms
-                  ) -> list[dict[str, Any]]:
-    """Duplicate checks on training rows (``drop`` policies applied) and the repeated keys
-    with different targets (noise: reported, kept unless ``conflicting_labels: drop``)."""
-    exact, normal, labels = t.exact[t.index], t.normal[t.index], t.labels[t.index]
-    conflict = hy.conflicting(normal, labels, k)
-    exact_pair = hy.repeats(hy.pair_keys(exact, labels, k))
-    near = hy.repeats(hy.pair_keys(normal, labels, k)) & ~hy.repeats(exact)
-    rows = t.rows()
-    c = t.counts
-    records = [
-        hy.check_record(
-            "conflicting_labels", int(conflict.sum()), policy.conflicting_labels,
-            f"{terms.rows(c['conflicting_label_rows'], 'training ')} repeat "
-            f"{c['conflicting_label_texts']} {terms.key}(s) with different targets (noise the "
-            f"model cannot fit; kept) "
-            f"({terms.where(t.raw, hy.first_rows(rows, conflict, ck.EXAMPLE_ROWS))})"),
-        hy.check_record(
-            "exact_duplicates", int(exact_pair.sum()), policy.exact_duplicates,
-            f"{terms.rows(int(exact_pair.sum()), 'training ')} repeat an earlier {terms.row}'s "
-            f"{terms.key} and target "
-            f"({terms.where(t.raw, hy.first_rows(rows, exact_pair, ck.EXAMPLE_ROWS))})"),
-        hy.check_record(
-            "normalised_duplicates", int(near.sum()), policy.normalised_duplicates,
-            f"{terms.rows(int(near.sum()), 'more training ')} repeat an earlier {terms.row} "
-            f"and target once case, punctuation and spacing are ignored "
-            f"({terms.where(t.raw, hy.first_rows(rows, near, ck.EXAMPLE_ROWS))})"),
-    ]
-    current = np.ones(len(t.index), dtype=bool)
-    for record, mask in zip(records, (conflict, exact_pair, near), strict=True):
-        t.removed[record["check"]] = 0
-        if record["action"] == "drop":
-            t.removed[record["check"]] = int(np.sum(mask & current))
-            current &= ~mask
-    t.index = t.index[current]
-    return records
 
 
 def _range_check(rows: dict[str, ck.RowSet], targets_of: Any, terms: ck.Terms
