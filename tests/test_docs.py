@@ -128,6 +128,9 @@ def test_each_task_lists_the_keys_it_adds():
     from entrena.tasks.registry import builtin_config_schemas
 
     schemas = builtin_config_schemas()
+    # a regression task's target transform, and early stopping and tuning on its metrics
+    regression_keys = {"data.target_transform", "train.early_stopping",
+                       "train.early_stopping.monitor", "tune.metric"}
     added = {name: {row.key for s in task_reference_sections(schema) for row in s.rows}
              for name, schema in schemas.items()}
     assert added == {
@@ -143,7 +146,15 @@ def test_each_task_lists_the_keys_it_adds():
             "data.augmentation", "data.augmentation.random_resized_crop",
             "data.augmentation.crop_scale_min", "data.augmentation.horizontal_flip",
             "model.image_size", "model.pretrained", "model.weights_file"},
-        "tabular-classification": {"task", "data.drop_columns", "model.hidden_sizes"}}
+        "tabular-classification": {"task", "data.drop_columns", "model.hidden_sizes"},
+        "tabular-regression": {"task", "data.drop_columns", "model.hidden_sizes",
+                               *regression_keys},
+        "text-regression": {
+            "task", "data.text_column", "model.name", "model.architecture",
+            "model.architecture.num_hidden_layers", "model.architecture.hidden_size",
+            "model.architecture.num_attention_heads", "model.architecture.intermediate_size",
+            "model.architecture.max_position_embeddings", "model.tokenizer", "model.max_length",
+            "model.pooling", *regression_keys}}
     text = config_reference_markdown(schemas)
     assert "### `task: tabular-classification`" in text
     assert "| `model.hidden_sizes` | list of integer ≥ 1 | `[256, 128]` |" in text

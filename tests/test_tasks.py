@@ -65,8 +65,9 @@ def test_a_key_of_another_task_given_with_set_names_the_task():
     with pytest.raises(ConfigError) as info:
         load_config({"name": "x", "data": {"train": "t.csv"}}, ["model.hidden_sizes=[8]"])
     assert str(info.value) == (
-        "--set model.hidden_sizes: only used by task tabular-classification, and this config's "
-        "task is text-classification; remove model.hidden_sizes (or change task)")
+        "--set model.hidden_sizes: only used by task tabular-classification or "
+        "tabular-regression, and this config's task is text-classification; remove "
+        "model.hidden_sizes (or change task)")
 
 
 def test_a_key_of_another_task_is_refused_with_its_line(tmp_path):
@@ -76,8 +77,9 @@ def test_a_key_of_another_task_is_refused_with_its_line(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert str(info.value) == (
-        f"{path}:5: data.text_column: only used by task text-classification, and this "
-        "config's task is tabular-classification; remove data.text_column (or change task)")
+        f"{path}:5: data.text_column: only used by task text-classification or "
+        "text-regression, and this config's task is tabular-classification; remove "
+        "data.text_column (or change task)")
 
 
 def test_drop_columns_is_refused_for_text():

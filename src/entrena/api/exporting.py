@@ -135,11 +135,12 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
     result = ExportResult(destination, report)
     if not result.passed:
         parity = report["parity"]
-        raise ParityFailed(f"parity check failed ({parity['criteria']}; max |Δlogit| "
-                           f"{parity['max_abs_diff']:.3g}, label agreement "
-                           f"{parity['label_agreement']:.4f}"
-                           + (f", accuracy drop {parity['accuracy_drop']:.4f}"
-                              if "accuracy_drop" in parity else "")
-                           + f"); the bundle is in {destination} with parity.passed: false",
-                           result)
+        figures = (f"max |Δvalue| {parity['max_abs_diff']:.3g} (target units), max relative "
+                   f"{parity['max_rel_diff']:.3g}" if "max_rel_diff" in parity else
+                   f"max |Δlogit| {parity['max_abs_diff']:.3g}, label agreement "
+                   f"{parity['label_agreement']:.4f}")
+        drop = (f", accuracy drop {parity['accuracy_drop']:.4f}" if "accuracy_drop" in parity
+                else f", R² drop {parity['r2_drop']:.4f}" if "r2_drop" in parity else "")
+        raise ParityFailed(f"parity check failed ({parity['criteria']}; {figures}{drop}); the "
+                           f"bundle is in {destination} with parity.passed: false", result)
     return result

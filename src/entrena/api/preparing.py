@@ -166,6 +166,12 @@ def report_table(report: dict[str, Any]) -> Any:
         row("tokens: median / p95",
             lambda s: "{:.0f} / {:.0f}".format(s["token_length"].get("median", 0),
                                                s["token_length"].get("p95", 0)))
+    if report.get("target"):  # a number to predict
+        row("target mean (min - max)",
+            lambda s: "{:.4g} ({:.4g} - {:.4g})".format(s["target"]["mean"], s["target"]["min"],
+                                                       s["target"]["max"])
+            if s.get("target", {}).get("mean") is not None else "-")
+        row("targets outside training range", lambda s: f"{s.get('outside_training_range', 0):,}")
     shown, hidden = _labels_shown(report)
     for name in shown:
         row(f"label {name}", lambda s, n=name: f"{s['label_counts'].get(n, 0):,}")

@@ -15,7 +15,7 @@ from entrena.config.loading import apply_overrides
 from entrena.core.files import write_atomic, write_json_atomic
 from entrena.core.rundir import RunPaths, resolve_run_dir, write_status
 from entrena.errors import ConfigError
-from entrena.tasks.registry import load_config
+from entrena.tasks.registry import get_task, load_config
 from entrena.units import Budget, format_usd, parse_budget, parse_duration_s
 
 __all__ = ["TuneResult", "tune"]
@@ -160,7 +160,10 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
     metric = cfg.tune.metric
     direction = cfg.tune.direction
     if direction == "auto":
-        direction = "minimize" if metric.endswith("loss") else "maximize"
+        declared = getattr(get_task(cfg.task), "higher_is_better", {}).get(
+            metric.split(".", 1)[-1])
+        higher = declared if declared is not None else not metric.endswith("loss")
+        direction = "maximize" if higher else "minimize"
     trial_limit_s = parse_duration_s(cfg.tune.trial_max_time) if cfg.tune.trial_max_time else None
     if trials is None and (limit is None or limit.usd is not None):
         trials = 20

@@ -219,7 +219,8 @@ def export(run: RunArg,
                "split.", show_default=False)] = None,
            atol: Annotated[float, typer.Option(
                "--atol", help="Full precision: largest allowed |exported - PyTorch| logit "
-               "difference.")] = 1e-4,
+               "difference (classifiers; a regressor's values must agree within 1e-3 "
+               "relative).")] = 1e-4,
            latency_calls: Annotated[int, typer.Option(
                "--latency-calls", help="Timed calls per engine and batch size.")] = 50,
            json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
@@ -258,7 +259,13 @@ def _print_export(result: Any, json_output: bool) -> None:
     table.add_row(f"parity ({parity['examples']} {parity['dataset']} examples)",
                   "passed" if parity["passed"] else "FAILED")
     table.add_row("parity.max_abs_diff", f"{parity['max_abs_diff']:.2e}")
-    table.add_row("parity.label_agreement", f"{parity['label_agreement']:.4f}")
+    if "label_agreement" in parity:
+        table.add_row("parity.label_agreement", f"{parity['label_agreement']:.4f}")
+    if "max_rel_diff" in parity:
+        table.add_row("parity.max_rel_diff", f"{parity['max_rel_diff']:.2e}")
+    if "r2_exported" in parity:
+        table.add_row("R² (PyTorch / exported)",
+                      f"{parity['r2_pytorch']:.4f} / {parity['r2_exported']:.4f}")
     if "accuracy_exported" in parity:
         table.add_row("accuracy (PyTorch / exported)",
                       f"{parity['accuracy_pytorch']:.4f} / {parity['accuracy_exported']:.4f}")
@@ -297,8 +304,8 @@ def predict(source: Annotated[Path, typer.Argument(
                 "--on-bad-rows", help="skip or error for empty texts (default: the run's "
                 "data.on_bad_rows).", show_default=False)] = None,
             json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
-    """Predict a label and class probabilities for every row of --input; writes --output with
-    every input column plus predicted_label, prob_<label> and status."""
+    """Predict every row of --input; writes --output with every input column plus
+    predicted_label, prob_<label> and status (a regressor: predicted_value and status)."""
     _setup_logging(verbose)
 
     def call() -> Any:
@@ -512,6 +519,8 @@ def launch(config: ConfigArg,
 def _print_summary(result: Any) -> None:
     from rich.table import Table
 
+    from entrena.core.metrics import split_scores
+
     console = _stderr_console()
     metrics = result.metrics
     if result.already_finished:
@@ -521,10 +530,9 @@ def _print_summary(result: Any) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     for section in ("validation", "test"):
-        for key in ("accuracy", "macro_f1", "loss"):
-            value = metrics.get(section, {}).get(key)
-            if value is not None:
-                table.add_row(f"{section}.{key}", f"{value:.4f}")
+        for key, value in split_scores(metrics.get(section)):
+            table.add_row(f"{section}.{key}", f"{value:.4g}" if abs(value) >= 10
+                          else f"{value:.4f}")
     fit = metrics.get("fit", {})
     for key, fmt in (("epochs", "{}"), ("steps", "{}"), ("stop_reason", "{}"),
                      ("train_time_s", "{:.1f}"), ("throughput_samples_per_s", "{:.1f}"),

@@ -8,7 +8,7 @@ imports torch.
 from __future__ import annotations
 
 import difflib
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -23,6 +23,7 @@ __all__ = [
     "DataConfig",
     "ModelConfig",
     "EarlyStoppingConfig",
+    "CLASSIFICATION_METRICS",
     "CheckpointConfig",
     "TrainConfig",
     "TrackingConfig",
@@ -174,13 +175,30 @@ class ModelConfig(StrictModel):
     tabular MLP)."""
 
 
+CLASSIFICATION_METRICS = ("loss", "accuracy", "macro_f1")
+"""The validation metrics of the classification tasks (what `train.early_stopping.monitor`
+and `tune.metric` may name, as `validation.<metric>`)."""
+
+
+def _known_metric(value: str, metrics: tuple[str, ...]) -> str:
+    allowed = tuple(f"validation.{m}" for m in metrics)
+    if value not in allowed:
+        raise ValueError(f"must be one of {', '.join(allowed)}")
+    return value
+
+
 class EarlyStoppingConfig(StrictModel):
     """Stop when the monitored validation metric stops improving."""
+
+    METRICS: ClassVar[tuple[str, ...]] = CLASSIFICATION_METRICS
+    """The task's validation metrics (a task with other metrics subclasses this)."""
 
     enabled: bool = True
     """Turn early stopping on or off."""
     monitor: str = "validation.loss"
-    """Metric to watch: `validation.loss`, `validation.accuracy` or `validation.macro_f1`."""
+    """Metric to watch: `validation.loss`, `validation.accuracy` or `validation.macro_f1`
+    (regression: `validation.rmse`, the default there, `.mae`, `.r2`,
+    `.median_absolute_error`)."""
     mode: Literal["min", "max", "auto"] = "auto"
     """Whether lower (`min`) or higher (`max`) is better; `auto` infers it from the metric."""
     patience: Annotated[int, Field(ge=0)] = 2
@@ -191,10 +209,7 @@ class EarlyStoppingConfig(StrictModel):
     @field_validator("monitor")
     @classmethod
     def _known_monitor(cls, value: str) -> str:
-        allowed = ("validation.loss", "validation.accuracy", "validation.macro_f1")
-        if value not in allowed:
-            raise ValueError(f"must be one of {', '.join(allowed)}")
-        return value
+        return _known_metric(value, cls.METRICS)
 
 
 class CheckpointConfig(StrictModel):
@@ -385,11 +400,21 @@ class TuneConfig(StrictModel):
     log: true}`, `train.batch_size: {choices: [16, 32]}`). Default: `train.learning_rate`
     1e-5 to 1e-3 (log), `train.batch_size` 16 or 32, `train.weight_decay` 0 to 0.1,
     `model.dropout` 0 to 0.3."""
-    metric: Literal["validation.loss", "validation.accuracy", "validation.macro_f1"] = (
-        "validation.loss")
-    """Validation metric optimised, reported to the pruner at every evaluation."""
+    METRICS: ClassVar[tuple[str, ...]] = CLASSIFICATION_METRICS
+    """The task's validation metrics (a task with other metrics subclasses this)."""
+
+    metric: str = "validation.loss"
+    """Validation metric optimised, reported to the pruner at every evaluation:
+    `validation.loss`, `validation.accuracy` or `validation.macro_f1` (regression:
+    `validation.rmse`, `.mae`, `.r2`, `.median_absolute_error`)."""
     direction: Literal["auto", "minimize", "maximize"] = "auto"
-    """`auto`: minimise a loss, maximise the rest."""
+    """`auto`: as the task declares for the metric (minimise a loss, an error; maximise
+    accuracy, macro-F1, R²)."""
+
+    @field_validator("metric")
+    @classmethod
+    def _metric_of_task(cls, value: str) -> str:
+        return _known_metric(value, cls.METRICS)
     pruner: Literal["median", "hyperband", "none"] = "median"
     """Stop unpromising trials early: `median` (below the median of earlier trials at the
     same step), `hyperband`, or `none`."""

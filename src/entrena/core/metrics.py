@@ -8,8 +8,10 @@ listed here (a test checks that ``metrics.json`` of a real run uses only these k
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["MetricKey", "METRIC_KEYS", "higher_is_better", "metrics_reference_markdown"]
+__all__ = ["MetricKey", "METRIC_KEYS", "higher_is_better", "metrics_reference_markdown",
+           "split_scores"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,19 @@ _TABLE = [
     MetricKey("test.loss", "nats", "mean cross-entropy on the test set", False),
     MetricKey("test.accuracy", "fraction", "share of test examples right", True),
     MetricKey("test.macro_f1", "fraction", "unweighted mean of per-class F1 on test", True),
+    MetricKey("validation.rmse", "target units", "regression: root mean squared error on "
+              "validation, in the target's units", False),
+    MetricKey("validation.mae", "target units", "regression: mean absolute error", False),
+    MetricKey("validation.r2", "", "regression: coefficient of determination, 1 - SSE/SST "
+              "(0: no better than the mean; 1: perfect)", True),
+    MetricKey("validation.median_absolute_error", "target units", "regression: median of "
+              "the absolute errors (robust to a few large misses)", False),
+    MetricKey("test.rmse", "target units", "regression: root mean squared error on test",
+              False),
+    MetricKey("test.mae", "target units", "regression: mean absolute error on test", False),
+    MetricKey("test.r2", "", "regression: coefficient of determination on test", True),
+    MetricKey("test.median_absolute_error", "target units", "regression: median absolute "
+              "error on test", False),
     MetricKey("test.micro_f1", "fraction", "multi-label: micro-F1 on test at the thresholds "
               "tuned on validation", True),
     MetricKey("test.per_class", "fraction", "per class on the test set: "
@@ -100,7 +115,21 @@ _TABLE = [
               "macro-F1 on validation"),
     MetricKey("baseline.boosted_trees.test", "fraction", "tables: boosted trees on test"),
     MetricKey("baseline.boosted_trees.time_s", "s", "tables: boosted trees: fit and score "
-              "time"),
+              "time (regression: HistGradientBoostingRegressor, scored like the model)"),
+    MetricKey("baseline.boosted_trees.iterations", "count", "tables: boosting iterations the "
+              "trees ran (early stopping inside scikit-learn)"),
+    MetricKey("baseline.mean.validation", "target units", "regression: the training "
+              "mean predicted for every row: rmse, mae, r2 (about 0) and median absolute "
+              "error on validation"),
+    MetricKey("baseline.mean.test", "target units", "regression: the training mean on test"),
+    MetricKey("baseline.mean.time_s", "s", "regression: mean baseline: score time"),
+    MetricKey("baseline.tfidf_ridge.validation", "target units", "text regression: TF-IDF "
+              "(word 1-2 grams) + ridge regression on the training split: rmse, mae, r2 and "
+              "median absolute error on validation"),
+    MetricKey("baseline.tfidf_ridge.test", "target units", "text regression: TF-IDF + ridge "
+              "on test"),
+    MetricKey("baseline.tfidf_ridge.time_s", "s", "text regression: TF-IDF + ridge: fit and "
+              "score time"),
     MetricKey("baseline.thumbnail_logreg.validation", "fraction", "images: logistic "
               "regression on 8 x 8 thumbnails: accuracy and macro-F1 on validation"),
     MetricKey("baseline.thumbnail_logreg.test", "fraction", "images: thumbnail logistic "
@@ -108,10 +137,10 @@ _TABLE = [
     MetricKey("baseline.thumbnail_logreg.time_s", "s", "images: thumbnail logistic "
               "regression: fit and score time"),
     MetricKey("baseline.comparison", "", "model vs the best baseline on test (else "
-              "validation) accuracy: split, metric, model, best, best_score, "
-              "model_beats_baseline, outcome (beats, ties: equal at 4 decimals, or loses); the "
-              "metric is micro_f1 for multi-label runs; "
-              "a tie is warned about, a model that loses loudly"),
+              "validation) accuracy (regression: rmse, lower better): split, metric, "
+              "higher_is_better, model, best, best_score, model_beats_baseline, outcome "
+              "(beats, ties: equal at 4 decimals, or loses); the metric is micro_f1 for "
+              "multi-label runs; a tie is warned about, a model that loses loudly"),
     MetricKey("efficiency.mfu", "fraction", "model FLOPs utilisation: useful training FLOPs "
               "(planner's per-sample count at real lengths, padding excluded) / training time "
               "/ device peak (GPU: the catalog's peak for the precision; CPU: an fp32 matmul peak "
@@ -182,6 +211,16 @@ def higher_is_better(key: str) -> bool:
     if direction is None:
         raise KeyError(f"metric {key!r} has no better direction")
     return direction
+
+
+def split_scores(values: dict[str, Any] | None) -> list[tuple[str, float]]:
+    """The scalar metrics of one split of ``metrics.json`` (``accuracy``, ``macro_f1`` for a
+    classifier; ``rmse``, ``mae``, ``r2``, ``median_absolute_error`` for a regressor …), in
+    the order the task wrote them, ``loss`` last; nested figures (``per_class``) left out."""
+    items = [(k, float(v)) for k, v in (values or {}).items()
+             if isinstance(v, int | float) and not isinstance(v, bool)]
+    return [item for item in items if item[0] != "loss"] + [
+        item for item in items if item[0] == "loss"]
 
 
 def metrics_reference_markdown() -> str:

@@ -66,8 +66,9 @@ class CachedSplits:
 
 def _read_split(path: Path) -> tuple[Split, EncodedTexts]:
     encoded, table = read_encoded(path)
+    labels = table.column("label").to_numpy()
     split = Split(TextColumn(table.column("text")),
-                  table.column("label").to_numpy().astype(np.int64, copy=False),
+                  labels if labels.dtype.kind == "f" else labels.astype(np.int64, copy=False),
                   table.column("row").to_numpy().astype(np.int64, copy=False))
     return split, encoded
 
@@ -159,8 +160,9 @@ class EntryWriter:
                 if on_block is not None:
                     on_block(stop)
 
+        numbers = np.asarray(split.labels).dtype.kind == "f"  # regression targets
         write_encoded(self.path / f"{role}.arrow", blocks(), keep_last=keep_last,
-                      columns=COLUMNS)
+                      columns={**COLUMNS, "label": pa.float64()} if numbers else COLUMNS)
         self.roles.append(role)
         self.rows[role] = len(split)
         return _read_split(self.path / f"{role}.arrow")

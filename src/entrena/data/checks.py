@@ -23,7 +23,8 @@ from entrena.data.reading import REPORTED_ROWS, RawSplit, format_rows
 from entrena.errors import DataError
 
 __all__ = ["Terms", "RowSet", "unseen_labels", "describe_copies", "train_copies", "leakage",
-           "class_checks", "build_report", "removed_text", "EXAMPLE_ROWS", "ROLES"]
+           "class_checks", "split_entry", "build_report", "removed_text", "refuse_unusable",
+           "EXAMPLE_ROWS", "ROLES"]
 
 ROLES = ("train", "validation", "test")
 EXAMPLE_ROWS = 10
@@ -59,6 +60,8 @@ class Terms:
     where: Callable[[RawSplit, Sequence[int]], str] = _row_numbers
     single_class: str = ""
     label_column: bool = True
+    label: str = "label"
+    """What a row's answer is called (``label``; ``target`` for a number to predict)."""
 
     def rows(self, count: int, prefix: str = "") -> str:
         """``"1 training row"``, ``"2 training rows"``."""
@@ -156,18 +159,19 @@ def train_copies(t: RowSet, k: int, policy: hy.CheckPolicy, terms: Terms = TEXT
         hy.check_record("conflicting_labels", int(conflict.sum()), policy.conflicting_labels,
                         f"{terms.rows(c['conflicting_label_rows'], 'training ')} "
                         f"{_verb(c['conflicting_label_rows'], 'hold')} "
-                        f"{_n(c['conflicting_label_texts'], terms.key)} with different labels "
+                        f"{_n(c['conflicting_label_texts'], terms.key)} with different "
+                        f"{terms.label}s "
                         f"({terms.where(t.raw, t.examples['conflicting_labels'])})"),
         hy.check_record("exact_duplicates", int(exact_pair.sum()), policy.exact_duplicates,
                         f"{terms.rows(int(exact_pair.sum()), 'training ')} "
                         f"{_verb(int(exact_pair.sum()), 'repeat')} an earlier "
-                        f"{terms.row}'s {terms.key} and label "
+                        f"{terms.row}'s {terms.key} and {terms.label} "
                         f"({terms.where(t.raw, exact_rows)}; exact_duplicates_same_label)"),
         hy.check_record("normalised_duplicates", int(near.sum()),
                         policy.normalised_duplicates,
                         f"{terms.rows(int(near.sum()), 'more training ')} "
                         f"{_verb(int(near.sum()), 'repeat')} an earlier {terms.row} once case, "
-                        f"punctuation and spacing are ignored, with the same label "
+                        f"punctuation and spacing are ignored, with the same {terms.label} "
                         f"({terms.where(t.raw, near_rows)}; normalised_duplicates_same_label)"),
     ]
     current = np.ones(len(t.index), dtype=bool)
@@ -212,6 +216,26 @@ def leakage(rows: dict[str, RowSet], policy: hy.CheckPolicy, *, against: tuple[s
         f"{terms.row}s with a copy in training: {seen_in}")
 
 
+def refuse_unusable(raw: dict[str, RawSplit], *, label_column: str, group_column: str | None,
+                    empty_what: str, check_keys: str) -> None:
+    """Refuse a group column that is the label column, and a split with no usable row.
+
+    Raises:
+        DataError: Names the split's file, what its rows lacked and the keys to check.
+    """
+    if group_column is not None and group_column == label_column:
+        raise DataError(f"data.group_column = {group_column!r} is the label column; a group "
+                        "keeps related rows (one user's, one product's) on one side of the "
+                        "validation split: name such a column, or leave data.group_column out")
+    for role, split in raw.items():
+        if len(split.texts) == 0:
+            raise DataError(
+                f"{split.spec}: no usable {role} rows ({split.rows_read} read, "
+                f"{len(split.empty_text)} with {empty_what}, "
+                f"{len(split.empty_label)} with an empty {label_column!r}); check "
+                f"{check_keys}, or the file")
+
+
 def removed_text(removed: dict[str, int]) -> str:
     return ", ".join(f"{n} {reason}" for reason, n in removed.items() if n) or "none"
 
@@ -249,34 +273,42 @@ def class_checks(rows: dict[str, RowSet], names: list[str], policy: hy.CheckPoli
                             "; ".join(parts) or "every class can be split")]
 
 
+def split_entry(r: RowSet, spec: str | None, from_train: bool) -> dict[str, Any]:
+    """One split's counts for ``data_report.json`` (``splits.<role>``): rows read and kept,
+    what each check found, what was removed and why, example rows; its files when it was read
+    from them (``from_train``: a validation split taken from training)."""
+    kept = len(r.index)
+    removed = {k: int(v) for k, v in r.removed.items()}
+    entry: dict[str, Any] = {
+        "file": None if from_train else spec,
+        "source": "split from train" if from_train else "file",
+        "rows_read": kept + sum(removed.values()),
+        "rows_kept": kept,
+        "exact_duplicates": int(r.counts.get("exact_duplicates", 0)),
+        "normalised_duplicates": int(r.counts.get("normalised_duplicates", 0)),
+        "conflicting_label_rows": int(r.counts.get("conflicting_label_rows", 0)),
+        "leaked_rows": int(r.counts.get("leaked_rows", 0)),
+        "empty_text": 0 if from_train else len(r.raw.empty_text),
+        "empty_label": 0 if from_train else len(r.raw.empty_label),
+        "unseen_label_rows": int(r.counts.get("unseen_label_rows", 0)),
+        "rows_removed": removed,
+        "examples": {k: v for k, v in r.examples.items() if v},
+    }
+    if not from_train:
+        entry["files"] = r.raw.files
+        entry["skipped_rows"] = {"empty_text": r.raw.empty_text[:REPORTED_ROWS],
+                                 "empty_label": r.raw.empty_label[:REPORTED_ROWS]}
+    return entry
+
+
 def build_report(rows: dict[str, RowSet], names: list[str], specs: dict[str, str | None],
             validation_split: dict[str, Any] | None, ratio: float | None,
             checks: list[dict[str, Any]]) -> dict[str, Any]:
     splits: dict[str, Any] = {}
     for role, r in rows.items():
-        from_train = role == "validation" and validation_split is not None
-        kept = len(r.index)
-        removed = {k: int(v) for k, v in r.removed.items()}
-        entry: dict[str, Any] = {
-            "file": None if from_train else specs[role],
-            "source": "split from train" if from_train else "file",
-            "rows_read": kept + sum(removed.values()),
-            "rows_kept": kept,
-            "exact_duplicates": int(r.counts.get("exact_duplicates", 0)),
-            "normalised_duplicates": int(r.counts.get("normalised_duplicates", 0)),
-            "conflicting_label_rows": int(r.counts.get("conflicting_label_rows", 0)),
-            "leaked_rows": int(r.counts.get("leaked_rows", 0)),
-            "empty_text": 0 if from_train else len(r.raw.empty_text),
-            "empty_label": 0 if from_train else len(r.raw.empty_label),
-            "unseen_label_rows": int(r.counts.get("unseen_label_rows", 0)),
-            "rows_removed": removed,
-            "label_counts": _label_counts(r.labels[r.index], names),
-            "examples": {k: v for k, v in r.examples.items() if v},
-        }
-        if not from_train:
-            entry["files"] = r.raw.files
-            entry["skipped_rows"] = {"empty_text": r.raw.empty_text[:REPORTED_ROWS],
-                                     "empty_label": r.raw.empty_label[:REPORTED_ROWS]}
+        entry = split_entry(r, specs[role],
+                            role == "validation" and validation_split is not None)
+        entry["label_counts"] = _label_counts(r.labels[r.index], names)
         for extra in ("exact_duplicates_same_label", "normalised_duplicates_same_label",
                       "small_classes", "classes_absent", "unseen_labels"):
             if extra in r.counts:

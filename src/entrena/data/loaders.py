@@ -18,8 +18,8 @@ class TextBatches:
 
     Args:
         encoded: Token ids of the split (untruncated up to the model limit).
-        labels: Label index per example, shape (N,) (int64); or multi-hot tags (N, K)
-            (float32, multi-label data).
+        labels: Label index per example, shape (N,) (int64); multi-hot tags (N, K)
+            (float32, multi-label data); or a regression target (N,) (float32).
         max_length: Truncation length (tokens).
         batch_size: Examples per batch.
         pad_id: Padding token id.
@@ -35,7 +35,8 @@ class TextBatches:
                  seed: int = 0):
         self.encoded = encoded
         labels = np.asarray(labels)
-        self.labels = labels.astype(np.float32 if labels.ndim == 2 else np.int64)
+        self.labels = labels.astype(np.float32 if labels.ndim == 2 or labels.dtype.kind == "f"
+                                    else np.int64)
         self.max_length = max_length
         self.batch_size = batch_size
         self.pad_id = pad_id

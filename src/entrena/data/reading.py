@@ -155,7 +155,7 @@ def _arrow_text(values: pd.Series) -> pa.Array:
 def read_split(role: str, spec: str, files: list[SourceFile], *,
                text_column: str | Sequence[str], label_column: str, group_column: str | None,
                on_bad_rows: str, chunk_rows: int = 100_000,
-               label_separator: str | None = None) -> RawSplit:
+               label_separator: str | None = None, numeric_label: bool = False) -> RawSplit:
     """Read every file of one split.
 
     Args:
@@ -163,6 +163,9 @@ def read_split(role: str, spec: str, files: list[SourceFile], *,
             (:func:`~entrena.data.text_fields.join_text_columns`).
         label_separator: ``data.multi_label.separator``: a JSON list of labels (JSONL) is
             read as the labels joined by it.
+        numeric_label: The label is a number to predict; values that are not numbers are
+            kept as written, for :func:`entrena.data.targets.parse_targets` to refuse with
+            their rows (no "mixes numbers and strings" check).
 
     Raises:
         DataError: A column is missing, a file cannot be parsed, its labels mix numbers and
@@ -217,7 +220,8 @@ def read_split(role: str, spec: str, files: list[SourceFile], *,
                 ids[missing] = -(offset + rows[missing])  # a missing group: a group of its own
                 group_ids.append(ids)
             kept_rows.append(rows + offset)
-        kinds.check(file, label_column)
+        if not numeric_label:
+            kinds.check(file, label_column)
         if on_bad_rows == "error" and (bad_text or bad_label):
             parts = []
             if bad_text:

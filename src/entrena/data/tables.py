@@ -307,7 +307,9 @@ def load_splits(*, train: str, validation: str | None, test: str | None,
                 delimiter: str = "auto", cache_dir: Path | None = None,
                 sources: dict[str, list[SourceFile]] | None = None,
                 label_cleanup: LabelCleanup | None = None,
-                multi_label_separator: str | None = None) -> LabelledSplits:
+                multi_label_separator: str | None = None,
+                target_transform: str | None = None,
+                regression_task: str = "") -> LabelledSplits:
     """Read the configured data into checked, labelled splits.
 
     Args:
@@ -319,6 +321,10 @@ def load_splits(*, train: str, validation: str | None, test: str | None,
         multi_label_separator: ``data.multi_label.separator`` (see :func:`check_and_split`).
         checks: What the hygiene checks drop (default :class:`~.hygiene.CheckPolicy()`).
         sources: The splits' files, already opened by :func:`open_sources`.
+        target_transform: Not ``None``: the label is a number to predict, checked by
+            :func:`entrena.data.targets.check_and_split_targets` with this transform
+            (``none`` or ``log``); the splits' ``labels`` are float64 targets.
+        regression_task: Named when the label column looks like numbers to predict.
 
     Returns:
         The splits; ``report`` holds per-split counts (``rows_read``, ``rows_kept``,
@@ -339,14 +345,24 @@ def load_splits(*, train: str, validation: str | None, test: str | None,
     raw = {role: read_split(role, specs[role], sources[role], text_column=text_column,
                             label_column=label_column,
                             group_column=group_column if role == "train" else None,
-                            on_bad_rows=on_bad_rows, label_separator=multi_label_separator)
+                            on_bad_rows=on_bad_rows, label_separator=multi_label_separator,
+                            numeric_label=target_transform is not None)
            for role in ROLES if specs[role] is not None}
+    if target_transform is not None:
+        from entrena.data.targets import check_and_split_targets
+
+        return check_and_split_targets(
+            raw, specs, label_column=label_column, validation_fraction=validation_fraction,
+            max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed,
+            group_column=group_column, policy=policy, target_transform=target_transform,
+            empty_what=f"an empty {describe_text_columns(text_column)}")
     splits = check_and_split(
         raw, specs, label_column=label_column, validation_fraction=validation_fraction,
         max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed,
         group_column=group_column, on_unseen_labels=on_unseen_labels, policy=policy,
         empty_what=f"an empty {describe_text_columns(text_column)}",
-        label_cleanup=label_cleanup, multi_label_separator=multi_label_separator)
+        label_cleanup=label_cleanup, multi_label_separator=multi_label_separator,
+        regression_task=regression_task)
     if multi_label_separator is None:
         joined = [n for n in splits.labels if JOINED_LABEL_MARK in n]
         shown = ", ".join(map(repr, joined[:3])) + (" …" if len(joined) > 3 else "")
@@ -367,7 +383,8 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
                     check_keys: str = "data.text_column and data.label_column",
                     terms: ck.Terms = ck.TEXT,
                     label_cleanup: LabelCleanup | None = None,
-                    multi_label_separator: str | None = None) -> LabelledSplits:
+                    multi_label_separator: str | None = None,
+                    regression_task: str = "") -> LabelledSplits:
     """Steps 2 to 6 of the module docstring on splits already read: the data checks of
     every task (texts, table rows, image files).
 
@@ -388,22 +405,15 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
             stratified by set), validation and test sets unseen in training are kept when
             every tag is known, the class checks are made per tag, and the report gains
             ``multi_label`` (``separator``, ``tags``, ``tag_counts`` per split).
+        regression_task: The task that predicts such rows' numbers (named when the label
+            column looks like a number to predict rather than classes).
 
     Raises:
         DataError: As :func:`load_splits`, after reading.
     """
     train = specs["train"] or ""
-    if group_column is not None and group_column == label_column:
-        raise DataError(f"data.group_column = {group_column!r} is the label column; a group "
-                        "keeps related rows (one user's, one product's) on one side of the "
-                        "validation split: name such a column, or leave data.group_column out")
-    for role, split in raw.items():
-        if len(split.texts) == 0:
-            raise DataError(
-                f"{split.spec}: no usable {role} rows ({split.rows_read} read, "
-                f"{len(split.empty_text)} with {empty_what}, "
-                f"{len(split.empty_label)} with an empty {label_column!r}); check "
-                f"{check_keys}, or the file")
+    ck.refuse_unusable(raw, label_column=label_column, group_column=group_column,
+                       empty_what=empty_what, check_keys=check_keys)
     sep = multi_label_separator
     active = label_cleanup is not None and label_cleanup.active
     cleanup_report = ((label_cleanup or LabelCleanup()).apply(raw, sep)
@@ -440,8 +450,9 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
                         f"values in {rows_read} training rows ({', '.join(names[:5])}, …): "
                         + ("numbers to predict (a regression target), not classes; "
                            if numbers else "nearly every row a class of its own; ")
-                        + "set data.label_column to the column of class labels"
-                        + (", or bin the numbers into classes" if numbers else ""))
+                        + (f"to predict the numbers use task: {regression_task}, or "
+                           if numbers and regression_task else "")
+                        + "set data.label_column to the column of class labels")
     index_of = {name: i for i, name in enumerate(names)}
     present = list(raw)
     exact = dict(zip(present, hy.text_keys(*(raw[r].texts for r in present)), strict=True))

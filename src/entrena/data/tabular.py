@@ -207,8 +207,12 @@ def row_texts(frame: pd.DataFrame, numeric: Sequence[str],
 
 def raw_table_split(role: str, spec: str, frame: pd.DataFrame, files: list[dict[str, Any]], *,
                     label_column: str, group_column: str | None, numeric: Sequence[str],
-                    categorical: Sequence[str], on_bad_rows: str) -> RawSplit:
+                    categorical: Sequence[str], on_bad_rows: str,
+                    numeric_label: bool = False) -> RawSplit:
     """One split as the hygiene checks see it (rows as key strings).
+
+    ``numeric_label``: the label is a number to predict (no "mixes numbers and strings"
+    check: :func:`entrena.data.targets.parse_targets` refuses non-numbers with their rows).
 
     Raises:
         DataError: The label column is missing (the columns are listed), labels mix numbers
@@ -238,7 +242,7 @@ def raw_table_split(role: str, spec: str, frame: pd.DataFrame, files: list[dict[
     codes, uniques = pd.factorize(labels[keep].astype(str), use_na_sentinel=False)
     canonical = [_canonical_label(str(u)) for u in uniques]
     kinds = {is_number for _, is_number in canonical}
-    if len(kinds) > 1:
+    if len(kinds) > 1 and not numeric_label:
         numbers = [n for n, k in canonical if k][:3]
         strings = [n for n, k in canonical if not k][:3]
         raise DataError(f"{spec}: data.label_column {label_column!r} mixes numbers "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from entrena.core.metrics import split_scores
 from entrena.exporting.bundle import RunModel
 from entrena.units import format_bytes, format_duration
 
@@ -74,10 +75,8 @@ def _data_lines(run: RunModel) -> list[str]:
 def _metric_rows(metrics: dict[str, Any]) -> list[str]:
     rows = []
     for section in ("validation", "test"):
-        values = metrics.get(section, {})
-        for key in ("accuracy", "macro_f1", "loss"):
-            if key in values:
-                rows.append(f"| {section}.{key} | {_num(values[key])} |")
+        for key, value in split_scores(metrics.get(section)):
+            rows.append(f"| {section}.{key} | {_num(value)} |")
     for label, scores in metrics.get("test", {}).get("per_class", {}).items():
         rows.append(f"| test.per_class.{label} (precision / recall / F1, support) | "
                     f"{_num(scores.get('precision'), '{:.3f}')} / "
@@ -109,16 +108,37 @@ def model_card(run: RunModel, manifest: dict[str, Any]) -> str:
                 "bundle holds a `torch.export` program instead." if manifest.get("fallback_reason")
                 else "")
     test = metrics.get("test", {})
-    headline = (f"test accuracy {_num(test.get('accuracy'))}, macro-F1 {_num(test.get('macro_f1'))}"
-                if test else "no test set was scored")
+    values = "max_rel_diff" in parity  # a regressor (a number per text)
+    headline = ("no test set was scored" if not test else
+                f"test RMSE {_num(test.get('rmse'))}, R² {_num(test.get('r2'))}" if values else
+                f"test accuracy {_num(test.get('accuracy'))}, "
+                f"macro-F1 {_num(test.get('macro_f1'))}")
+    task_line = (f"Text regression: predicts `{prep['label_column']}` (a number, in its own units) "
+                 f"from {_text_columns(prep['text_column'])}." if values else
+                 f"Text classification into {len(labels)} classes: "
+                 f"{', '.join(f'`{label}`' for label in labels)}.\nThe model reads "
+                 f"{_text_columns(prep['text_column'])} (labels came from "
+                 f"`{prep['label_column']}`).")
+    parity_line = (f"max |Δvalue| {parity['max_abs_diff']:.2e} (target units), max relative "
+                   f"difference {parity['max_rel_diff']:.2e}" if values else
+                   f"max |Δlogit| {parity['max_abs_diff']:.2e}, label agreement "
+                   f"{_pct(parity['label_agreement'])},\n  accuracy "
+                   f"{_num(parity.get('accuracy_pytorch'))} (PyTorch) vs "
+                   f"{_num(parity.get('accuracy_exported'))} (exported)")
+    use = ("Estimating the number for texts like the training data" if values else
+           "Sorting texts like the training data (the same source, language and length) into "
+           "the labels\nabove")
+    every = ("- Every input gets a number, even far from the training data; values outside the "
+             "training range are extrapolations." if values else
+             f"- Every input gets one of the {len(labels)} labels above, even when none fits; "
+             "probabilities\n  are softmax outputs, not calibrated confidences.")
     sizes = manifest["size_bytes"]
     train_time = format_duration(fit["train_time_s"]) if "train_time_s" in fit else "n/a"
     wall_time = format_duration(fit["wall_time_s"]) if "wall_time_s" in fit else "n/a"
     return f"""# Model card: {config.get('name', run.paths.root.name)}
 
 ## Task
-Text classification into {len(labels)} classes: {', '.join(f'`{label}`' for label in labels)}.
-The model reads {_text_columns(prep['text_column'])} (labels came from `{prep['label_column']}`).
+{task_line}
 Base model: {_base_model(config)}; pooling `{run.meta.get('pooling', 'mean')}`, then a
 linear head. Texts are cut to {prep['max_length']} tokens (the model accepts
 {prep['length_limit']}).
@@ -144,10 +164,8 @@ Measured by `entrena train` with the weights it saved ({headline}); from `metric
 ## This export
 - Format `{manifest['format']}` (`{manifest['file']}`, {manifest['program']}{quant}), opset
   {manifest.get('opset') or 'n/a'}; made by {manifest['exporter']}{fallback}
-- Parity with the PyTorch model on {parity['examples']} {parity['dataset']} examples: max |Δlogit|
-  {parity['max_abs_diff']:.2e}, label agreement {_pct(parity['label_agreement'])},
-  accuracy {_num(parity.get('accuracy_pytorch'))} (PyTorch) vs
-  {_num(parity.get('accuracy_exported'))} (exported); criteria `{parity['criteria']}`:
+- Parity with the PyTorch model on {parity['examples']} {parity['dataset']} examples:
+  {parity_line}; criteria `{parity['criteria']}`:
   **{'passed' if parity['passed'] else 'FAILED'}**
 - Size: model file {format_bytes(sizes['model_file'])}, bundle {format_bytes(sizes['bundle'])}
   (PyTorch weights: {format_bytes(sizes['pytorch_weights'])})
@@ -158,13 +176,11 @@ Measured by `entrena train` with the weights it saved ({headline}); from `metric
 {chr(10).join(latency_rows)}
 
 ## Intended use
-Sorting texts like the training data (the same source, language and length) into the labels
-above, in batch jobs or behind a service, with `entrena predict` or any ONNX Runtime / PyTorch
+{use}, in batch jobs or behind a service, with `entrena predict` or any ONNX Runtime / PyTorch
 code that applies the tokenizer in this folder with truncation at {prep['max_length']} tokens.
 
 ## Limits
-- Every input gets one of the {len(labels)} labels above, even when none fits; probabilities
-  are softmax outputs, not calibrated confidences.
+{every}
 - Only the first {prep['max_length']} tokens of a text are read.
 - The figures above come from the {metrics.get('data', {}).get('test_rows', 'n/a')} test rows of
   one data source; accuracy on other sources, languages or time periods is unknown.

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Thresholds", "parity_report", "percentiles_ms", "time_calls", "row_latency",
+__all__ = ["Thresholds", "parity_report", "value_parity_report", "percentiles_ms", "time_calls",
+           "row_latency",
            "MAX_PARITY_EXAMPLES", "label_index"]
 
 
@@ -29,6 +30,11 @@ class Thresholds:
     max_abs_diff: float = 1e-4
     min_label_agreement: float = 0.99
     max_accuracy_drop: float = 0.01
+    max_rel_diff: float = 1e-3
+    """A regressor in full precision: largest allowed |exported − PyTorch| / |PyTorch| over
+    all predictions (in the target's units)."""
+    max_r2_drop: float = 0.01
+    """A quantised regressor: largest allowed PyTorch R² − exported R² (with targets)."""
 
 
 def parity_report(reference: np.ndarray, exported: np.ndarray, labels: np.ndarray | None, *,
@@ -84,6 +90,73 @@ def parity_report(reference: np.ndarray, exported: np.ndarray, labels: np.ndarra
         passed = report["max_abs_diff"] <= thresholds.max_abs_diff
     report["passed"] = bool(passed)
     return report
+
+
+def value_parity_report(reference: np.ndarray, exported: np.ndarray,
+                        targets: np.ndarray | None, *, quantized: bool, thresholds: Thresholds,
+                        also_compare: tuple[np.ndarray, np.ndarray] | None = None
+                        ) -> dict[str, Any]:
+    """Compare an exported regressor's predictions with the PyTorch model's.
+
+    Full precision passes when the largest relative difference is at most
+    ``max_rel_diff`` (relative to the PyTorch value, or to 1% of the values' standard
+    deviation when that is larger: values near 0); a quantised model passes when its R² on
+    the targets is at most ``max_r2_drop`` below PyTorch's (without targets: relative
+    difference within 5%).
+
+    Args:
+        reference: PyTorch predictions in the target's units, (N, 1) or (N,).
+        exported: The exported model's, same shape.
+        targets: True values (N,) (NaN where unknown), or ``None``.
+        quantized: Whether the exported model is quantised.
+        thresholds: The pass criteria.
+        also_compare: More ``(reference, exported)`` pairs counted in the differences (the
+            same examples at another batch shape).
+
+    Returns:
+        ``passed``, ``criteria``, ``examples``, ``max_abs_diff`` (target units),
+        ``mean_abs_diff``, ``max_rel_diff`` and, with targets, ``r2_pytorch``,
+        ``r2_exported``, ``r2_drop``.
+    """
+    pairs = [(reference, exported)] + ([also_compare] if also_compare is not None
+                                       and len(also_compare[0]) else [])
+    ref = np.concatenate([np.asarray(a, np.float64).ravel() for a, _ in pairs])
+    exp = np.concatenate([np.asarray(b, np.float64).ravel() for _, b in pairs])
+    if ref.shape != exp.shape:
+        raise ValueError(f"prediction shapes differ: {ref.shape} vs {exp.shape}")
+    diff = np.abs(ref - exp)
+    # relative to each value, with a floor of 1% of the values' spread: a prediction near 0
+    # is not held to a relative error of float32 rounding noise
+    relative = diff / np.maximum(np.abs(ref), 0.01 * float(ref.std()) + 1e-12)
+    report: dict[str, Any] = {
+        "examples": int(len(reference)),
+        "max_abs_diff": float(diff.max()) if diff.size else 0.0,
+        "mean_abs_diff": float(diff.mean()) if diff.size else 0.0,
+        "max_rel_diff": float(relative.max()) if relative.size else 0.0,
+    }
+    known = None if targets is None else np.isfinite(np.asarray(targets, np.float64))
+    if known is not None and known.sum() > 1:
+        truth = np.asarray(targets, np.float64)[known]
+        report["r2_pytorch"] = _r2(truth, np.asarray(reference, np.float64).ravel()[known])
+        report["r2_exported"] = _r2(truth, np.asarray(exported, np.float64).ravel()[known])
+        report["r2_drop"] = report["r2_pytorch"] - report["r2_exported"]
+    if quantized and "r2_drop" in report:
+        report["criteria"] = f"r2_drop <= {thresholds.max_r2_drop}"
+        passed = report["r2_drop"] <= thresholds.max_r2_drop + 1e-12
+    elif quantized:
+        report["criteria"] = "max_rel_diff <= 0.05"
+        passed = report["max_rel_diff"] <= 0.05
+    else:
+        report["criteria"] = f"max_rel_diff <= {thresholds.max_rel_diff}"
+        passed = report["max_rel_diff"] <= thresholds.max_rel_diff
+    report["passed"] = bool(passed)
+    return report
+
+
+def _r2(truth: np.ndarray, predicted: np.ndarray) -> float:
+    """Coefficient of determination, 1 − SSE/SST (NaN when the truth is constant)."""
+    total = float(np.sum((truth - truth.mean()) ** 2))
+    return 1.0 - float(np.sum((truth - predicted) ** 2)) / total if total > 0 else float("nan")
 
 
 def time_calls(calls: dict[str, Callable[[Any], Any]], inputs: Sequence[Any], warmup: int = 3

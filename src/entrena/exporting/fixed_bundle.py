@@ -26,7 +26,7 @@ from entrena.core.files import plain_mode
 from entrena.errors import DataError
 from entrena.exporting import onnx_format
 from entrena.exporting.bundle import ExportRequest, RunModel, finish_bundle, versions
-from entrena.exporting.checks import parity_report, row_latency
+from entrena.exporting.checks import parity_report, row_latency, value_parity_report
 from entrena.exporting.inference import TorchRunner, batched_logits, require_finite
 
 __all__ = ["FixedInputExport", "write_fixed_input_bundle", "BATCH", "SINGLE_CHECKS"]
@@ -68,6 +68,10 @@ class FixedInputExport:
     card: Callable[[dict[str, Any]], str]
     latency_inputs: str
     not_timed: str = "preprocessing"
+    values: bool = False
+    """A regressor: the model answers (B, 1) values in the target's units, ``labels`` are
+    the true values (N,) float (NaN where unknown), and parity compares values
+    (:func:`~entrena.exporting.checks.value_parity_report`) instead of labels."""
 
 
 def write_fixed_input_bundle(run: RunModel, spec: FixedInputExport,
@@ -116,14 +120,20 @@ def write_fixed_input_bundle(run: RunModel, spec: FixedInputExport,
         runner = onnx_format.OnnxRunner(target, threads)
         exported = batched_logits(runner, inputs, BATCH)
         exported_one = np.concatenate([runner(inputs[i:i + 1]) for i in singles])
-        parity = parity_report(reference, exported, spec.labels,
-                               quantized=request.quantize is not None,
-                               thresholds=request.thresholds,
-                               also_compare=(reference_one, exported_one))
+        check = value_parity_report if spec.values else parity_report
+        parity = check(reference, exported, spec.labels,
+                       quantized=request.quantize is not None, thresholds=request.thresholds,
+                       also_compare=(reference_one, exported_one))
         parity["dataset"] = spec.dataset
         parity["batch_sizes"] = sorted({min(BATCH, len(inputs)), 1})
-        log.info("parity: max |Δlogit| %.2e, label agreement %.4f: %s", parity["max_abs_diff"],
-                 parity["label_agreement"], "passed" if parity["passed"] else "FAILED")
+        if spec.values:
+            log.info("parity: max |Δvalue| %.2e (target units), max relative %.2e: %s",
+                     parity["max_abs_diff"], parity["max_rel_diff"],
+                     "passed" if parity["passed"] else "FAILED")
+        else:
+            log.info("parity: max |Δlogit| %.2e, label agreement %.4f: %s",
+                     parity["max_abs_diff"], parity["label_agreement"],
+                     "passed" if parity["passed"] else "FAILED")
         latency = row_latency([runner, torch_runner], inputs, request.latency_calls)
         latency["threads"] = threads
         latency["inputs"] = (f"{spec.latency_inputs}; {request.latency_calls} timed calls per "

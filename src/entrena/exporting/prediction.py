@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -31,7 +32,8 @@ from entrena.exporting.bundle import (
 )
 from entrena.exporting.formats import FORMATS
 
-__all__ = ["BACKENDS", "SKIPPED_ROWS_LISTED", "ModelLocation", "locate_model", "model_task_name",
+__all__ = ["BACKENDS", "SKIPPED_ROWS_LISTED", "VALUE_COLUMNS", "value_frame", "ModelLocation",
+           "locate_model", "model_task_name",
            "PredictOptions",
            "output_columns", "output_format", "labelled_frame", "multi_label_frame",
            "ChunkPredictor", "Progress",
@@ -177,6 +179,21 @@ def labelled_frame(frame: pd.DataFrame, labels: list[str], probs: np.ndarray,
     return out
 
 
+VALUE_COLUMNS = ["predicted_value", "status"]
+"""The columns prediction adds for a regressor (a number in the target's units)."""
+
+
+def value_frame(frame: pd.DataFrame, values: np.ndarray,
+                status: np.ndarray | list[str]) -> pd.DataFrame:
+    """``frame`` (every column kept; a column named like one prediction adds is replaced) with
+    ``predicted_value`` (N,) float64 in the target's units (NaN for skipped rows) and
+    ``status`` added."""
+    out = frame.drop(columns=[c for c in VALUE_COLUMNS if c in frame.columns])
+    out["predicted_value"] = np.asarray(values, dtype=np.float64)
+    out["status"] = np.asarray(status, dtype=object)
+    return out
+
+
 def multi_label_frame(frame: pd.DataFrame, tags: list[str], probs: np.ndarray,
                       status: np.ndarray | list[str], thresholds: Any,
                       separator: str) -> pd.DataFrame:
@@ -197,7 +214,7 @@ def multi_label_frame(frame: pd.DataFrame, tags: list[str], probs: np.ndarray,
 def warn_replaced(data: Path, columns: list[str], labels: list[str]) -> None:
     """Warn when input columns share a name with the columns predict adds (``status``, a
     common label or feature name): the output holds predict's values under that name."""
-    clash = [c for c in output_columns(labels) if c in columns]
+    clash = [c for c in (output_columns(labels) if labels else VALUE_COLUMNS) if c in columns]
     if clash:
         log.warning("%s: the input's column(s) %s are replaced in the output by the columns "
                     "predict adds under the same name(s); rename them in the input to keep them",
@@ -208,7 +225,8 @@ class ChunkPredictor(Protocol):
     """What :func:`stream_predictions` needs of a task's predictor."""
 
     labels: list[str]
-    """Class names in index order."""
+    """Class names in index order (empty for a regressor, whose output is
+    ``predicted_value``)."""
     runner: Any
     """What runs the model (``runner.name``: ``torch``, ``onnx`` …)."""
     na_columns: list[str]
@@ -221,6 +239,26 @@ class ChunkPredictor(Protocol):
                  ) -> tuple[pd.DataFrame, np.ndarray]:
         """The chunk with the prediction columns, and the mask (N,) of skipped rows."""
         ...
+
+
+class _ValueSummary:
+    """Count, mean, min and max of a regressor's predictions, chunk by chunk."""
+
+    def __init__(self) -> None:
+        self.count, self.total = 0, 0.0
+        self.low, self.high = math.inf, -math.inf
+
+    def add(self, values: np.ndarray) -> None:
+        if len(values):
+            self.count += len(values)
+            self.total += float(values.sum())
+            self.low, self.high = min(self.low, float(values.min())), max(self.high,
+                                                                          float(values.max()))
+
+    def as_dict(self) -> dict[str, float | None]:
+        if not self.count:
+            return {"mean": None, "min": None, "max": None}
+        return {"mean": self.total / self.count, "min": self.low, "max": self.high}
 
 
 class Progress:
@@ -304,6 +342,8 @@ def stream_predictions(predictor: ChunkPredictor, data: Path, output: Path, *,
 
         console = Console(stderr=True)
     counts: Counter[str] = Counter()
+    added = output_columns(predictor.labels) if predictor.labels else VALUE_COLUMNS
+    values = _ValueSummary()
     skipped_rows: list[int] = []
     rows = predicted = 0
     with TableWriter(output, text=text) as writer, Progress(console, options.progress) as bar:
@@ -316,17 +356,20 @@ def stream_predictions(predictor: ChunkPredictor, data: Path, output: Path, *,
             writer.write(annotated)
             rows += len(annotated)
             predicted += int((~skipped).sum())
-            predicted_now = annotated.loc[~skipped, "predicted_label"].tolist()
-            separator = getattr(predictor, "separator", None)
-            if separator:  # a multi-label model counts tags, not sets
-                predicted_now = [t for v in predicted_now if v for t in v.split(separator)]
-            counts.update(predicted_now)
+            if predictor.labels:
+                predicted_now = annotated.loc[~skipped, "predicted_label"].tolist()
+                separator = getattr(predictor, "separator", None)
+                if separator:  # a multi-label model counts tags, not sets
+                    predicted_now = [t for v in predicted_now if v for t in v.split(separator)]
+                counts.update(predicted_now)
+            else:
+                values.add(annotated.loc[~skipped, "predicted_value"].to_numpy(float))
             room = SKIPPED_ROWS_LISTED - len(skipped_rows)
             if room > 0:
                 skipped_rows += [chunk.first_row + int(i) for i in skipped.nonzero()[0][:room]]
             bar.update(chunk.fraction_done, rows)
         if rows == 0:  # a header-only input still gets a header
-            writer.write(pd.DataFrame(columns=[*columns, *output_columns(predictor.labels)]))
+            writer.write(pd.DataFrame(columns=[*columns, *added]))
     elapsed = time.perf_counter() - start
     log.info("predicted %d rows, skipped %d (%s) in %.1fs", predicted, rows - predicted,
              predictor.skip_reason, elapsed)
@@ -335,9 +378,11 @@ def stream_predictions(predictor: ChunkPredictor, data: Path, output: Path, *,
         "output_format": ({"delimiter": text.delimiter, "encoding": text.encoding}
                           if text is not None else None),
         "backend": predictor.runner.name, "on_bad_rows": policy,
-        "columns_added": output_columns(predictor.labels),
+        "columns_added": added,
         "rows": {"read": rows, "predicted": predicted, "skipped": rows - predicted},
         "skipped": {predictor.skip_reason: {"count": rows - predicted, "rows": skipped_rows}},
-        "predicted_label_counts": {label: counts.get(label, 0) for label in predictor.labels},
+        **({"predicted_label_counts": {label: counts.get(label, 0)
+                                       for label in predictor.labels}}
+           if predictor.labels else {"predicted_value": values.as_dict()}),
         "time_s": elapsed, "throughput_rows_per_s": rows / elapsed if elapsed > 0 else 0.0,
     }

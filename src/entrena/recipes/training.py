@@ -252,8 +252,9 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                            max_skipped_fraction=tcfg.max_skipped_fraction)
     # the model's outputs: classes, or a multi-label task's tags (its label map holds sets)
     outputs_named = list(getattr(prepared, "tags", splits.labels))
-    log.info("training on %d examples, validating on %d; %d labels: %s", len(splits.train),
-             len(splits.validation), len(outputs_named), short_list(outputs_named))
+    log.info("training on %d examples, validating on %d%s", len(splits.train),
+             len(splits.validation), f"; {len(outputs_named)} labels: "
+             f"{short_list(outputs_named)}" if outputs_named else "")
     reset_peak_memory(backend.accelerator)  # the fit's own peak, after planning's probe
     with preemption.installed():
         if rng_state is not None:
@@ -311,12 +312,13 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     }
     if not leader:  # rank 0 tests, compares, saves and tracks
         return metrics
-    metrics["baseline"] = baseline_verdict(task.baselines(loaded, prepared), metrics)
+    metrics["baseline"] = baseline_verdict(task.baselines(loaded, prepared), metrics, task)
     advice = getattr(task, "advice", None)  # optional: what a task says about its baselines
     finding = advice(metrics["baseline"]["comparison"], metrics["baseline"]) if advice else None
     metrics["data"] = {"train_rows": len(splits.train), "validation_rows": len(splits.validation),
                        "test_rows": len(splits.test) if splits.test is not None else 0,
-                       "labels": list(getattr(prepared, "tags", splits.labels))}
+                       **({"labels": list(getattr(prepared, "tags", splits.labels))}
+                          if splits.labels else {})}
     metrics["history"] = state.history
     comparison = plan_vs_actual(plan, peak_memory_bytes=fit_peak_bytes,
                                 train_time_s=state.train_time_s,

@@ -14,14 +14,20 @@ __all__ = ["baseline_finding", "baseline_verdict", "no_test_finding"]
 log = logging.getLogger("entrena")
 
 
-def baseline_verdict(result: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
+def baseline_verdict(result: dict[str, Any], metrics: dict[str, Any],
+                     task: Any = None) -> dict[str, Any]:
     """The task's cheap baselines (fitted on the same splits) compared with the model, and a
     loud warning when the model does not beat them (on test when there is one, else
-    validation)."""
+    validation).
+
+    The metric is the task's ``comparison_metric`` in the direction its ``higher_is_better``
+    declares (a regressor: ``rmse``, lower better); without one, ``accuracy`` (multi-label:
+    ``micro_f1``, as subset accuracy is harsh on many tags)."""
     role = "test" if "test" in metrics else "validation"
-    # multi-label scores lead with micro-F1 (subset accuracy is harsh on many tags)
-    metric = "micro_f1" if "micro_f1" in metrics[role] else "accuracy"
-    verdict = compare_with_baseline(metrics[role], result, role, metric)
+    metric = getattr(task, "comparison_metric", None) or (
+        "micro_f1" if "micro_f1" in metrics[role] else "accuracy")
+    higher = getattr(task, "higher_is_better", {}).get(metric, True)
+    verdict = compare_with_baseline(metrics[role], result, role, metric, higher)
     result["comparison"] = verdict
     cheap = {"tfidf_logreg": "a bag of words"}.get(verdict["best"], verdict["best"])
     if verdict["outcome"] == "ties":
@@ -45,7 +51,8 @@ def baseline_finding(verdict: dict[str, Any]) -> dict[str, str] | None:
     outcome = verdict.get("outcome")
     if outcome not in ("ties", "loses"):
         return None
-    relation = "=" if outcome == "ties" else "<"
+    relation = "=" if outcome == "ties" else ("<" if verdict.get("higher_is_better", True)
+                                              else ">")
     return {"code": "baseline_ties" if outcome == "ties" else "baseline_wins",
             "figure": f"{verdict['split']} {verdict['metric']} {verdict['model']:.4f} "
                       f"{relation} {verdict['best']} {verdict['best_score']:.4f}",

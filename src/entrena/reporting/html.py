@@ -10,11 +10,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from entrena.core.metrics import METRIC_KEYS, split_scores
 from entrena.core.rundir import RunPaths
 
 __all__ = ["build_report", "read_events", "SECTIONS", "write_report"]
 
-SECTIONS = ("Summary", "Training curves", "Efficiency", "Confusion matrix",
+SECTIONS = ("Summary", "Training curves", "Efficiency", "Errors",
             "Baseline vs model", "Predictions", "Diagnosis", "Data report", "Plan vs actual",
             "Environment")
 """Section titles, in page order (a test checks them)."""
@@ -89,6 +90,35 @@ def _confusion(matrix: dict[str, Any]) -> str:
     return _png(fig)
 
 
+def _value_errors(predictions: Path) -> str:
+    """A regressor's test errors from ``predictions/test.csv`` (columns ``target`` and
+    ``predicted_value``): predicted against actual, and residuals against predicted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    if not predictions.is_file():
+        return "<p class='empty'>no test predictions (predictions/test.csv): no error plots</p>"
+    frame = pd.read_csv(predictions)
+    if not {"target", "predicted_value"} <= set(frame.columns):
+        return "<p class='empty'>predictions/test.csv has no target/predicted_value</p>"
+    actual, predicted = frame["target"].to_numpy(float), frame["predicted_value"].to_numpy(float)
+    fig, ax = plt.subplots(figsize=(4.2, 4.0))
+    ax.scatter(actual, predicted, s=8, alpha=0.6)
+    low, high = float(min(actual.min(), predicted.min())), float(max(actual.max(),
+                                                                     predicted.max()))
+    ax.plot([low, high], [low, high], color="#888", linewidth=1)
+    ax.set(xlabel="actual", ylabel="predicted", title="test: predicted vs actual")
+    scatter = _png(fig)
+    fig, ax = plt.subplots(figsize=(4.2, 4.0))
+    ax.scatter(predicted, actual - predicted, s=8, alpha=0.6)
+    ax.axhline(0, color="#888", linewidth=1)
+    ax.set(xlabel="predicted", ylabel="actual - predicted", title="test: residuals")
+    return scatter + _png(fig)
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
@@ -113,19 +143,28 @@ def _series(records: list[dict[str, Any]], kind: str, key: str) -> tuple[list, l
 
 
 def _curves(events: list[dict[str, Any]]) -> str:
+    """Training and validation loss, the validation metrics (one plot per unit: fractions
+    together, a regressor's errors in target units together, R² alone) and the learning
+    rate."""
     evals = [r for r in events if r.get("type") == "eval"]
-    validation = {}
-    for key in ("loss", "accuracy", "macro_f1"):
+    keys = list(dict.fromkeys(k for r in evals for k in (r.get("validation") or {})))
+    by_unit: dict[str, dict[str, tuple[list, list]]] = {}
+    for key in keys:
         points = [(r["step"], r["validation"][key]) for r in evals
                   if isinstance(r.get("validation", {}).get(key), (int, float))]
-        validation[f"validation {key}"] = ([p[0] for p in points], [p[1] for p in points])
+        entry = METRIC_KEYS.get(f"validation.{key}")
+        unit = "loss" if key == "loss" else (entry.unit if entry else "") or key
+        by_unit.setdefault(unit, {})[f"validation {key}"] = ([p[0] for p in points],
+                                                             [p[1] for p in points])
     loss = {"training loss": _series(events, "step", "loss"),
-            "validation loss": validation.pop("validation loss")}
-    return "".join([
-        _line_plot(loss, "loss", "step", "cross-entropy (nats)"),
-        _line_plot(validation, "validation metrics", "step", "fraction"),
-        _line_plot({"learning rate": _series(events, "step", "learning_rate")},
-                   "learning rate", "step", "learning rate")])
+            **by_unit.pop("loss", {})}
+    plots = [_line_plot(loss, "loss", "step", "loss (the task's: cross-entropy in nats, or "
+                                               "MSE of the standardised target)")]
+    plots += [_line_plot(series, "validation metrics", "step", unit)
+              for unit, series in by_unit.items()]
+    plots.append(_line_plot({"learning rate": _series(events, "step", "learning_rate")},
+                            "learning rate", "step", "learning rate"))
+    return "".join(plots)
 
 
 def _efficiency(events: list[dict[str, Any]], efficiency: dict[str, Any]) -> str:
@@ -144,25 +183,19 @@ def _efficiency(events: list[dict[str, Any]], efficiency: dict[str, Any]) -> str
 
 
 def _baseline(metrics: dict[str, Any]) -> str:
+    names = [k for k, _ in split_scores(metrics.get("validation")) if k != "loss"]
     rows = []
     for split in ("validation", "test"):
         if split in metrics:
-            rows.append(("model", split, metrics[split].get("accuracy"),
-                         metrics[split].get("micro_f1"), metrics[split].get("macro_f1"),
+            rows.append(("model", split, *(metrics[split].get(k) for k in names),
                          metrics.get("fit", {}).get("train_time_s")))
     for name, result in (metrics.get("baseline") or {}).items():
         if name == "comparison":
             continue
         for split in ("validation", "test"):
             if split in result:
-                rows.append((name, split, result[split]["accuracy"],
-                             result[split].get("micro_f1"), result[split]["macro_f1"],
+                rows.append((name, split, *(result[split].get(k) for k in names),
                              result.get("time_s")))
-    if all(row[3] is None for row in rows):  # single-label: no micro-F1 column
-        rows = [(*row[:3], *row[4:]) for row in rows]
-        header: tuple[str, ...] = ("model", "split", "accuracy", "macro-F1", "time (s)")
-    else:
-        header = ("model", "split", "accuracy (subset)", "micro-F1", "macro-F1", "time (s)")
     verdict = (metrics.get("baseline") or {}).get("comparison") or {}
     note = ""
     if verdict:
@@ -174,7 +207,7 @@ def _baseline(metrics: dict[str, Any]) -> str:
                 f"({html.escape(str(verdict.get('best')))}) on {verdict.get('split')} "
                 f"{verdict.get('metric')}: {_fmt(verdict.get('model'))} vs "
                 f"{_fmt(verdict.get('best_score'))}.</p>")
-    return note + _table(rows, header)
+    return note + _table(rows, ("model", "split", *names, "time (s)"))
 
 
 def _predictions(metrics: dict[str, Any]) -> str:
@@ -227,8 +260,8 @@ def build_report(run_dir: Path) -> str:
     data_report = _read_json(paths.data_report)
     plan = _read_json(paths.plan)
     fit = metrics.get("fit") or {}
-    summary = [("run", run_dir.name), *[(f"{s}.{k}", metrics[s][k]) for s in ("validation", "test")
-               if s in metrics for k in ("accuracy", "macro_f1", "loss")],
+    summary = [("run", run_dir.name), *[(f"{s}.{k}", v) for s in ("validation", "test")
+                                        for k, v in split_scores(metrics.get(s))],
                *[(f"fit.{k}", v) for k, v in fit.items()]]
     pva = metrics.get("plan_vs_actual") or {}
     plan_rows = [(key, pair.get("predicted"), pair.get("actual"),
@@ -244,7 +277,9 @@ def build_report(run_dir: Path) -> str:
         "Summary": _table(summary, ("key", "value")),
         "Training curves": _curves(events),
         "Efficiency": _efficiency(events, metrics.get("efficiency") or {}),
-        "Confusion matrix": _confusion((metrics.get("test") or {}).get("confusion_matrix") or {})
+        "Errors": _value_errors(paths.root / "predictions" / "test.csv")
+        if "rmse" in (metrics.get("validation") or {}) else
+        _confusion((metrics.get("test") or {}).get("confusion_matrix") or {})
         + _table([(name, *v.values()) for name, v in
                   ((metrics.get("test") or {}).get("per_class") or {}).items()],
                  ("class", "precision", "recall", "F1", "support")),

@@ -122,20 +122,30 @@ def multi_label_baselines(train_texts: Sequence[str], train_tags: np.ndarray,
 
 
 def compare_with_baseline(model_scores: dict[str, Any], baselines: dict[str, dict[str, Any]],
-                          split: str, metric: str = "accuracy") -> dict[str, Any]:
+                          split: str, metric: str = "accuracy",
+                          higher_is_better: bool = True) -> dict[str, Any]:
     """Whether the model beats every baseline on ``split``'s ``metric``.
 
+    Args:
+        model_scores: The model's metrics on ``split``.
+        baselines: ``{name: {split: metrics, ...}}``.
+        split: ``validation`` or ``test``.
+        metric: What is compared (``accuracy``; a regression task's ``rmse``).
+        higher_is_better: The metric's direction (the task declares it).
+
     Returns:
-        ``{"split", "metric", "model", "best", "best_score", "model_beats_baseline",
-        "outcome"}``; ``outcome`` is ``beats``, ``ties`` (equal at the 4 decimals the logs and
-        the report show, :data:`TIE_DECIMALS`) or ``loses``; ``model_beats_baseline`` is
-        ``outcome == "beats"``.
+        ``{"split", "metric", "higher_is_better", "model", "best", "best_score",
+        "model_beats_baseline", "outcome"}``; ``outcome`` is ``beats``, ``ties`` (equal at the
+        4 decimals the logs and the report show, :data:`TIE_DECIMALS`) or ``loses``;
+        ``model_beats_baseline`` is ``outcome == "beats"``.
     """
-    name, best = max(((n, b[split][metric]) for n, b in baselines.items() if split in b),
-                     key=lambda item: item[1])
+    pick = max if higher_is_better else min
+    name, best = pick(((n, b[split][metric]) for n, b in baselines.items() if split in b),
+                      key=lambda item: item[1])
     model = float(model_scores[metric])
+    better = model > best if higher_is_better else model < best
     outcome = ("ties" if round(model, TIE_DECIMALS) == round(float(best), TIE_DECIMALS)
-               else "beats" if model > best else "loses")
-    return {"split": split, "metric": metric, "model": model, "best": name,
-            "best_score": float(best), "model_beats_baseline": outcome == "beats",
-            "outcome": outcome}
+               else "beats" if better else "loses")
+    return {"split": split, "metric": metric, "higher_is_better": higher_is_better,
+            "model": model, "best": name, "best_score": float(best),
+            "model_beats_baseline": outcome == "beats", "outcome": outcome}

@@ -37,6 +37,12 @@ BUILTIN_TASKS: dict[str, tuple[str, str]] = {
     "tabular-classification": (
         "entrena.tasks.tabular_classification.task:TabularClassificationTask",
         "entrena.tasks.tabular_classification.config:TabularClassificationConfig"),
+    "tabular-regression": (
+        "entrena.tasks.tabular_regression.task:TabularRegressionTask",
+        "entrena.tasks.tabular_regression.config:TabularRegressionConfig"),
+    "text-regression": (
+        "entrena.tasks.text_regression.task:TextRegressionTask",
+        "entrena.tasks.text_regression.config:TextRegressionConfig"),
 }
 """Shipped tasks: name → (the task class, its config class), each ``module:class``, imported
 on first use (a config class imports pydantic only, so loading a config never imports

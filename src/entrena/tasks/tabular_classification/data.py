@@ -51,6 +51,7 @@ from entrena.data.tabular import (
     refuse_non_finite,
     suspicious_columns,
 )
+from entrena.data.targets import check_and_split_targets
 from entrena.errors import DataError
 
 __all__ = ["PreparedTable", "prepare_table"]
@@ -88,8 +89,14 @@ class PreparedTable:
         return [c for c in self.report.get("checks", []) if c["status"] == "failed"]
 
 
-def prepare_table(loaded: LoadedConfig) -> PreparedTable:
+def prepare_table(loaded: LoadedConfig, *, numeric_target: bool = False) -> PreparedTable:
     """Read, check, split and preprocess the config's table (see the module docstring).
+
+    Args:
+        loaded: The config.
+        numeric_target: The label column is a number to predict (regression): its values
+            are parsed and checked as numbers (:mod:`entrena.data.targets`) and the splits'
+            ``labels`` hold them (float64), ``data.target_transform`` applying.
 
     Returns:
         The prepared table. Failed checks are in ``report["checks"]``.
@@ -124,16 +131,22 @@ def prepare_table(loaded: LoadedConfig) -> PreparedTable:
                                  label_column=data.label_column,
                                  group_column=data.group_column if role == "train" else None,
                                  numeric=numeric, categorical=categorical,
-                                 on_bad_rows=data.on_bad_rows)
+                                 on_bad_rows=data.on_bad_rows, numeric_label=numeric_target)
            for role, frame in frames.items()}
-    splits = check_and_split(
-        raw, specs, label_column=data.label_column,
-        validation_fraction=data.validation_fraction, max_train_samples=data.max_train_samples,
-        max_eval_samples=data.max_eval_samples, seed=cfg.train.seed,
-        group_column=data.group_column, on_unseen_labels=data.on_unseen_labels,
-        policy=CheckPolicy(**data.checks.model_dump()), normalise=False,
-        empty_what="no feature value", check_keys="data.label_column and data.drop_columns",
-        label_cleanup=LabelCleanup.from_config(data))
+    common = dict(label_column=data.label_column, validation_fraction=data.validation_fraction,
+                  max_train_samples=data.max_train_samples,
+                  max_eval_samples=data.max_eval_samples, seed=cfg.train.seed,
+                  group_column=data.group_column,
+                  policy=CheckPolicy(**data.checks.model_dump()), normalise=False,
+                  empty_what="no feature value",
+                  check_keys="data.label_column and data.drop_columns")
+    if numeric_target:
+        splits = check_and_split_targets(raw, specs, target_transform=data.target_transform,
+                                         **common)
+    else:
+        splits = check_and_split(raw, specs, on_unseen_labels=data.on_unseen_labels,
+                                 regression_task="tabular-regression",
+                                 label_cleanup=LabelCleanup.from_config(data), **common)
     checked_s = time.perf_counter() - started
 
     def rows_of(role: str) -> pd.DataFrame:

@@ -55,9 +55,13 @@ def feature_columns_of(meta: dict[str, Any]) -> list[str]:
 
 
 def table_rows(run: RunModel, parity_data: str | Path | None,
-               limit: int | None = MAX_PARITY_EXAMPLES) -> TableRows:
+               limit: int | None = MAX_PARITY_EXAMPLES, *,
+               numeric_target: bool = False) -> TableRows:
     """The rows to check parity on: ``parity_data``, else the run's test file (validation,
     train when it had none); the first ``limit`` rows in file order.
+
+    ``numeric_target``: a regressor's rows: ``labels`` are the label column's values as
+    float64 (NaN where empty or not a number), and no row is dropped for its label.
 
     Raises:
         DataError: The file cannot be read or lacks a feature column the model needs.
@@ -73,7 +77,10 @@ def table_rows(run: RunModel, parity_data: str | Path | None,
                         f"{', '.join(map(repr, frame.columns)) or 'none'}); pass --parity-data "
                         "with a file that has them")
     codes = None
-    if label_column in frame.columns:
+    if numeric_target:
+        if label_column in frame.columns:
+            codes = pd.to_numeric(frame[label_column], errors="coerce").to_numpy(np.float64)
+    elif label_column in frame.columns:
         codes = label_index(frame[label_column], list(run.meta["labels"]))
         frame, codes = frame.loc[codes >= 0], codes[codes >= 0]
     if limit is not None and len(frame) > limit:

@@ -61,11 +61,15 @@ class TabularMLP(nn.Module):
 
 
 def save_mlp(model: TabularMLP, directory: Path, *, labels: list[str],
-             preprocessing: dict[str, Any], columns: dict[str, list[str]]) -> None:
+             preprocessing: dict[str, Any], columns: dict[str, list[str]],
+             task: str = "tabular-classification", extra: dict[str, Any] | None = None) -> None:
     """Write the model folder (weights, preprocessing, labels). Overwrites ``directory``.
 
     Args:
+        labels: Class names in output order (empty for a regression MLP).
         columns: ``{"numeric": [...], "categorical": [...]}``: the raw columns a row needs.
+        task: The task recorded in ``entrena_model.json``.
+        extra: More entries for ``entrena_model.json`` (a regression MLP's ``target``).
     """
     from safetensors.torch import save_file
 
@@ -73,9 +77,9 @@ def save_mlp(model: TabularMLP, directory: Path, *, labels: list[str],
     weights = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     save_file(weights, str(directory / WEIGHTS_FILE))
     (directory / PREPROCESSING_FILE).write_text(json.dumps(preprocessing, indent=2) + "\n")
-    meta = {"task": "tabular-classification", "labels": labels,
+    meta = {"task": task, "labels": labels, "outputs": model.head.out_features,
             "in_features": model.in_features, "hidden_sizes": model.hidden_sizes,
-            "dropout": model.dropout_p, **columns}
+            "dropout": model.dropout_p, **columns, **(extra or {})}
     (directory / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
 
@@ -90,7 +94,8 @@ def load_mlp(directory: str | Path) -> tuple[TabularMLP, dict[str, Any]]:
 
     directory = Path(directory)
     meta = json.loads((directory / META_FILE).read_text())
-    model = TabularMLP(meta["in_features"], meta["hidden_sizes"], len(meta["labels"]),
+    model = TabularMLP(meta["in_features"], meta["hidden_sizes"],
+                       int(meta.get("outputs", len(meta["labels"]))),
                        meta.get("dropout", 0.1))
     model.load_state_dict(load_file(str(directory / WEIGHTS_FILE)))
     model.eval()

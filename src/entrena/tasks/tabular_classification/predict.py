@@ -102,6 +102,11 @@ class TablePredictor:
 
                 torch.set_num_threads(threads)
             model, meta = load_mlp(folder)
+            if meta.get("target"):  # a regressor: answer in the target's units
+                from entrena.tasks.regression import TargetScaler
+                from entrena.tasks.target_units import FeaturesInTargetUnits
+
+                model = FeaturesInTargetUnits(model, TargetScaler.from_dict(meta["target"]))
             self.runner: Runner = TorchRunner(model)
             self.params = meta["preprocessing"]
         else:
@@ -111,6 +116,8 @@ class TablePredictor:
                                                                               "model.onnx"),
                                                  threads)
         self.labels: list[str] = list(meta["labels"])
+        self.values = bool(meta.get("target"))
+        """A regressor: ``predicted_value`` in the target's units (no labels)."""
         self.folder = folder
         self.columns = feature_columns_of(meta)
         self.na_columns = self.columns
@@ -174,13 +181,15 @@ class TablePredictor:
             entry = self.invalid.setdefault(column, {"count": 0, "rows": []})
             entry["count"] += len(rows)
             entry["rows"] += (rows + first_row).tolist()[:10 - len(entry["rows"])]
-        probs = np.full((len(frame), len(self.labels)), np.nan)
+        outputs = np.full((len(frame), len(self.labels) if not self.values else 1), np.nan)
         kept = values.loc[~empty]
         if len(kept):
             for column, count in unseen_categories(kept, self.params).items():
                 self.unseen[column] = self.unseen.get(column, 0) + count
             logits = batched_logits(self.runner, transform(kept, self.params), batch_size)
             require_finite(logits, model=self.folder, inputs=f"rows of {source}")
-            probs[~empty] = softmax(logits)
+            outputs[~empty] = logits[:, :1] if self.values else softmax(logits)
         status = np.where(empty, SKIPPED_EMPTY_ROW, "ok")
-        return prediction.labelled_frame(frame, self.labels, probs, status), empty
+        if self.values:
+            return prediction.value_frame(frame, outputs[:, 0], status), empty
+        return prediction.labelled_frame(frame, self.labels, outputs, status), empty

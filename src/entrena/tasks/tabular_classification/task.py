@@ -38,16 +38,17 @@ class FeatureBatches:
 
     Args:
         features: The split's features, (N, F) float32.
-        labels: Label index per row, (N,).
+        labels: Label index per row, (N,) (or a regression target, (N,) float32: give
+            ``label_dtype=np.float32``).
         batch_size: Rows per batch.
         shuffle: A new random order each epoch (seeded ``seed + epoch``), or the file order.
         seed: Base seed.
     """
 
     def __init__(self, features: np.ndarray, labels: np.ndarray, *, batch_size: int,
-                 shuffle: bool, seed: int = 0):
+                 shuffle: bool, seed: int = 0, label_dtype: Any = np.int64):
         self.features = np.ascontiguousarray(features, dtype=np.float32)
-        self.labels = np.asarray(labels, dtype=np.int64)
+        self.labels = np.asarray(labels, dtype=label_dtype)
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
@@ -64,7 +65,8 @@ class FeatureBatches:
         return [list(range(i, min(i + self.batch_size, n))) for i in range(0, n, self.batch_size)]
 
     def collate(self, indices: Sequence[int]) -> dict[str, Any]:
-        """``features`` (B, F) float32 and ``labels`` (B,) int64."""
+        """``features`` (B, F) float32 and ``labels`` (B,) (int64 class indices, or float32
+        targets)."""
         import torch
 
         index = np.asarray(indices, dtype=np.int64)

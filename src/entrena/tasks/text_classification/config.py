@@ -11,8 +11,8 @@ from pydantic import Field, field_validator, model_validator
 
 from entrena.config.schema import Config, DataConfig, ModelConfig, StrictModel
 
-__all__ = ["ArchitectureConfig", "MultiLabelConfig", "TextDataConfig", "TextModelConfig",
-           "TextClassificationConfig"]
+__all__ = ["ArchitectureConfig", "MultiLabelConfig", "TextDataConfig",
+           "TextClassificationDataConfig", "TextModelConfig", "TextClassificationConfig"]
 
 
 class MultiLabelConfig(StrictModel):
@@ -25,16 +25,6 @@ class MultiLabelConfig(StrictModel):
 
 class TextDataConfig(DataConfig):
     """Where the texts come from, which columns hold what, and how the data is checked."""
-
-    multi_label: MultiLabelConfig | None = None
-    """Train a multi-label classifier: the label column holds tags joined by
-    `multi_label.separator` (`{separator: "|"}`; in JSONL also a JSON list of tags), the
-    model has one sigmoid output per tag,
-    each tag's threshold is tuned on validation (the F1 of that tag, from 0.05 to 0.95),
-    and the scores are micro-F1, macro-F1 (over tags) and subset accuracy (`accuracy`: the
-    whole set right). `label_map` and `normalise_labels` clean each tag. Predict and export
-    return the set (tags joined by the separator) and each tag's probability. `null`: one
-    class per row (a `|` in labels is warned about by the `joined_labels` check)."""
 
     text_column: str | list[str] = "text"
     """Column holding the input text, or a list of columns (`[subject, description]`) joined
@@ -57,6 +47,20 @@ class TextDataConfig(DataConfig):
             raise ValueError(f"names {', '.join(map(repr, repeated))} more than once; list each "
                              "text column once")
         return value[0] if len(value) == 1 else value
+
+
+class TextClassificationDataConfig(TextDataConfig):
+    """Where the texts come from, which columns hold what, and how the data is checked."""
+
+    multi_label: MultiLabelConfig | None = None
+    """Train a multi-label classifier: the label column holds tags joined by
+    `multi_label.separator` (`{separator: "|"}`; in JSONL also a JSON list of tags), the
+    model has one sigmoid output per tag,
+    each tag's threshold is tuned on validation (the F1 of that tag, from 0.05 to 0.95),
+    and the scores are micro-F1, macro-F1 (over tags) and subset accuracy (`accuracy`: the
+    whole set right). `label_map` and `normalise_labels` clean each tag. Predict and export
+    return the set (tags joined by the separator) and each tag's probability. `null`: one
+    class per row (a `|` in labels is warned about by the `joined_labels` check)."""
 
 
 class ArchitectureConfig(StrictModel):
@@ -115,7 +119,7 @@ class TextClassificationConfig(Config):
 
     task: Literal["text-classification"] = "text-classification"
     """Classify a text column."""
-    data: TextDataConfig
+    data: TextClassificationDataConfig
     """Data section."""
     model: TextModelConfig = TextModelConfig()
     """Model section."""

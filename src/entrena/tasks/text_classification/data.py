@@ -133,7 +133,7 @@ def _length_limit(loaded: LoadedConfig, sources: dict[str, str], tokenizer: Any)
 
 
 def _fingerprint(loaded: LoadedConfig, files: dict[str, Any], tokenizer_hash: str,
-                 length_limit: int) -> str:
+                 length_limit: int, numeric_target: bool = False) -> str:
     cfg = loaded.config
     data = cfg.data.model_dump(mode="json")
     data.pop("cache_dir", None)
@@ -147,16 +147,22 @@ def _fingerprint(loaded: LoadedConfig, files: dict[str, Any], tokenizer_hash: st
         "data": data, "seed": cfg.train.seed, "max_length": cfg.model.max_length,
         "tokenizer": tokenizer_hash, "length_limit": length_limit,
     }
+    if numeric_target:  # the same file read as classes and as numbers: two entries
+        material["numeric_target"] = True
     text = json.dumps(material, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
 
-def prepare_texts(loaded: LoadedConfig, sources: dict[str, str]) -> PreparedData:
+def prepare_texts(loaded: LoadedConfig, sources: dict[str, str], *,
+                  numeric_target: bool = False) -> PreparedData:
     """Read, check, split and encode the config's data, through the shared cache.
 
     Args:
         loaded: The loaded config.
         sources: From :func:`resolve_model_sources`.
+        numeric_target: The label column is a number to predict (text regression): checked
+            as a number (:mod:`entrena.data.targets`, ``data.target_transform``); the splits'
+            ``labels`` are float64 targets.
 
     Returns:
         The prepared data. Failed checks are in ``report["checks"]`` (see
@@ -176,7 +182,7 @@ def prepare_texts(loaded: LoadedConfig, sources: dict[str, str]) -> PreparedData
 
     tokenizer = build_tokenizer(sources["tokenizer"])
     limit = _length_limit(loaded, sources, tokenizer)
-    key = _fingerprint(loaded, files, tokenizer_fingerprint(tokenizer), limit)
+    key = _fingerprint(loaded, files, tokenizer_fingerprint(tokenizer), limit, numeric_target)
     cache = PreparedCache(cache_root)
     cached = cache.load(key)
     if cached is not None:
@@ -198,8 +204,12 @@ def prepare_texts(loaded: LoadedConfig, sources: dict[str, str]) -> PreparedData
         seed=cfg.train.seed, group_column=data.group_column,
         on_unseen_labels=data.on_unseen_labels,
         checks=CheckPolicy(**data.checks.model_dump()), sources=files,
-        label_cleanup=LabelCleanup.from_config(data),
-        multi_label_separator=data.multi_label.separator if data.multi_label else None)
+        label_cleanup=None if numeric_target else LabelCleanup.from_config(data),
+        multi_label_separator=(data.multi_label.separator
+                               if not numeric_target and getattr(data, "multi_label", None)
+                               else None),
+        target_transform=data.target_transform if numeric_target else None,
+        regression_task="text-regression")
     checked_s = time.perf_counter() - started
     writer = cache.writer(key)
     try:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from entrena.core.files import dumps_strict, plain_mode
 from entrena.data.labels import LabelCleanup
@@ -40,6 +41,7 @@ from entrena.exporting.checks import (
     parity_report,
     percentiles_ms,
     time_calls,
+    value_parity_report,
 )
 from entrena.exporting.formats import ExportFormat, load_runner
 from entrena.exporting.inference import (
@@ -109,7 +111,10 @@ def parity_examples(run: RunModel, parity_data: str | Path | None,
     keep = ~empty_values(texts).to_numpy()
     frame, texts = frame.loc[keep], texts.loc[keep]
     codes = None
-    if label_column in frame.columns and not run.meta.get("multi_label"):
+    if run.meta.get("target"):  # a regressor: the true values (NaN where not a number)
+        if label_column in frame.columns:
+            codes = pd.to_numeric(frame[label_column], errors="coerce").to_numpy(np.float64)
+    elif label_column in frame.columns and not run.meta.get("multi_label"):
         # (a multi-label model's parity is checked on its outputs alone)
         cleanup = LabelCleanup(dict(data.get("label_map") or {}), data.get("normalise_labels"))
         values = frame[label_column]
@@ -171,6 +176,12 @@ def write_bundle(run: RunModel, fmt: ExportFormat, *, quantize: str | None, opse
     threads = threads or torch.get_num_threads()
     model, tokenizer, meta = load_classifier(run.paths.model)
     prep = run.preprocessing(model_length_limit(model.encoder.config, tokenizer))
+    values = bool(meta.get("target"))  # a regressor: export it answering in target units
+    if values:
+        from entrena.tasks.regression import TargetScaler
+        from entrena.tasks.target_units import TokensInTargetUnits
+
+        model = TokensInTargetUnits(model, TargetScaler.from_dict(meta["target"])).eval()
     encoder = TextEncoder(tokenizer, prep)
     if not examples.texts:
         raise DataError(f"no non-empty texts to check parity on ({examples.dataset}); pass "
@@ -210,11 +221,14 @@ def write_bundle(run: RunModel, fmt: ExportFormat, *, quantize: str | None, opse
             fmt, model, example, work, quantize=quantize,
             opset=opset if opset is not None else onnx_format.DEFAULT_OPSET,
             length_limit=prep.length_limit, threads=threads, reference=reference,
-            labels=examples.labels, logits_of=logits_of, thresholds=thresholds)
+            labels=examples.labels, logits_of=logits_of, thresholds=thresholds,
+            check=value_parity_report if values else parity_report)
         parity["dataset"] = examples.dataset
         export_s = time.perf_counter() - started
-        log.info("parity: max |Δlogit| %.2e, label agreement %.4f: %s", parity["max_abs_diff"],
-                 parity["label_agreement"], "passed" if parity["passed"] else "FAILED")
+        log.info("parity: max |Δ| %.2e, %s: %s", parity["max_abs_diff"],
+                 f"max relative {parity['max_rel_diff']:.2e}" if values else
+                 f"label agreement {parity['label_agreement']:.4f}",
+                 "passed" if parity["passed"] else "FAILED")
         log.info("timing %d calls per engine at batch 1 and 32", latency_calls)
         latency = _latency([exported_runner, torch_runner], encoded, prep, encoder.pad_id,
                            latency_calls)
@@ -230,7 +244,9 @@ def write_bundle(run: RunModel, fmt: ExportFormat, *, quantize: str | None, opse
             "preprocessing": prep.to_json(),
             "inputs": {"input_ids": "int64 (batch, sequence)",
                        "attention_mask": "int64 (batch, sequence), 1 = real token",
-                       "logits": "float32 (batch, classes), classes in preprocessing.labels order"},
+                       "logits": "float32 (batch, 1): the predicted value in the target's units"
+                                 if values else "float32 (batch, classes), classes in "
+                                 "preprocessing.labels order"},
             "parity": parity, "latency": latency, "versions": versions(),
         }
         if fallback:
@@ -249,9 +265,9 @@ def write_bundle(run: RunModel, fmt: ExportFormat, *, quantize: str | None, opse
 def _export_attempts(fmt: ExportFormat, model: Any, example: tuple[Any, Any], work: Path, *,
                      quantize: str | None, opset: int, length_limit: int, threads: int,
                      reference: tuple[np.ndarray, np.ndarray], labels: np.ndarray | None,
-                     logits_of: Any,
-                     thresholds: Thresholds) -> tuple[dict[str, Any], dict[str, Any], Runner,
-                                                      str | None]:
+                     logits_of: Any, thresholds: Thresholds,
+                     check: Any = None) -> tuple[dict[str, Any], dict[str, Any], Runner,
+                                                 str | None]:
     """Try the format's attempts in order; the first that exports and passes parity wins (the
     last one's result stands when none passes)."""
     reasons: list[str] = []
@@ -284,9 +300,10 @@ def _export_attempts(fmt: ExportFormat, model: Any, example: tuple[Any, Any], wo
                         fmt.attempts[number + 1].program)
             target.unlink(missing_ok=True)
             continue
-        parity = parity_report(reference[0], exported[0], labels,
-                               quantized=quantize is not None, thresholds=thresholds,
-                               also_compare=(reference[1], exported[1]))
+        parity = (check or parity_report)(reference[0], exported[0], labels,
+                                          quantized=quantize is not None,
+                                          thresholds=thresholds,
+                                          also_compare=(reference[1], exported[1]))
         parity["batch_shapes"] = len(shapes)
         parity["batch_sizes"] = sorted({b for b, _ in shapes})
         if parity["passed"] or last:

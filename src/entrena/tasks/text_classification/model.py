@@ -158,27 +158,33 @@ def meta_classifier(*, num_labels: int, pretrained: str | None,
 
 
 def save_classifier(model: TextClassifier, tokenizer: Any, directory: Path, *, labels: list[str],
-                    max_length: int, multi_label: dict[str, Any] | None = None) -> None:
+                    max_length: int, multi_label: dict[str, Any] | None = None,
+                    task: str = "text-classification",
+                    extra: dict[str, Any] | None = None) -> None:
     """Write the model folder (encoder, tokenizer, head, labels). Overwrites ``directory``.
 
     Args:
-        labels: The outputs' names: classes, or a multi-label model's tags.
+        labels: The outputs' names: classes, or a multi-label model's tags (empty for a
+            regressor's single output).
         multi_label: ``{"separator", "thresholds"}`` of a multi-label model (sigmoid
             outputs, one threshold per tag), written into ``entrena_model.json``.
+        task: The task recorded in ``entrena_model.json``.
+        extra: More entries for ``entrena_model.json`` (a regressor's ``target`` scaling).
     """
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
     encoder = model.encoder
-    encoder.config.id2label = dict(enumerate(labels))
-    encoder.config.label2id = {name: i for i, name in enumerate(labels)}
+    if labels:
+        encoder.config.id2label = dict(enumerate(labels))
+        encoder.config.label2id = {name: i for i, name in enumerate(labels)}
     encoder.save_pretrained(directory, safe_serialization=True)
     _deterministic_tokenizer(tokenizer, max_length).save_pretrained(directory)
     head = {k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()}
     save_file(head, str(directory / HEAD_FILE))
-    meta = {"task": "text-classification", "labels": labels, "pooling": model.pooling,
-            "max_length": max_length, "dropout": model.dropout.p,
-            **({"multi_label": multi_label} if multi_label else {})}
+    meta = {"task": task, "labels": labels, "outputs": model.head.out_features,
+            "pooling": model.pooling, "max_length": max_length, "dropout": model.dropout.p,
+            **({"multi_label": multi_label} if multi_label else {}), **(extra or {})}
     (directory / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
 
@@ -215,7 +221,8 @@ def load_classifier(directory: str | Path) -> tuple[TextClassifier, Any, dict[st
     directory = Path(directory)
     meta = json.loads((directory / META_FILE).read_text())
     encoder = AutoModel.from_pretrained(directory, add_pooling_layer=False)
-    model = TextClassifier(encoder, len(meta["labels"]), meta["pooling"], meta.get("dropout", 0.1))
+    model = TextClassifier(encoder, int(meta.get("outputs", len(meta["labels"]))), meta["pooling"],
+                           meta.get("dropout", 0.1))
     model.head.load_state_dict(load_file(str(directory / HEAD_FILE)))
     model.eval()
     return model, build_tokenizer(str(directory)), meta

@@ -32,6 +32,7 @@ from entrena.exporting.prediction import (
     labelled_frame,
     multi_label_frame,
     stream_predictions,
+    value_frame,
     warn_replaced,
 )
 from entrena.tasks.metrics import sigmoid
@@ -137,8 +138,13 @@ class TextPredictor:
                 import torch
 
                 torch.set_num_threads(threads)
-            model, tokenizer, _ = load_classifier(location.folder)
+            model, tokenizer, meta = load_classifier(location.folder)
             preprocessing.length_limit = model_length_limit(model.encoder.config, tokenizer)
+            if meta.get("target"):  # a regressor: answer in the target's units
+                from entrena.tasks.regression import TargetScaler
+                from entrena.tasks.target_units import TokensInTargetUnits
+
+                model = TokensInTargetUnits(model, TargetScaler.from_dict(meta["target"]))
             self.runner: Runner = TorchRunner(model)
         else:
             from entrena.exporting.formats import load_runner
@@ -147,6 +153,8 @@ class TextPredictor:
             self.runner = load_runner(location.folder, location.manifest, threads)
         self.preprocessing = preprocessing
         self.labels = preprocessing.labels
+        self.values = bool(location.meta.get("target"))
+        """A regressor: ``predicted_value`` in the target's units (no labels)."""
         multi = location.meta.get("multi_label") or {}
         self.separator: str | None = multi.get("separator")
         self.thresholds = multi.get("thresholds")
@@ -202,15 +210,18 @@ class TextPredictor:
             raise DataError(f"empty {described} in input rows {shown}; fix or remove them, "
                             "or pass --on-bad-rows skip to predict the rest")
         texts = [str(t) for t in values.to_numpy()[~empty]]
-        probs = np.full((len(frame), len(labels)), np.nan)
+        outputs = np.full((len(frame), 1 if self.values else len(labels)), np.nan)
         if texts:
             encoded = self.encoder.encode(texts)
             logits = predict_logits(self.runner, encoded, max_length=self.preprocessing.max_length,
                                     pad_id=self.encoder.pad_id, batch_size=batch_size)
             require_finite(logits, model=self.location.path, inputs="input rows")
-            probs[~empty] = sigmoid(logits) if self.separator else softmax(logits)
+            outputs[~empty] = (logits[:, :1] if self.values else
+                               sigmoid(logits) if self.separator else softmax(logits))
         status = np.where(empty, SKIPPED_EMPTY, "ok")
+        if self.values:
+            return value_frame(frame, outputs[:, 0], status), empty
         if self.separator:
-            return multi_label_frame(frame, labels, probs, status, self.thresholds,
+            return multi_label_frame(frame, labels, outputs, status, self.thresholds,
                                      self.separator), empty
-        return labelled_frame(frame, labels, probs, status), empty
+        return labelled_frame(frame, labels, outputs, status), empty

@@ -26,9 +26,78 @@ from entrena.tasks.text_classification.data import (
     resolve_model_sources,
 )
 
-__all__ = ["TextClassificationTask"]
+__all__ = ["TextClassificationTask", "build_text_model", "text_planning"]
 
 log = logging.getLogger("entrena")
+
+
+def build_text_model(loaded: Any, sources: dict[str, str], prepared: Any, outputs: int) -> Any:
+    """A :class:`~entrena.tasks.text_classification.model.TextClassifier` with ``outputs``
+    outputs (the classes; 1 for a regressor): the pretrained encoder, or random weights of
+    ``model.architecture``, and a linear head."""
+    from entrena.tasks.text_classification.model import build_classifier
+
+    cfg = loaded.config
+    tokenizer = prepared.tokenizer
+    model = build_classifier(
+        num_labels=outputs, pretrained=sources.get("weights"),
+        architecture=cfg.model.architecture.model_dump() if cfg.model.architecture else None,
+        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id or 0,
+        pooling=cfg.model.pooling, dropout=cfg.model.dropout)
+    log.info("max_length %d tokens (%s); %.1f%% of training texts are truncated",
+             prepared.max_length, prepared.report["encoding"]["max_length_from"],
+             100 * prepared.report["splits"]["train"]["truncated_fraction"])
+    return model
+
+
+def text_planning(loaded: Any, sources: dict[str, str], prepared: Any,
+                  outputs: int) -> PlanningSpec:
+    """The :class:`PlanningSpec` of a text encoder with ``outputs`` outputs (the classes; 1
+    for a regressor): token lengths per split at ``max_length``; the model profiled on the
+    meta device at three lengths; probed on the median-length and the longest batch of
+    epoch 0."""
+    from pathlib import Path as _Path
+
+    from entrena.data.loaders import TextBatches
+    from entrena.tasks.text_classification.model import meta_classifier
+
+    cfg = loaded.config
+    tokenizer, max_length = prepared.tokenizer, int(prepared.max_length)
+    architecture = cfg.model.architecture.model_dump() if cfg.model.architecture else None
+    num_labels = outputs
+
+    def lengths(role: str) -> Any:
+        encoded = prepared.encoded.get(role)
+        return encoded.lengths(max_length) if encoded is not None else []
+
+    def probe_batches(batch_size: int) -> list[dict[str, Any]]:
+        t = cfg.train
+        batches = TextBatches(prepared.encoded["train"], prepared.targets("train"),
+                              max_length=max_length, batch_size=batch_size,
+                              pad_id=tokenizer.pad_token_id or 0, shuffle=True,
+                              group_by_length=t.group_by_length, seed=t.seed)
+        plan = batches.plan(0)
+        full = [b for b in plan if len(b) == batch_size] or plan
+        by_length = sorted(full, key=lambda b: int(batches.lengths[b].max()))
+        return [batches.collate(b) for b in (by_length[len(by_length) // 2], by_length[-1])]
+
+    def meta_model() -> Any:
+        return meta_classifier(
+            num_labels=num_labels, pretrained=sources.get("weights"),
+            architecture=architecture, vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id or 0, pooling=cfg.model.pooling,
+            dropout=cfg.model.dropout)
+
+    shape: Any = architecture
+    if shape is None:
+        config_file = _Path(sources.get("weights") or "") / "config.json"
+        shape = config_file.read_text(encoding="utf-8") if config_file.is_file() else None
+    key = None if shape is None else [shape, len(tokenizer), tokenizer.pad_token_id,
+                                      num_labels, cfg.model.pooling, max_length]
+    return PlanningSpec(
+        model_name=str(cfg.model.name) if cfg.model.architecture is None else "architecture",
+        max_length=max_length, lengths=lengths, probe_batches=probe_batches,
+        meta_model=meta_model, profile_key=key)
 
 
 class TextClassificationTask:
@@ -62,19 +131,7 @@ class TextClassificationTask:
     def build_model(self, loaded: Any, sources: dict[str, str], prepared: PreparedData) -> Any:
         """A :class:`~entrena.tasks.text_classification.model.TextClassifier` (pretrained encoder,
         or random weights of ``model.architecture``)."""
-        from entrena.tasks.text_classification.model import build_classifier
-
-        cfg = loaded.config
-        tokenizer = prepared.tokenizer
-        model = build_classifier(
-            num_labels=len(prepared.tags), pretrained=sources.get("weights"),
-            architecture=cfg.model.architecture.model_dump() if cfg.model.architecture else None,
-            vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id or 0,
-            pooling=cfg.model.pooling, dropout=cfg.model.dropout)
-        log.info("max_length %d tokens (%s); %.1f%% of training texts are truncated",
-                 prepared.max_length, prepared.report["encoding"]["max_length_from"],
-                 100 * prepared.report["splits"]["train"]["truncated_fraction"])
-        return model
+        return build_text_model(loaded, sources, prepared, len(prepared.tags))
 
     def batches(self, loaded: Any, prepared: PreparedData, role: str, *, batch_size: int,
                 shuffle: bool) -> Any:
@@ -160,48 +217,7 @@ class TextClassificationTask:
                  prepared: PreparedData) -> PlanningSpec:
         """Token lengths per split at ``max_length``; the model profiled on the meta device at
         three lengths; probed on the median-length and the longest batch of epoch 0."""
-        from pathlib import Path as _Path
-
-        from entrena.data.loaders import TextBatches
-        from entrena.tasks.text_classification.model import meta_classifier
-
-        cfg = loaded.config
-        tokenizer, max_length = prepared.tokenizer, int(prepared.max_length)
-        architecture = cfg.model.architecture.model_dump() if cfg.model.architecture else None
-        num_labels = len(prepared.tags)
-
-        def lengths(role: str) -> Any:
-            encoded = prepared.encoded.get(role)
-            return encoded.lengths(max_length) if encoded is not None else []
-
-        def probe_batches(batch_size: int) -> list[dict[str, Any]]:
-            t = cfg.train
-            batches = TextBatches(prepared.encoded["train"], prepared.targets("train"),
-                                  max_length=max_length, batch_size=batch_size,
-                                  pad_id=tokenizer.pad_token_id or 0, shuffle=True,
-                                  group_by_length=t.group_by_length, seed=t.seed)
-            plan = batches.plan(0)
-            full = [b for b in plan if len(b) == batch_size] or plan
-            by_length = sorted(full, key=lambda b: int(batches.lengths[b].max()))
-            return [batches.collate(b) for b in (by_length[len(by_length) // 2], by_length[-1])]
-
-        def meta_model() -> Any:
-            return meta_classifier(
-                num_labels=num_labels, pretrained=sources.get("weights"),
-                architecture=architecture, vocab_size=len(tokenizer),
-                pad_token_id=tokenizer.pad_token_id or 0, pooling=cfg.model.pooling,
-                dropout=cfg.model.dropout)
-
-        shape: Any = architecture
-        if shape is None:
-            config_file = _Path(sources.get("weights") or "") / "config.json"
-            shape = config_file.read_text(encoding="utf-8") if config_file.is_file() else None
-        key = None if shape is None else [shape, len(tokenizer), tokenizer.pad_token_id,
-                                          num_labels, cfg.model.pooling, max_length]
-        return PlanningSpec(
-            model_name=str(cfg.model.name) if cfg.model.architecture is None else "architecture",
-            max_length=max_length, lengths=lengths, probe_batches=probe_batches,
-            meta_model=meta_model, profile_key=key)
+        return text_planning(loaded, sources, prepared, len(prepared.tags))
 
     def write_bundle(self, run: Any, request: Any) -> dict[str, Any]:
         """Export ``run``'s model as ``request`` asks, check parity and latency, and return

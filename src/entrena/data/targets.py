@@ -1,0 +1,313 @@
+"""From splits already read to clean splits with a number to predict (regression targets).
+
+The counterpart of :func:`entrena.data.tables.check_and_split` for a numeric target; the
+rows (texts, table rows as keys) are checked the same way, the target as a number:
+
+1. every target must be a plain number (``12``, ``-3.5``, ``1e3``): ``"1,234.5"``, ``"$12"``,
+   ``"n/a"`` or ``inf`` are refused with their rows, never parsed into something else; a
+   missing target is a skipped row (``data.on_bad_rows``), counted as ``empty_label``;
+2. a constant training target, and ``data.target_transform: log`` with a value ≤ -1, are
+   refused;
+3. training rows: exact duplicates (same key *and* target; ``data.checks.exact_duplicates``),
+   normalised duplicates, and rows whose key repeats with different targets (noise: counted
+   and kept, under the check name ``conflicting_labels``);
+4. leakage: training rows whose normalised key also occurs in validation or test;
+5. the validation split when no validation file is given: stratified on quantile bins of the
+   training target (up to :data:`MAX_BINS`), seeded, grouped so that copies of one key (or
+   rows of one ``data.group_column`` value) stay on one side;
+6. validation and test targets outside the training range are counted and warned about
+   (``target_range``);
+7. seeded subsamples (``max_train_samples``, ``max_eval_samples``), stratified on the bins.
+
+Split ``labels`` hold the targets as float64 (N,) in the file's units; ``LabelledSplits.labels``
+(class names) is empty.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from entrena.data import checks as ck
+from entrena.data import hygiene as hy
+from entrena.data.reading import RawSplit, format_rows
+from entrena.data.tables import (
+    LabelledSplits,
+    Split,
+    TextColumn,
+    stratified_group_split,
+)
+from entrena.errors import DataError
+
+__all__ = ["MAX_BINS", "NUMBER", "parse_targets", "target_bins", "check_and_split_targets",
+           "target_summary"]
+
+NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+"""A target as written in a file: an optional sign, digits with an optional decimal point and
+an optional exponent. No thousands separators, currency signs, units or underscores: a value
+such as ``"1,234.5"`` is refused rather than guessed."""
+MAX_BINS = 10
+"""Quantile bins of the training target that stratify the validation split (fewer when the
+held-out part is small: about two held-out rows per bin at least)."""
+
+
+def parse_targets(raw: RawSplit, column: str) -> np.ndarray:
+    """The target of each kept row of ``raw`` as float64 (N,).
+
+    Raises:
+        DataError: A value is not a plain finite number; names the file, the first rows and
+            their values.
+    """
+    values = np.full(len(raw.label_names), np.nan)
+    bad: list[int] = []
+    for i, name in enumerate(raw.label_names):
+        text = str(name).strip()
+        if NUMBER.match(text) and math.isfinite(float(text)):
+            values[i] = float(text)
+        else:
+            bad.append(i)
+    if bad:
+        mask = np.isin(raw.label_codes, bad)
+        rows = raw.rows[mask]
+        shown = ", ".join(repr(raw.label_names[c]) for c in
+                          dict.fromkeys(raw.label_codes[mask][:50].tolist()))
+        shown = ", ".join(shown.split(", ")[:3])
+        raise DataError(
+            f"{raw.spec}: data.label_column {column!r} must hold numbers to predict, but "
+            f"{int(mask.sum())} {raw.role} row(s) hold other values (rows "
+            f"{format_rows(rows.tolist())}: {shown}); write plain numbers (1234.5, not "
+            "'1,234.5' or '$12'), leave unknown targets empty (skipped rows), or use a "
+            "classification task if the column holds classes")
+    return values[raw.label_codes] if len(raw.label_codes) else np.zeros(0)
+
+
+def target_bins(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """The quantile bin of each value (N,) int64, given inner bin ``edges`` (K-1,)."""
+    return np.searchsorted(edges, values, side="right").astype(np.int64)
+
+
+def _edges(values: np.ndarray, bins: int) -> np.ndarray:
+    if bins <= 1 or not len(values):
+        return np.zeros(0)
+    return np.unique(np.quantile(values, np.linspace(0, 1, bins + 1)[1:-1]))
+
+
+def target_summary(values: np.ndarray) -> dict[str, float | None]:
+    """``{"mean", "std", "min", "max", "median"}`` of targets (N,) (``None`` when empty)."""
+    if not len(values):
+        return {k: None for k in ("mean", "std", "min", "max", "median")}
+    return {"mean": float(values.mean()), "std": float(values.std()),
+            "min": float(values.min()), "max": float(values.max()),
+            "median": float(np.median(values))}
+
+
+def check_and_split_targets(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
+                            label_column: str, validation_fraction: float,
+                            max_train_samples: int | None, max_eval_samples: int | None,
+                            seed: int, group_column: str | None, policy: hy.CheckPolicy,
+                            target_transform: str = "none", normalise: bool = True,
+                            empty_what: str = "an empty text",
+                            check_keys: str = "data.text_column and data.label_column",
+                            terms: ck.Terms = ck.TEXT) -> LabelledSplits:
+    """The checks of the module docstring on splits already read.
+
+    Args:
+        raw: The splits as read (``train`` always; ``validation``, ``test`` when given), their
+            ``label_names`` the targets as written.
+        specs: Path, pattern or URL of each split, for messages and the report.
+        target_transform: ``none`` or ``log`` (``log1p``): refused when a value is ≤ -1.
+        normalise: Compare normalised keys for near-duplicates and leakage (text).
+        empty_what, check_keys, terms: Words of the messages, as in
+            :func:`~entrena.data.tables.check_and_split`.
+
+    Returns:
+        The splits (targets in ``labels``, float64) and their report (``target`` per split).
+
+    Raises:
+        DataError: No usable rows, a target that is not a number, a constant training target,
+            ``log`` with a value ≤ -1, or no rows left after the checks.
+    """
+    train = specs["train"] or ""
+    ck.refuse_unusable(raw, label_column=label_column, group_column=group_column,
+                       empty_what=empty_what, check_keys=check_keys)
+    values = {role: parse_targets(split, label_column) for role, split in raw.items()}
+    if target_transform == "log":
+        for role, v in values.items():
+            low = v <= -1
+            if low.any():
+                raise DataError(
+                    f"{raw[role].spec}: data.target_transform: log takes log(1 + target), but "
+                    f"{int(low.sum())} {role} target(s) are <= -1 (rows "
+                    f"{format_rows(raw[role].rows[low].tolist())}: "
+                    f"{', '.join(f'{x:g}' for x in v[low][:3])}); use "
+                    "data.target_transform: none, or fix those targets")
+    train_values = values["train"]
+    with np.errstate(over="ignore", invalid="ignore"):
+        learned = np.log1p(train_values) if target_transform == "log" else train_values
+        spread = float(np.std(learned))
+    if not math.isfinite(spread):
+        biggest = train_values[np.argmax(np.abs(train_values))]
+        raise DataError(f"{train}: data.label_column {label_column!r} holds targets as large as "
+                        f"{biggest:g}, too large to standardise (their squares overflow 64-bit "
+                        "floats); rescale the column (divide it by a power of ten) or use "
+                        "data.target_transform: log")
+    if np.ptp(train_values) == 0:
+        raise DataError(f"{train}: data.label_column {label_column!r} has the same value "
+                        f"({train_values[0]:g}) in all {len(train_values)} training rows; "
+                        "there is nothing to predict: choose a column that varies")
+
+    present = list(raw)
+    distinct, inverse = np.unique(np.concatenate([values[r] for r in present]),
+                                  return_inverse=True)
+    k = len(distinct)
+    exact = dict(zip(present, hy.text_keys(*(raw[r].texts for r in present)), strict=True))
+    normal = (dict(zip(present, hy.text_keys(*(hy.normalise(raw[r].texts) for r in present)),
+                       strict=True)) if normalise else exact)
+    rows: dict[str, ck.RowSet] = {}
+    start = 0
+    for role in present:
+        codes = inverse[start:start + len(values[role])].astype(np.int64)
+        start += len(values[role])
+        rows[role] = ck.RowSet(role, raw[role], codes, exact[role], normal[role])
+    for r in rows.values():
+        ck.describe_copies(r, k)
+    t = rows["train"]
+    checks_out = ck.train_copies(t, k, policy, replace(terms, label="target"))
+    checks_out.append(ck.leakage(rows, policy, against=("validation", "test"), terms=terms))
+
+    validation_split: dict[str, Any] | None = None
+    fitted = train_values[t.index]
+    if "validation" not in rows:
+        groups = t.raw.groups[t.index] if group_column is not None else t.normal[t.index]
+        n_groups = len(np.unique(groups))
+        held_n = math.ceil(validation_fraction * n_groups)
+        if held_n < 1 or n_groups - held_n < 1:
+            raise DataError(f"{train}: {n_groups} training row(s) (or groups) cannot be split "
+                            f"into training and validation (data.validation_fraction "
+                            f"{validation_fraction:g}); add rows or give a validation file "
+                            "(data.validation)")
+        bins = max(1, min(MAX_BINS, held_n // 2))
+        edges = _edges(fitted, bins)
+        kept, held = _grouped_split(target_bins(fitted, edges), groups, validation_fraction,
+                                    seed)
+        v = ck.RowSet("validation", t.raw, t.labels, t.exact, t.normal)
+        v.index = t.index[held]
+        v.removed = {}
+        v.counts = {"exact_duplicates": 0, "normalised_duplicates": 0}
+        t.removed["held_out_for_validation"] = len(held)
+        t.index = t.index[kept]
+        rows["validation"] = v
+        validation_split = {"from": "train", "fraction": validation_fraction,
+                            "stratified": f"target quantile bins ({len(edges) + 1})",
+                            "seed": seed,
+                            "grouped_by": group_column or terms.grouped_by or (
+                                "normalised text" if normalise else "identical rows")}
+        if group_column is not None:
+            checks_out[-1] = ck.leakage(rows, policy, against=("validation",),
+                                        record=checks_out[-1], terms=terms)
+
+    def targets_of(r: ck.RowSet) -> np.ndarray:
+        return distinct[r.labels[r.index]]
+
+    checks_out.append(_range_check(rows, targets_of, terms))
+    edges = _edges(targets_of(t), MAX_BINS)
+    limits = {"train": max_train_samples, "validation": max_eval_samples,
+              "test": max_eval_samples}
+    for role, r in rows.items():
+        chosen = _subsample(r.index, target_bins(targets_of(r), edges), limits[role], seed)
+        r.keep(np.isin(r.index, chosen), "subsampled")
+    for role, r in rows.items():
+        if len(r.index) == 0:
+            raise DataError(f"{specs[role] or train}: no {role} {terms.row}s are left once the "
+                            f"data checks have run ({terms.row}s removed: "
+                            f"{ck.removed_text(r.removed)}); keep them (data.checks.*) or add "
+                            f"{terms.row}s")
+    if np.ptp(targets_of(t)) == 0:
+        raise DataError(f"{train}: every training target left once the data checks have run "
+                        f"is {targets_of(t)[0]:g}; there is nothing to predict: raise "
+                        "data.max_train_samples or keep more rows (data.checks.*)")
+    splits = {role: Split(TextColumn(r.raw.texts.take(pa.array(r.index, type=pa.int64()))),
+                          targets_of(r), r.rows()) for role, r in rows.items()}
+    report = _report(rows, targets_of, specs, validation_split, checks_out)
+    return LabelledSplits(splits["train"], splits["validation"], splits.get("test"), [],
+                          report)
+
+
+def _grouped_split(bins: np.ndarray, groups: np.ndarray, fraction: float, seed: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`~entrena.data.tables.stratified_group_split` on target bins, falling back to an
+    unstratified grouped split when a bin is too small to stratify."""
+    _, first = np.unique(groups, return_index=True)
+    counts = np.bincount(bins[first])
+    if len(counts[counts > 0]) > 1 and counts[counts > 0].min() >= 2:
+        return stratified_group_split(bins, groups, fraction, seed)
+    return stratified_group_split(np.zeros_like(bins), groups, fraction, seed)
+
+
+def _subsample(index: np.ndarray, bins: np.ndarray, limit: int | None, seed: int) -> np.ndarray:
+    """At most ``limit`` of ``index``, stratified on the target bins where possible."""
+    if limit is None or len(index) <= limit:
+        return index
+    from sklearn.model_selection import train_test_split
+
+    counts = np.bincount(bins)
+    present = int(np.sum(counts > 0))
+    stratify = (bins if limit >= present and len(index) - limit >= present
+                and counts[counts > 0].min() >= 2 else None)
+    kept, _ = train_test_split(index, train_size=limit, random_state=seed, stratify=stratify)
+    return np.sort(kept)
+
+
+def _range_check(rows: dict[str, ck.RowSet], targets_of: Any, terms: ck.Terms
+                 ) -> dict[str, Any]:
+    """Validation/test targets outside the training range: a model extrapolates there."""
+    train = targets_of(rows["train"])
+    low, high = float(train.min()), float(train.max())
+    parts, total = [], 0
+    for role in ("validation", "test"):
+        if role not in rows:
+            continue
+        r = rows[role]
+        v = targets_of(r)
+        outside = (v < low) | (v > high)
+        r.counts["outside_training_range"] = int(outside.sum())
+        if outside.any():
+            total += int(outside.sum())
+            where = terms.where(r.raw, r.rows()[outside][:5].tolist())
+            parts.append(f"{int(outside.sum())} {role} ({where}: "
+                         f"{', '.join(f'{x:g}' for x in v[outside][:3])})")
+    return hy.check_record(
+        "target_range", total, "warn",
+        f"{total} validation/test target(s) lie outside the training range "
+        f"[{low:g}, {high:g}], where a model extrapolates: {'; '.join(parts)}")
+
+
+def _report(rows: dict[str, ck.RowSet], targets_of: Any, specs: dict[str, str | None],
+            validation_split: dict[str, Any] | None,
+            checks: list[dict[str, Any]]) -> dict[str, Any]:
+    splits: dict[str, Any] = {}
+    for role, r in rows.items():
+        entry = ck.split_entry(r, specs[role],
+                               role == "validation" and validation_split is not None)
+        entry["outside_training_range"] = int(r.counts.get("outside_training_range", 0))
+        entry["target"] = target_summary(targets_of(r))
+        entry["label_counts"] = {}
+        splits[role] = entry
+    report: dict[str, Any] = {
+        "labels": [],
+        "target": {role: s["target"] for role, s in splits.items()},
+        "rows": {role: splits[role]["rows_kept"] if role in splits else 0
+                 for role in ck.ROLES},
+        "label_counts": {},
+        "imbalance_ratio": None,
+        "splits": splits,
+        "checks": checks,
+    }
+    if validation_split is not None:
+        report["validation_split"] = validation_split
+    return report
