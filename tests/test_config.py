@@ -288,7 +288,8 @@ def test_there_are_example_configs():
 
 @pytest.mark.parametrize("path", EXAMPLE_CONFIGS, ids=lambda p: p.parent.name)
 def test_example_config_loads_and_validates(path: Path, reviews_data, digits_data,
-                                            credit_data, tickets_data):
+                                            credit_data, tickets_data, concrete_data,
+                                            tate_data):
     loaded = load_config(path)
     assert isinstance(loaded.config, Config)
     assert loaded.base_dir == path.parent.resolve()
