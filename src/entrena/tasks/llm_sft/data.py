@@ -443,15 +443,18 @@ def _tokenize_split(tokenizer: Any, examples: list[SftExample], numbers: list[in
                     np.array(truncated, dtype=bool))
 
 
-def _subsample(split: SftSplit, limit: int | None, seed: int) -> SftSplit:
-    if limit is None or len(split) <= limit:
-        return split
-    keep = np.sort(np.random.default_rng(seed).permutation(len(split))[:limit])
-    return split.subset(keep)
+def _subsample(index: np.ndarray, limit: int | None, seed: int) -> np.ndarray:
+    """At most ``limit`` of ``index``, drawn with ``seed``, in their original order."""
+    if limit is None or len(index) <= limit:
+        return index
+    return np.sort(np.random.default_rng(seed).permutation(index)[:limit])
 
 
 def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
     """Read, check, split and tokenize the config's data.
+
+    The checks, the validation split and the subsamples work on the rendered prompts, so
+    only the examples kept are tokenized (4,000 reviews subsampled to 800 tokenize 800).
 
     Returns:
         The prepared data; ``report`` has ``splits.<role>`` (``rows_read``, ``rows_kept``,
@@ -483,64 +486,72 @@ def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
             raw[role] = (examples, numbers, read)
     assert fmt is not None
     template = data.prompt_template if fmt == "template" else None
-    splits: dict[str, SftSplit] = {}
-    for role, (examples, numbers, _) in raw.items():
-        log.info("tokenizing %d %s examples", len(examples), role)
-        splits[role] = _tokenize_split(tokenizer, examples, numbers, max_length, template)
     report: dict[str, Any] = {"task": "llm-sft", "format": fmt, "labels": [], "checks": [],
                               "splits": {}}
-    for role, (_, _, read) in raw.items():
+    for role, (examples, _, read) in raw.items():
         report["splits"][role] = {"file": specs[role], "rows_read": read,
-                                  "empty_response": read - len(splits[role])}
-    train = splits["train"]
-    if len(train) == 0:
+                                  "empty_response": read - len(examples)}
+    rendered = {role: [render_prompt(tokenizer, e.messages) for e in examples]
+                for role, (examples, _, _) in raw.items()}
+    train_examples = raw["train"][0]
+    if not train_examples:
         raise DataError(f"data.train: {specs['train']}: no example with a response; check the "
                         "format settings (data.format, columns, template)")
-    # Exact duplicates (prompt + response) in training, dropped as the checks say.
-    keys = [p + "\x00" + r for p, r in zip(train.prompts, train.responses, strict=True)]
-    seen: set[str] = set()
-    repeated = np.array([k in seen or seen.add(k) for k in keys], dtype=bool)  # type: ignore[func-returns-value]
     checks = data.checks
-    count = int(repeated.sum())
+    # Exact duplicates (prompt + response) in training, dropped as the checks say.
+    seen: set[str] = set()
+    repeated = []
+    for prompt, example in zip(rendered["train"], train_examples, strict=True):
+        key = prompt + "\x00" + example.response
+        repeated.append(key in seen)
+        seen.add(key)
+    count = int(sum(repeated))
     report["checks"].append(check_record(
         "exact_duplicates", count, checks.exact_duplicates,
         f"{count} training examples repeat an earlier one (prompt and response)"))
     report["splits"]["train"]["exact_duplicates"] = count
+    index = {role: np.arange(len(raw[role][0])) for role in raw}
     if count and checks.exact_duplicates == "drop":
-        train = train.subset(np.flatnonzero(~repeated))
-    if "validation" in splits:
-        validation = splits["validation"]
-    else:
+        index["train"] = np.flatnonzero(~np.array(repeated))
+    if "validation" not in raw:
+        train = index["train"]
         if len(train) < 2:
             raise DataError(f"data.train: {specs['train']}: {len(train)} example(s) cannot be "
                             "split into training and validation; add rows or set "
                             "data.validation")
         order = np.random.default_rng(seed).permutation(len(train))
         held = max(1, int(round(len(train) * data.validation_fraction)))
-        validation, train = (train.subset(np.sort(order[:held])),
-                             train.subset(np.sort(order[held:])))
-    test = splits.get("test")
+        index["validation"], index["train"] = (np.sort(train[order[:held]]),
+                                               np.sort(train[order[held:]]))
+        raw["validation"], rendered["validation"] = raw["train"], rendered["train"]
     # Leakage: training prompts that also occur in validation or test.
-    held_out = set(validation.prompts) | (set(test.prompts) if test is not None else set())
-    leaked = np.array([p in held_out for p in train.prompts], dtype=bool)
+    held_out = {rendered[role][i] for role in ("validation", "test") if role in index
+                for i in index[role]}
+    leaked = np.array([rendered["train"][i] in held_out for i in index["train"]], dtype=bool)
     count = int(leaked.sum())
     report["checks"].append(check_record(
         "leakage", count, checks.leakage,
         f"{count} training prompts also occur in validation or test"))
     report["splits"]["train"]["leaked_rows"] = count
     if count and checks.leakage == "drop":
-        train = train.subset(np.flatnonzero(~leaked))
-    train = _subsample(train, data.max_train_samples, seed)
-    validation = _subsample(validation, data.max_eval_samples, seed)
-    if test is not None:
-        test = _subsample(test, data.max_eval_samples, seed)
-    for role, split in (("train", train), ("validation", validation), ("test", test)):
-        if split is None:
+        index["train"] = index["train"][~leaked]
+    index["train"] = _subsample(index["train"], data.max_train_samples, seed)
+    for role in ("validation", "test"):
+        if role in index:
+            index[role] = _subsample(index[role], data.max_eval_samples, seed)
+    splits: dict[str, SftSplit] = {}
+    for role in ("train", "validation", "test"):
+        if role not in index:
             continue
-        if len(split) == 0:
+        if len(index[role]) == 0:
             raise DataError(f"data.{role}: no example left after the checks; check the data")
+        examples, numbers, _ = raw[role]
+        log.info("tokenizing %d %s examples", len(index[role]), role)
+        splits[role] = _tokenize_split(tokenizer, [examples[i] for i in index[role]],
+                                       [numbers[i] for i in index[role]], max_length, template)
         entry = report["splits"].setdefault(role, {"file": None, "rows_read": 0})
-        entry.update(rows_kept=len(split), **_split_counts(split))
+        entry.update(rows_kept=len(splits[role]), **_split_counts(splits[role]))
+    train = splits["train"]
     configured = cfg.model.max_new_tokens
     max_new = int(train.response_lengths.max()) if configured == "auto" else int(configured)
     share = report["splits"]["train"]["truncated_fraction"]
@@ -558,5 +569,5 @@ def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
                            data.model_dump(mode="json"), seed], sort_keys=True, default=str)
     report["fingerprint"] = hashlib.sha256(material.encode()).hexdigest()[:24]
     report["from_cache"] = False
-    return PreparedSft(SftSplits(train, validation, test), tokenizer, max_length, max_new,
-                       report, False, fmt)
+    return PreparedSft(SftSplits(train, splits["validation"], splits.get("test")), tokenizer,
+                       max_length, max_new, report, False, fmt)
