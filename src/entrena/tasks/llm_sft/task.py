@@ -57,13 +57,14 @@ class LlmSftTask:
     """The metric the model and its zero-shot baseline are compared on."""
 
     def model_sources(self, loaded: Any) -> dict[str, str]:
-        """``{"tokenizer": folder or hub id}`` and, for pretrained weights, ``"weights"``
-        (an alias's GGUF file is converted into the cache once, here).
+        """``{"tokenizer": …}`` and, for pretrained weights, ``"weights"``: folders, hub ids
+        or ``alias:<name>`` (an alias's GGUF file is converted into the cache on first use,
+        by :func:`tokenizer_source` and :func:`weights_source`).
 
         Raises:
             ConfigError: An unknown model, or ``finetuning: qlora`` without CUDA.
         """
-        from entrena.tasks.llm_sft.sources import resolve_llm_source
+        from entrena.tasks.llm_sft.sources import check_llm_source
 
         cfg = loaded.config
         model = cfg.model
@@ -73,29 +74,28 @@ class LlmSftTask:
                               "base runs on CUDA only) and this run has none; use "
                               "model.finetuning: lora on this machine (entrena plan shows "
                               "QLoRA's needs on GPUs)")
-        root = _cache_root(loaded)
         sources: dict[str, str] = {}
         if model.architecture is None:
-            sources["weights"] = resolve_llm_source(model.name or "", loaded.base_dir, root)
-        tokenizer = model.tokenizer or model.name
-        if tokenizer is None:
+            sources["weights"] = check_llm_source(model.name or "", loaded.base_dir)
+        if model.tokenizer is None and model.name is None:
             raise ConfigError("model.tokenizer: a model built from model.architecture needs a "
                               "tokenizer; set model.tokenizer: smollm2-135m")
         sources["tokenizer"] = (sources["weights"] if model.tokenizer is None and "weights"
-                                in sources else resolve_llm_source(
-                                    tokenizer, loaded.base_dir, root,
+                                in sources else check_llm_source(
+                                    model.tokenizer or model.name or "", loaded.base_dir,
                                     "model.tokenizer" if model.tokenizer else "model.name",
                                     tokenizer_only=True))
         return sources
 
     def prepare(self, loaded: Any, sources: dict[str, str]) -> PreparedSft:
         """Rows read, turned into chats, checked, split and tokenized."""
-        prepared = prepare_sft(loaded, sources)
+        prepared = prepare_sft(loaded, {**sources,
+                                        "tokenizer": tokenizer_source(loaded, sources)})
         cfg = loaded.config
         data = cfg.data
         prepared.model_meta = {
             "task": self.name, "labels": [], "finetuning": cfg.model.finetuning,
-            "base_model": sources.get("weights"), "max_length": prepared.max_length,
+            "base_model": None, "max_length": prepared.max_length,
             "max_new_tokens": prepared.max_new_tokens, "format": prepared.data_format,
             "prompt_template": data.prompt_template if prepared.data_format == "template"
             else None,
@@ -109,8 +109,10 @@ class LlmSftTask:
         from entrena.tasks.llm_sft.model import build_sft_model
 
         model = loaded.config.model
+        weights = weights_source(loaded, sources)
+        prepared.model_meta["base_model"] = weights  # what a saved adapter is applied to
         return build_sft_model(
-            pretrained=sources.get("weights"),
+            pretrained=weights,
             architecture=model.architecture.model_dump() if model.architecture else None,
             tokenizer=prepared.tokenizer, finetuning=model.finetuning,
             lora=model.lora.model_dump(), dropout=model.dropout,
@@ -160,12 +162,8 @@ class LlmSftTask:
         cfg = loaded.config
         tokenizer = prepared.tokenizer
         torch.manual_seed(cfg.train.seed)  # a built architecture: the run's initial weights
-        from entrena.tasks.llm_sft.sources import resolve_llm_source
-
-        weights = None if cfg.model.architecture else resolve_llm_source(
-            cfg.model.name or "", loaded.base_dir, _cache_root(loaded))
         base = build_language_model(
-            pretrained=weights,
+            pretrained=weights_source(loaded, self.model_sources(loaded)),
             architecture=cfg.model.architecture.model_dump() if cfg.model.architecture
             else None, tokenizer=tokenizer, dropout=0.0).eval()
         scores: dict[str, Any] = {}
@@ -248,6 +246,25 @@ class LlmSftTask:
         from entrena.tasks.llm_sft.predict import predict_chats
 
         return predict_chats(location, data, output, options)
+
+
+def tokenizer_source(loaded: Any, sources: dict[str, str]) -> str:
+    """The tokenizer's folder or hub id (an alias's tokenizer converted on first use)."""
+    from entrena.tasks.llm_sft.sources import resolve_llm_source
+
+    same = sources["tokenizer"] == sources.get("weights")  # converted whole, once
+    return resolve_llm_source(sources["tokenizer"], loaded.base_dir, _cache_root(loaded),
+                              "model.tokenizer", tokenizer_only=not same)
+
+
+def weights_source(loaded: Any, sources: dict[str, str]) -> str | None:
+    """The pretrained weights' folder or hub id (an alias converted on first use), or
+    ``None`` for a model built from ``model.architecture``."""
+    from entrena.tasks.llm_sft.sources import resolve_llm_source
+
+    if "weights" not in sources:
+        return None
+    return resolve_llm_source(sources["weights"], loaded.base_dir, _cache_root(loaded))
 
 
 def _reference_width(prepared: PreparedSft) -> int:
