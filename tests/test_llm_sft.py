@@ -433,3 +433,55 @@ def test_a_crashed_lora_run_resumes_to_the_same_adapter_weights(tmp_path, smol_t
     for key in straight:
         assert torch.equal(straight[key], again[key]), key
     assert any(bool(v.abs().sum()) for k, v in straight.items() if "lora_B" in k)  # it trained
+
+
+@pytest.mark.slow
+def test_a_sigkilled_lora_run_resumes_to_the_same_adapter_weights(tmp_path, smol_tokenizer):
+    """The real process killed with SIGKILL after a checkpoint, then the same command."""
+    import signal
+    import subprocess
+    import time
+
+    from conftest import clean_env, entrena_command
+
+    write_jsonl(tmp_path / "train.jsonl", chats(32))
+    cfg = config(tmp_path, smol_tokenizer, model={"lora": {"r": 4, "alpha": 8, "dropout": 0.1}},
+                 train={"max_epochs": 3, "batch_size": 4, "checkpoint": {"every_steps": 2},
+                        "log_every_steps": 1})
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    assert run_cli("train", "config.yaml", "--run-dir", "straight", cwd=tmp_path).returncode == 0
+    command = [*entrena_command(), "train", "config.yaml", "--run-dir", "killed"]
+    process = subprocess.Popen(command, cwd=tmp_path, env=clean_env(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    checkpoints = tmp_path / "killed" / "checkpoints"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        if len(list(checkpoints.glob("step-*.pt"))) >= 2:  # mid-run, past two saves
+            break
+        time.sleep(0.05)
+    assert process.poll() is None, "the run ended before it could be killed"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    resumed = run_cli("train", "config.yaml", "--run-dir", "killed", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming from step" in resumed.stderr
+    straight, again = _adapter(tmp_path / "straight"), _adapter(tmp_path / "killed")
+    for key in straight:
+        assert torch.equal(straight[key], again[key]), key
+
+
+@pytest.mark.slow
+def test_real_smollm2_learns_the_reviews_answer_format(tmp_path, reviews_data):
+    """A reduced demo: SmolLM2-135M, LoRA, 96 training reviews, 48 test reviews."""
+    import entrena
+
+    root = Path(__file__).resolve().parents[1]
+    result = entrena.train(root / "examples" / "reviews-chat" / "config.yaml",
+                           run_dir=tmp_path / "run",
+                           overrides=["data.max_train_samples=96", "data.max_eval_samples=48",
+                                      "data.validation_fraction=0.02", "tracking.enabled=false"])
+    metrics = result.metrics
+    zero = metrics["baseline"]["zero_shot"]["test"]
+    assert metrics["test"]["eos_share"] >= 0.9
+    assert metrics["test"]["exact_match"] >= zero["exact_match"] + 0.2
+    assert (tmp_path / "run" / "model" / "adapter" / "adapter_model.safetensors").is_file()

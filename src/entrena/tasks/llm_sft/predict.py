@@ -16,7 +16,6 @@ import logging
 import os
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from entrena.errors import DataError
@@ -77,7 +76,8 @@ def predict_chats(location: Any, data: Path, output: Path, options: Any) -> dict
         options: ``batch_size``, ``threads`` (:class:`PredictOptions`).
 
     Returns:
-        ``{"rows", "output", "time_s", "eos_share"}``.
+        The summary ``entrena predict`` prints (``rows.read`` / ``predicted`` / ``skipped``,
+        ``output``, ``eos_share``, ``time_s`` …), shaped as the other tasks' summaries.
 
     Raises:
         DataError: An unsupported file type, an unreadable file, or missing columns (checked
@@ -139,8 +139,10 @@ def predict_chats(location: Any, data: Path, output: Path, options: Any) -> dict
             for record in records:
                 handle.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
     os.replace(tmp, output)
-    summary = SimpleNamespace(rows=len(records), output=str(output),
-                              time_s=time.perf_counter() - started,
-                              eos_share=sum(ended) / max(1, len(ended)))
-    log.info("%d rows generated into %s in %.1fs", summary.rows, output, summary.time_s)
-    return vars(summary)
+    elapsed = time.perf_counter() - started
+    log.info("%d rows generated into %s in %.1fs", len(records), output, elapsed)
+    return {"input": str(data), "output": str(output), "model": str(location.folder),
+            "backend": "torch", "columns_added": ["generated_text", "ends_with_eos"],
+            "rows": {"read": len(records), "predicted": len(records), "skipped": 0},
+            "skipped": {}, "eos_share": sum(ended) / max(1, len(ended)), "time_s": elapsed,
+            "throughput_rows_per_s": len(records) / elapsed if elapsed > 0 else 0.0}
