@@ -242,7 +242,7 @@ def tiny_run(tmp_path_factory, smol_tokenizer):
     write_jsonl(work / "train.jsonl", chats(40))
     write_jsonl(work / "test.jsonl", chats(12, start=100))
     cfg = config(work, smol_tokenizer, data={"test": str(work / "test.jsonl")},
-                 model={"finetuning": "full"},
+                 model={"finetuning": "full"}, tracking={"enabled": True},
                  train={"max_epochs": 6, "learning_rate": 3e-2, "evals_per_epoch": 1})
     (work / "config.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
     run_dir = work / "runs" / "tiny-llm"
@@ -485,3 +485,30 @@ def test_real_smollm2_learns_the_reviews_answer_format(tmp_path, reviews_data):
     assert metrics["test"]["eos_share"] >= 0.9
     assert metrics["test"]["exact_match"] >= zero["exact_match"] + 0.2
     assert (tmp_path / "run" / "model" / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(smol_tokenizer):
+    from entrena.tasks.llm_sft.model import build_sft_model, build_tokenizer
+
+    tokenizer = build_tokenizer(smol_tokenizer)
+    ids = torch.randint(10, 1000, (2, 12))
+    mask, target = torch.ones_like(ids), torch.zeros_like(ids)
+    target[:, -3:] = 1
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        model = build_sft_model(pretrained=None, architecture=ARCH, tokenizer=tokenizer,
+                                finetuning="lora", lora={"r": 4, "alpha": 8, "dropout": 0.0,
+                                                         "target_modules": "all-linear"},
+                                dropout=0.0, max_new_tokens=2,
+                                gradient_checkpointing=checkpointing)
+        assert model.causal_lm.model.gradient_checkpointing is checkpointing
+        for name, p in model.named_parameters():  # non-zero B, so A gets a gradient too
+            if "lora_B" in name:
+                torch.nn.init.normal_(p, std=0.1)
+        out = model(input_ids=ids, attention_mask=mask, target_mask=target)
+        (out[:, 0].sum() / out[:, 1].sum()).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad})
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-4, atol=1e-6)
