@@ -53,7 +53,7 @@ class LlmSftTask:
     export_formats: tuple[str, ...] = ()
     """No export format yet: the model folder is a PEFT adapter or a Hugging Face model."""
     higher_is_better = SFT_HIGHER_IS_BETTER
-    baseline_metric = "exact_match"
+    comparison_metric = "exact_match"
     """The metric the model and its zero-shot baseline are compared on."""
 
     def model_sources(self, loaded: Any) -> dict[str, str]:
