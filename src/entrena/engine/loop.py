@@ -43,6 +43,10 @@ class BatchSource(Protocol):
         (B, C, H, W); tabular: ``features`` (B, F))."""
         ...
 
+    # Optional: ``target_count(indices) -> int``, the count the task's loss divides a batch's
+    # sum by (target tokens of a language model), known before the forward pass; with it,
+    # every micro-batch of an optimizer step is divided by the step's total.
+
 
 def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The batch without ``labels``: the keyword arguments of ``model(**inputs)``."""
@@ -244,6 +248,11 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource, loss: L
     hooks = _Callbacks(callbacks)
     save = _Saver(save_checkpoint, hooks, state)
     undo = StepUndo(model, optimizer) if settings.divergence_factor is not None else None
+    # A source that counts its batches' loss units (target tokens of a language model) lets
+    # each micro-batch's summed loss be divided by the whole optimizer step's count, so that
+    # gradient accumulation gives the gradient of one big batch (transformers PR #34191).
+    count_units = getattr(train, "target_count", None)
+    group_count: int | None = None
 
     model.train()
     hooks.fire(Event.FIT_START, state)
@@ -264,6 +273,9 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource, loss: L
                                state.padded_tokens_seen, state.train_time_s)
                 group_indices, group_losses = [], []
                 state.extras.pop("nonfinite", None)
+                if count_units is not None:
+                    end = min(len(plan), (position // accumulation + 1) * accumulation)
+                    group_count = sum(count_units(plan[p]) for p in range(position, end))
             state.batch_indices = list(indices)
             hooks.fire(Event.BATCH_START, state)
             started = time.perf_counter()
@@ -275,7 +287,7 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource, loss: L
                 loss_value = forward_backward(
                     backend=backend, model=model, loss=loss, batch=batch,
                     accumulation=accumulation, sync=last_micro,
-                    micro_batch_size=state.micro_batch_size)
+                    micro_batch_size=state.micro_batch_size, group_count=group_count)
             except torch.OutOfMemoryError as exc:  # torch.cuda.OutOfMemoryError too
                 error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             else:

@@ -73,7 +73,8 @@ def free_memory() -> None:
 
 
 def forward_backward(*, backend: Any, model: Any, loss: Any, batch: dict[str, torch.Tensor],
-                     accumulation: int, sync: bool, micro_batch_size: int | None) -> float:
+                     accumulation: int, sync: bool, micro_batch_size: int | None,
+                     group_count: int | None = None) -> float:
     """One batch's forward and backward passes, split into micro-batches of
     ``micro_batch_size`` examples; gradients add up to those of the whole batch's mean loss
     divided by ``accumulation``.
@@ -90,6 +91,9 @@ def forward_backward(*, backend: Any, model: Any, loss: Any, batch: dict[str, to
         accumulation: Gradient accumulation steps (each batch's loss is divided by it).
         sync: Whether the last backward pass synchronises gradients across processes.
         micro_batch_size: Examples per forward pass; ``None``: the whole batch.
+        group_count: The loss count (target tokens) of the whole optimizer step, known
+            beforehand (a batch source's ``target_count``): every summed loss is divided by
+            it instead of ``count × accumulation``, which is exact for any split.
 
     Returns:
         The batch's mean loss.
@@ -105,8 +109,19 @@ def forward_backward(*, backend: Any, model: Any, loss: Any, batch: dict[str, to
         with backend.no_backward_sync(model, enabled=not sync):
             batch_sum, batch_count = loss(model(**model_inputs(batch)), batch)
             batch_loss = batch_sum / max(1, batch_count)
-            backend.backward(batch_loss / accumulation)
+            backend.backward(batch_sum / max(1, group_count) if group_count is not None
+                             else batch_loss / accumulation)
         return batch_loss.item()
+    if group_count is not None:  # sums over the step's own count: any split is exact
+        total_sum, total_count = 0.0, 0
+        for index, part in enumerate(parts):
+            last = index == len(parts) - 1
+            with backend.no_backward_sync(model, enabled=not (sync and last)):
+                part_sum, part_count = loss(model(**model_inputs(part)), part)
+                backend.backward(part_sum / max(1, group_count))
+            total_sum += part_sum.item()
+            total_count += part_count
+        return total_sum / max(1, total_count)
     rows = _rows(batch)
     total = 0.0
     for index, part in enumerate(parts):

@@ -111,8 +111,11 @@ def calibrate(model: Any, loaded: LoadedConfig, task: Any, spec: PlanningSpec, p
 
     cfg = loaded.config
     batches = spec.probe_batches(cfg.train.batch_size)
+    # A fixed-size profile counts one example as one "token" (an LLM's is one median-length
+    # example profiled whole), whatever the tensors' shapes.
     flops = [int(b["labels"].shape[0]) * profile.flops_per_sample(
-        int(b["input_ids"].shape[1]) if "input_ids" in b else 1) for b in batches]
+        int(b["input_ids"].shape[1]) if "input_ids" in b and profile.kind != "fixed" else 1)
+        for b in batches]
     if device == "cpu":
         peak, _ = cpu_peak_flops(machine, catalog, cfg.train.num_threads)
     else:

@@ -183,15 +183,15 @@ def _efficiency(events: list[dict[str, Any]], efficiency: dict[str, Any]) -> str
 
 
 def _baseline(metrics: dict[str, Any]) -> str:
+    baselines = {name: result for name, result in (metrics.get("baseline") or {}).items()
+                 if name != "comparison"}
     names = [k for k, _ in split_scores(metrics.get("validation")) if k != "loss"]
     rows = []
     for split in ("validation", "test"):
         if split in metrics:
             rows.append(("model", split, *(metrics[split].get(k) for k in names),
                          metrics.get("fit", {}).get("train_time_s")))
-    for name, result in (metrics.get("baseline") or {}).items():
-        if name == "comparison":
-            continue
+    for name, result in baselines.items():
         for split in ("validation", "test"):
             if split in result:
                 rows.append((name, split, *(result[split].get(k) for k in names),
@@ -233,6 +233,15 @@ def _predictions(metrics: dict[str, Any]) -> str:
             parts.append("<p>The wrong predictions the model was surest of:</p>"
                          + _table([tuple(m.get(k) for k in header) for m in mistakes], header))
     return "".join(parts)
+
+
+def _samples(samples: list[dict[str, Any]]) -> str:
+    """A task's sample table (``test.samples``: prompts, references, generations …)."""
+    if not samples:
+        return ""
+    header = list(samples[0])
+    return "<h3>Samples (test)</h3>" + _table([[s.get(k) for k in header] for s in samples],
+                                              tuple(header))
 
 
 def _data(report: dict[str, Any]) -> str:
@@ -283,7 +292,8 @@ def build_report(run_dir: Path) -> str:
         + _table([(name, *v.values()) for name, v in
                   ((metrics.get("test") or {}).get("per_class") or {}).items()],
                  ("class", "precision", "recall", "F1", "support")),
-        "Baseline vs model": _baseline(metrics),
+        "Baseline vs model": _baseline(metrics)
+        + _samples((metrics.get("test") or {}).get("samples") or []),
         "Predictions": _predictions(metrics),
         "Diagnosis": _table([(d.get("message"), d.get("figure"), d.get("change"))
                              for d in diagnosis], ("finding", "figure", "change to make"))

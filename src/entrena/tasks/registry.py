@@ -43,6 +43,8 @@ BUILTIN_TASKS: dict[str, tuple[str, str]] = {
     "text-regression": (
         "entrena.tasks.text_regression.task:TextRegressionTask",
         "entrena.tasks.text_regression.config:TextRegressionConfig"),
+    "llm-sft": ("entrena.tasks.llm_sft.task:LlmSftTask",
+                "entrena.tasks.llm_sft.config:LlmSftConfig"),
 }
 """Shipped tasks: name → (the task class, its config class), each ``module:class``, imported
 on first use (a config class imports pydantic only, so loading a config never imports

@@ -1,0 +1,85 @@
+"""Batches of chat examples: right-padded, length-grouped, with the target mask.
+
+A batch (B batch, T tokens, R the widest response of the data, EOS included):
+
+- ``input_ids`` (B, T) int64: prompt + response + EOS, right-padded with the pad id;
+- ``attention_mask`` (B, T) int64: 1 on real tokens;
+- ``target_mask`` (B, T) int64: 1 on the response and its EOS (the tokens learned). It is
+  built from each example's prompt length, never from the pad id: with SmolLM2 the pad
+  token *is* EOS, and masking by id would hide the EOS the model must learn (TRL #1623);
+- ``labels`` (B, 1 + R) int64: the example's index in its split, then its reference
+  response ids (EOS included), -1 after (what evaluation compares generations with).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from entrena.data.batching import group_by_length, pad_batch, random_batches, sequential_batches
+from entrena.tasks.llm_sft.data import SftSplit
+
+__all__ = ["SftBatches"]
+
+
+class SftBatches:
+    """The :class:`~entrena.engine.loop.BatchSource` of one split.
+
+    Args:
+        split: The tokenized split.
+        batch_size: Examples per batch.
+        pad_id: Id in padding slots.
+        reference_width: R, the widest response (tokens, EOS included) of any split.
+        shuffle: Training order (seeded ``seed + epoch``) or evaluation order (by length).
+        group_by_length: With ``shuffle``, batches of similar length.
+        seed: Base seed.
+    """
+
+    def __init__(self, split: SftSplit, *, batch_size: int, pad_id: int, reference_width: int,
+                 shuffle: bool, group_by_length: bool = True, seed: int = 0):
+        self.split = split
+        self.batch_size = batch_size
+        self.pad_id = pad_id
+        self.reference_width = reference_width
+        self.shuffle = shuffle
+        self.group = group_by_length
+        self.seed = seed
+        self.lengths = split.lengths
+        self.target_lengths = split.response_lengths
+        self._plans: dict[int, list[list[int]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def plan(self, epoch: int) -> list[list[int]]:
+        """The batches of ``epoch`` (evaluation order is the same every epoch)."""
+        key = epoch if self.shuffle else 0
+        if key not in self._plans:
+            if not self.shuffle:
+                plan = sequential_batches(self.lengths, self.batch_size)
+            elif self.group:
+                plan = group_by_length(self.lengths, self.batch_size, self.seed + epoch)
+            else:
+                plan = random_batches(len(self.lengths), self.batch_size, self.seed + epoch)
+            self._plans = {key: plan}
+        return self._plans[key]
+
+    def target_count(self, indices: Sequence[int]) -> int:
+        """Target tokens of a batch (what its loss is normalised by), without collating."""
+        return int(self.target_lengths[list(indices)].sum())
+
+    def collate(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        """The batch's tensors (see the module docstring)."""
+        rows = list(indices)
+        ids, mask = pad_batch([self.split.input_ids[i] for i in rows], self.pad_id)
+        target = np.zeros_like(mask)
+        labels = np.full((len(rows), 1 + self.reference_width), -1, dtype=np.int64)
+        for row, i in enumerate(rows):
+            start, end = int(self.split.prompt_lengths[i]), len(self.split.input_ids[i])
+            target[row, start:end] = 1
+            labels[row, 0] = i
+            labels[row, 1:1 + end - start] = self.split.input_ids[i][start:end]
+        return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
+                "target_mask": torch.from_numpy(target), "labels": torch.from_numpy(labels)}

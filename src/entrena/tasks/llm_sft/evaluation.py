@@ -1,0 +1,89 @@
+"""Metrics of ``task: llm-sft``: loss and perplexity on response tokens, exact match of
+greedy generations and the share of generations that end with EOS.
+
+- ``loss``: mean negative log-likelihood per target token (nats), over the response tokens
+  and their EOS only; ``perplexity`` = exp(loss).
+- ``exact_match``: share of examples whose generation, decoded without special tokens,
+  equals the reference after :func:`normalise_answer` (lower case, whitespace collapsed,
+  trimmed).
+- ``eos_share``: share of generations that emitted EOS within ``max_new_tokens`` (a model
+  that does not stop is not usable however good its first words).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+
+__all__ = ["normalise_answer", "generation_scores", "evaluate_sft", "SFT_HIGHER_IS_BETTER"]
+
+SFT_HIGHER_IS_BETTER = {"loss": False, "perplexity": False, "exact_match": True,
+                        "eos_share": True}
+"""Direction of each metric :func:`evaluate_sft` returns."""
+
+SAMPLES_SHOWN = 20
+"""Examples of the test split listed with their prompt, reference and generation."""
+
+
+def normalise_answer(text: str) -> str:
+    """Lower case, whitespace runs as one space, trimmed (``" Great\\n"`` → ``"great"``)."""
+    return re.sub(r"\s+", " ", text).strip().lower()
+
+
+def _decode(tokenizer: Any, ids: np.ndarray) -> str:
+    return tokenizer.decode([int(i) for i in ids if i >= 0], skip_special_tokens=True)
+
+
+def generation_scores(generated: np.ndarray, references: list[str], tokenizer: Any,
+                      eos_token_id: int) -> tuple[dict[str, float], list[str]]:
+    """Exact match and EOS share of generations against reference texts.
+
+    Args:
+        generated: Generated ids (N, G), -1 after each generation's end.
+        references: N reference responses (text, no EOS).
+        tokenizer: Decodes the ids.
+        eos_token_id: The EOS id.
+
+    Returns:
+        ``({"exact_match", "eos_share"}, the N decoded generations)``.
+    """
+    texts = [_decode(tokenizer, row) for row in generated]
+    if not texts:
+        return {"exact_match": float("nan"), "eos_share": float("nan")}, texts
+    match = [normalise_answer(t) == normalise_answer(r)
+             for t, r in zip(texts, references, strict=True)]
+    eos = [bool((row == eos_token_id).any()) for row in generated]
+    return {"exact_match": float(np.mean(match)), "eos_share": float(np.mean(eos))}, texts
+
+
+def evaluate_sft(outputs: np.ndarray, targets: np.ndarray, tokenizer: Any, eos_token_id: int,
+                 prompts: list[str] | None = None) -> dict[str, Any]:
+    """A split's metrics from the model's eval outputs.
+
+    Args:
+        outputs: (N, 2 + G): summed NLL and target count per example, then the generation.
+        targets: (N, 1 + R): example index, then the reference ids (EOS included), -1 after.
+        tokenizer: Decodes ids.
+        eos_token_id: The EOS id.
+        prompts: The split's prompts, for a table of samples (test split).
+
+    Returns:
+        ``loss``, ``perplexity``, ``exact_match``, ``eos_share`` (and ``samples``).
+    """
+    total, count = float(outputs[:, 0].sum()), float(outputs[:, 1].sum())
+    loss = total / max(count, 1.0)
+    references = [_decode(tokenizer, row) for row in targets[:, 1:].astype(np.int64)]
+    scores, texts = generation_scores(outputs[:, 2:].astype(np.int64), references, tokenizer,
+                                      eos_token_id)
+    result: dict[str, Any] = {"loss": loss,
+                              "perplexity": math.exp(loss) if loss < 700 else float("inf"),
+                              **scores}
+    if prompts is not None:
+        index = targets[:, 0].astype(np.int64)
+        result["samples"] = [{"prompt": prompts[int(i)], "reference": ref, "generated": gen}
+                             for i, ref, gen in list(zip(index, references, texts,
+                                                         strict=True))[:SAMPLES_SHOWN]]
+    return result

@@ -1,0 +1,369 @@
+"""The model of ``task: llm-sft``: a causal language model (with LoRA adapters, or all its
+weights trained) behind one ``forward`` that returns per-example losses.
+
+:class:`SftModel` computes the loss inside ``forward``: the decoder's hidden states at the
+positions that predict a target token (the response and its EOS) go through the output
+head, and only those. Logits of the prompt and padding positions, (B, T, V) floats that
+dominate a small model's memory (V = 49,152 for SmolLM2), are never made. In eval mode it
+also generates greedily from each prompt (left-padded), so validation reports exact match
+and the share of generations ending with EOS through the same protocol call.
+
+The saved model folder: the tokenizer (with the chat template every later step uses),
+``entrena_model.json``, and the adapter (``adapter/``, PEFT format, with the base model's
+folder recorded) or the whole model (``config.json`` + ``model.safetensors``). A base built
+from ``model.architecture`` (random weights) is saved beside the adapter (``base/``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["SftModel", "build_tokenizer", "build_language_model", "build_sft_model",
+           "greedy_generate", "save_sft_model", "load_sft_model", "META_FILE", "ADAPTER_DIR",
+           "BASE_DIR"]
+
+log = logging.getLogger("entrena")
+
+META_FILE = "entrena_model.json"
+ADAPTER_DIR = "adapter"
+BASE_DIR = "base"
+IGNORE = -1
+"""The id written after a generation's end (EOS or the token budget)."""
+
+
+def _quiet_transformers() -> None:
+    import warnings
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"(transformers|peft)\.")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover - older transformers
+        pass
+
+
+def build_tokenizer(source: str) -> Any:
+    """The tokenizer of a model folder or hub id, padding on the right.
+
+    Raises:
+        ConfigError: It has no chat template or no EOS token.
+    """
+    from transformers import AutoTokenizer
+
+    from entrena.errors import ConfigError
+
+    _quiet_transformers()
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"model.tokenizer: {source} has no chat template, so prompts cannot "
+                          "be written as chats; use an instruct (chat) model such as "
+                          "smollm2-135m")
+    if tokenizer.eos_token_id is None:
+        raise ConfigError(f"model.tokenizer: {source} has no EOS token; use a chat model's "
+                          "tokenizer")
+    tokenizer.padding_side = "right"
+    return tokenizer
+
+
+def _pad_id(tokenizer: Any) -> int:
+    return int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+               else tokenizer.eos_token_id)
+
+
+def build_language_model(*, pretrained: str | None, architecture: dict[str, Any] | None,
+                         tokenizer: Any, dropout: float = 0.0, quantize_4bit: bool = False
+                         ) -> Any:
+    """A causal language model in float32: loaded, or a Llama of ``architecture`` with
+    random weights (vocabulary and special ids from ``tokenizer``)."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    _quiet_transformers()
+    if architecture is not None:
+        config = LlamaConfig(vocab_size=len(tokenizer), pad_token_id=_pad_id(tokenizer),
+                             eos_token_id=tokenizer.eos_token_id,
+                             bos_token_id=tokenizer.bos_token_id,
+                             attention_dropout=dropout, tie_word_embeddings=True,
+                             **architecture)
+        return AutoModelForCausalLM.from_config(config)
+    kwargs: dict[str, Any] = {"dtype": torch.float32}
+    if quantize_4bit:
+        from transformers import BitsAndBytesConfig
+
+        kwargs = {"quantization_config": BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.bfloat16), "device_map": {"": 0}}
+    model = AutoModelForCausalLM.from_pretrained(pretrained, **kwargs)
+    if dropout and hasattr(model.config, "attention_dropout"):
+        model.config.attention_dropout = dropout
+    return model
+
+
+def lora_config(settings: dict[str, Any]) -> Any:
+    """PEFT's ``LoraConfig`` of ``model.lora`` (causal LM, no bias adapters)."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=int(settings["r"]), lora_alpha=float(settings["alpha"]),
+                      lora_dropout=float(settings["dropout"]),
+                      target_modules=settings["target_modules"], bias="none",
+                      task_type="CAUSAL_LM")
+
+
+class SftModel(nn.Module):
+    """A causal LM whose ``forward`` returns per-example summed losses (and, in eval mode,
+    greedy generations).
+
+    Args:
+        lm: A Hugging Face causal LM, or a PEFT model around one.
+        eos_token_id: The token that ends a response.
+        pad_token_id: The id in padding slots (any id: padding is masked).
+        max_new_tokens: Tokens generated per prompt in eval mode (G).
+        adapters_only: ``state_dict`` holds the trained parameters only (LoRA: the base is
+            frozen, so checkpoints and best-weight copies hold megabytes, not the model).
+    """
+
+    def __init__(self, lm: Any, *, eos_token_id: int, pad_token_id: int, max_new_tokens: int,
+                 adapters_only: bool):
+        super().__init__()
+        self.lm = lm
+        self.eos_token_id = int(eos_token_id)
+        self.pad_token_id = int(pad_token_id)
+        self.max_new_tokens = int(max_new_tokens)
+        self.adapters_only = adapters_only
+
+    @property
+    def causal_lm(self) -> Any:
+        """The Hugging Face causal LM (adapters injected in place under PEFT)."""
+        get = getattr(self.lm, "get_base_model", None)
+        return get() if get is not None else self.lm
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                target_mask: torch.Tensor) -> torch.Tensor:
+        """Per-example losses, and greedy generations in eval mode.
+
+        Args:
+            input_ids: Prompt + response + EOS, right-padded, (B, T) int64.
+            attention_mask: 1 on real tokens, (B, T) int64.
+            target_mask: 1 on the tokens to learn (response and EOS), (B, T) int64.
+
+        Returns:
+            (B, 2) float32 in train mode: the summed negative log-likelihood (nats) of each
+            example's target tokens and their count; (B, 2 + G) in eval mode, the generated
+            ids after them (EOS included, :data:`IGNORE` after the end).
+        """
+        lm = self.causal_lm
+        # On the meta device (the planner's shape-only pass) the padding mask is left out:
+        # building it reads values, and a causal mask has the same cost.
+        mask = None if input_ids.is_meta else attention_mask
+        hidden = lm.get_decoder()(input_ids=input_ids,
+                                  attention_mask=mask).last_hidden_state  # (B, T, H)
+        targets = target_mask[:, 1:].bool()  # token t is predicted at position t - 1
+        if targets.is_meta:  # the planner's shape-only pass: every position (an upper bound)
+            rows, cols = (torch.arange(n, device="meta") for n in targets.shape)
+            rows, cols = rows.repeat_interleave(targets.shape[1]), cols.repeat(targets.shape[0])
+        else:
+            rows, cols = targets.nonzero(as_tuple=True)
+        logits = lm.get_output_embeddings()(hidden[rows, cols])  # (K, V), K target tokens
+        nll = nn.functional.cross_entropy(logits.float(), input_ids[rows, cols + 1],
+                                          reduction="none")  # (K,)
+        sums = torch.zeros(input_ids.shape[0], dtype=torch.float32, device=nll.device)
+        sums = sums.index_add(0, rows, nll)
+        counts = targets.sum(1).to(torch.float32)
+        out = torch.stack([sums, counts], dim=1)  # (B, 2)
+        if self.training:
+            return out
+        generated = self._generate(input_ids, target_mask, rows, cols, logits)
+        return torch.cat([out, generated.to(out.device, torch.float32)], dim=1)
+
+    def _generate(self, input_ids: torch.Tensor, target_mask: torch.Tensor,
+                  rows: torch.Tensor, cols: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """Greedy generations (B, G), reusing the teacher-forced pass.
+
+        Greedy decoding picks the argmax at each step; while the argmax at every target
+        position equals the reference token, the greedy continuation *is* the reference (the
+        model saw exactly the tokens it would have generated). Those rows need no decoding;
+        the others are decoded from their prompts. A tuned model matches most rows, so
+        evaluation costs about one forward pass over the examples instead of two.
+        """
+        batch, budget = input_ids.shape[0], self.max_new_tokens
+        order = (torch.cumsum(target_mask[:, 1:], 1) - 1)[rows, cols]  # (K,) index in response
+        within = order < budget
+        wrong = (logits.argmax(-1) != input_ids[rows, cols + 1]) & within
+        redo = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+        redo[rows[wrong]] = True
+        generated = torch.full((batch, budget), IGNORE, dtype=torch.long,
+                               device=input_ids.device)
+        generated[rows[within], order[within]] = input_ids[rows[within], cols[within] + 1]
+        again = redo.nonzero(as_tuple=True)[0].tolist()
+        if again:
+            prompt_lengths = target_mask.argmax(1)  # first target token = end of the prompt
+            generated[again] = greedy_generate(
+                self.lm, [input_ids[i, :int(prompt_lengths[i])] for i in again],
+                max_new_tokens=budget, eos_token_id=self.eos_token_id,
+                pad_token_id=self.pad_token_id)
+        return generated
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """The trained parameters only under LoRA (see the class docstring); else all."""
+        full = super().state_dict(*args, **kwargs)
+        if not self.adapters_only:
+            return full
+        prefix = kwargs.get("prefix", "")
+        keep = {prefix + name for name, p in self.named_parameters() if p.requires_grad}
+        return OrderedDict((k, v) for k, v in full.items() if k in keep)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True,
+                        assign: bool = False) -> Any:  # type: ignore[override]
+        """Load what :meth:`state_dict` wrote; under LoRA every trained parameter must be
+        there (``RuntimeError`` otherwise, with ``strict``)."""
+        if not self.adapters_only:
+            return super().load_state_dict(state_dict, strict=strict, assign=assign)
+        result = super().load_state_dict(state_dict, strict=False, assign=assign)
+        trained = {name for name, p in self.named_parameters() if p.requires_grad}
+        missing = sorted(trained - set(state_dict))
+        if strict and (missing or result.unexpected_keys):
+            raise RuntimeError(f"adapter weights do not match: missing {missing[:5]}, "
+                               f"unexpected {list(result.unexpected_keys)[:5]}")
+        return result
+
+
+@torch.no_grad()
+def greedy_generate(lm: Any, prompts: list[torch.Tensor], *, max_new_tokens: int,
+                    eos_token_id: int, pad_token_id: int) -> torch.Tensor:
+    """Greedy continuations of prompts of different lengths (left-padded into one batch).
+
+    Args:
+        lm: A causal LM (or PEFT model) with ``generate``.
+        prompts: B prompts of token ids, each (P_i,) int64.
+        max_new_tokens: G, the most tokens generated per prompt.
+        eos_token_id: Generation of a row stops after this token.
+        pad_token_id: Filler of the left padding.
+
+    Returns:
+        (B, G) int64: the generated ids, EOS included, :data:`IGNORE` after the end.
+    """
+    device = prompts[0].device
+    longest = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), longest), pad_token_id, dtype=torch.long, device=device)
+    mask = torch.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        ids[row, longest - len(prompt):] = prompt
+        mask[row, longest - len(prompt):] = 1
+    output = lm.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                         do_sample=False, num_beams=1, eos_token_id=eos_token_id,
+                         pad_token_id=pad_token_id, temperature=None, top_p=None, top_k=None)
+    new = output[:, longest:]
+    result = torch.full((len(prompts), max_new_tokens), IGNORE, dtype=torch.long, device=device)
+    for row in range(len(prompts)):
+        tokens = new[row].tolist()
+        if eos_token_id in tokens:
+            tokens = tokens[:tokens.index(eos_token_id) + 1]
+        result[row, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+    return result
+
+
+def build_sft_model(*, pretrained: str | None, architecture: dict[str, Any] | None,
+                    tokenizer: Any, finetuning: str, lora: dict[str, Any], dropout: float,
+                    max_new_tokens: int, gradient_checkpointing: bool) -> SftModel:
+    """The model to train: base + LoRA adapters (base frozen), or the whole base trainable.
+
+    Args:
+        pretrained: Model folder or hub id (ignored with ``architecture``).
+        architecture: A Llama shape for random weights (tests).
+        tokenizer: The tokenizer (vocabulary size and special ids).
+        finetuning: ``lora``, ``qlora`` or ``full``.
+        lora: ``model.lora`` as a dict (``r``, ``alpha``, ``dropout``, ``target_modules``).
+        dropout: Attention dropout of the base.
+        max_new_tokens: G of evaluation generations.
+        gradient_checkpointing: Recompute activations in backward.
+    """
+    lm = build_language_model(pretrained=pretrained, architecture=architecture,
+                              tokenizer=tokenizer, dropout=dropout,
+                              quantize_4bit=finetuning == "qlora")
+    if gradient_checkpointing:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    lm.config.use_cache = True
+    if finetuning in ("lora", "qlora"):
+        from peft import get_peft_model
+
+        if finetuning == "qlora":
+            from peft import prepare_model_for_kbit_training
+
+            lm = prepare_model_for_kbit_training(
+                lm, use_gradient_checkpointing=gradient_checkpointing)
+        lm = get_peft_model(lm, lora_config(lora))
+    model = SftModel(lm, eos_token_id=tokenizer.eos_token_id, pad_token_id=_pad_id(tokenizer),
+                     max_new_tokens=max_new_tokens, adapters_only=finetuning != "full")
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    log.info("%s: %s of %s parameters trained (%.2f%%)", finetuning, f"{trained:,}",
+             f"{total:,}", 100 * trained / max(1, total))
+    return model.train()
+
+
+def save_sft_model(model: SftModel, tokenizer: Any, directory: Path,
+                   meta: dict[str, Any]) -> None:
+    """Write the model folder (see the module docstring). Overwrites ``directory``.
+
+    Args:
+        meta: ``entrena_model.json``'s content (``task``, ``finetuning``, ``base_model`` …);
+            ``base_model`` is replaced by ``base/`` when the base has random weights.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    meta = dict(meta)
+    if meta["finetuning"] == "full":
+        model.causal_lm.save_pretrained(directory, safe_serialization=True)
+    else:
+        model.lm.save_pretrained(directory / ADAPTER_DIR, safe_serialization=True)
+        if meta.get("base_model") is None:  # random weights: keep them
+            model.lm.get_base_model().save_pretrained(directory / BASE_DIR,
+                                                      safe_serialization=True)
+            # save_pretrained of the base under PEFT writes the adapted layers' names;
+            # the adapter is applied again on load, so the plain base is what is needed.
+            meta["base_model"] = BASE_DIR
+    tokenizer.save_pretrained(directory)
+    (directory / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
+def load_sft_model(directory: str | Path) -> tuple[SftModel, Any, dict[str, Any]]:
+    """``(model in eval mode, tokenizer, meta)`` from a saved model folder.
+
+    Raises:
+        DataError: The base model folder an adapter was trained on is gone.
+    """
+    from transformers import AutoModelForCausalLM
+
+    from entrena.errors import DataError
+
+    _quiet_transformers()
+    directory = Path(directory)
+    meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
+    tokenizer = build_tokenizer(str(directory))
+    if meta["finetuning"] == "full":
+        lm = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    else:
+        from peft import PeftModel
+
+        base_dir = Path(meta["base_model"])
+        base_dir = base_dir if base_dir.is_absolute() else directory / base_dir
+        if not (base_dir / "config.json").is_file():
+            raise DataError(f"{directory}: the adapter's base model {base_dir} is missing; "
+                            f"convert it again (entrena train with the same model.name does) or "
+                            f"copy it back")
+        base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+        lm = PeftModel.from_pretrained(base, directory / ADAPTER_DIR)
+    model = SftModel(lm, eos_token_id=tokenizer.eos_token_id, pad_token_id=_pad_id(tokenizer),
+                     max_new_tokens=int(meta["max_new_tokens"]),
+                     adapters_only=meta["finetuning"] != "full")
+    return model.eval(), tokenizer, meta

