@@ -452,7 +452,9 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
                            if numbers else "nearly every row a class of its own; ")
                         + (f"to predict the numbers use task: {regression_task}, or "
                            if numbers and regression_task else "")
-                        + "set data.label_column to the column of class labels")
+                        + "set data.label_column to the column of class labels"
+                        + (", or bin the numbers into classes"
+                           if numbers and not regression_task else ""))
     index_of = {name: i for i, name in enumerate(names)}
     present = list(raw)
     exact = dict(zip(present, hy.text_keys(*(raw[r].texts for r in present)), strict=True))
