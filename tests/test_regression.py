@@ -271,13 +271,14 @@ def test_text_regression_trains_exports_and_predicts(tmp_path):
         k = int(rng.integers(0, 5))
         rows.append((f"a {words[k]} parcel number {i}", 10.0 * (k + 1) + rng.normal(0, 1)))
     frame = pd.DataFrame(rows, columns=["text", "weight"])
+    frame["note"] = "parcel"  # a second text column, joined with the first
     frame.iloc[:120].to_csv(tmp_path / "train.csv", index=False)
     frame.iloc[120:].to_csv(tmp_path / "test.csv", index=False)
     config = {"name": "parcels", "task": "text-regression",
               "data": {"train": "train.csv", "test": "test.csv", "label_column": "weight",
-                       "validation_fraction": 0.2},
+                       "validation_fraction": 0.2, "text_column": ["text", "note"]},
               "model": {"architecture": dict(TINY_ARCHITECTURE), "tokenizer": "minilm-l6",
-                        "max_length": 16},
+                        "max_length": 24},
               "train": {"max_epochs": 3, "batch_size": 16, "learning_rate": 3e-3,
                         "num_threads": 1, "seed": 0},
               "tracking": {"enabled": False}}
@@ -289,6 +290,10 @@ def test_text_regression_trains_exports_and_predicts(tmp_path):
     metrics = json.loads((run / "metrics.json").read_text())
     assert REGRESSION_KEYS <= set(metrics["validation"]) and "r2" in metrics["test"]
     assert set(metrics["baseline"]) >= {"mean", "tfidf_ridge", "comparison"}
+    table = pd.read_csv(run / "predictions" / "test.csv")  # the report's error plots read it
+    assert list(table.columns) == ["row", "joined_text", "target", "predicted_value", "residual"]
+    assert table["joined_text"].str.startswith("text: a ").all()
+    assert "<img" in (run / "report.html").read_text().split("Errors")[1].split("<h2>")[0]
     assert metrics["baseline"]["tfidf_ridge"]["test"]["r2"] > 0.8  # the words give it away
     result = run_cli("export", run, cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr

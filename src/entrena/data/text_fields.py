@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["FIELD_SEPARATOR", "text_columns", "join_text_columns", "describe_text_columns"]
+__all__ = ["FIELD_SEPARATOR", "text_columns", "join_text_columns", "describe_text_columns",
+           "joined_column_name"]
 
 FIELD_SEPARATOR = "\n"
 """Between the ``name: value`` fields of one text."""
@@ -30,6 +31,15 @@ FIELD_SEPARATOR = "\n"
 def text_columns(value: str | Sequence[str]) -> list[str]:
     """``data.text_column`` as a list of column names (``"text"`` → ``["text"]``)."""
     return [value] if isinstance(value, str) else list(value)
+
+
+def joined_column_name(value: str | Sequence[str]) -> str:
+    """The column name a table of per-row results gives the text: the text column itself, or
+    for several columns ``text`` (``joined_text`` when one of them is called ``text``)."""
+    columns = text_columns(value)
+    if len(columns) == 1:
+        return columns[0]
+    return "joined_text" if "text" in columns else "text"
 
 
 def describe_text_columns(value: str | Sequence[str]) -> str:

@@ -168,13 +168,11 @@ class TextClassificationTask:
         (:func:`~entrena.tasks.predictions.classification_table`); the input column is the
         text column, or ``text`` (``joined_text`` if a column is called ``text``) holding the
         joined text of several."""
-        from entrena.data.text_fields import text_columns
+        from entrena.data.text_fields import joined_column_name
         from entrena.tasks.predictions import classification_table
 
         split = getattr(prepared.splits, role)
-        columns = text_columns(loaded.config.data.text_column)
-        name = columns[0] if len(columns) == 1 else (
-            "joined_text" if "text" in columns else "text")
+        name = joined_column_name(loaded.config.data.text_column)
         if prepared.separator is not None:
             from entrena.tasks.predictions import multi_label_table
 

@@ -141,9 +141,11 @@ class TextRegressionTask:
                          targets: Any) -> Any:
         """Split ``role``'s texts with ``target``, ``predicted_value`` and ``residual``
         (:func:`~entrena.tasks.regression.value_table`)."""
+        from entrena.data.text_fields import joined_column_name
+
         split = getattr(prepared.splits, role)
-        return value_table({loaded.config.data.text_column: split.texts}, outputs, targets,
-                           split.row_ids, prepared.target_scaler)
+        return value_table({joined_column_name(loaded.config.data.text_column): split.texts},
+                           outputs, targets, split.row_ids, prepared.target_scaler)
 
     def save_model(self, model: Any, prepared: WithTarget, directory: Path) -> None:
         """Encoder, tokenizer, head and ``entrena_model.json`` (with ``target``)."""
