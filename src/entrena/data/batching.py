@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["group_by_length", "sequential_batches", "random_batches", "pad_batch",
+__all__ = ["group_by_length", "sequential_batches", "random_batches", "epoch_batches",
+           "pad_batch",
            "padding_fraction"]
 
 
@@ -61,6 +62,26 @@ def random_batches(n: int, batch_size: int, seed: int) -> list[list[int]]:
     """Plain shuffled batches (what ``group_by_length=False`` uses)."""
     order = np.random.default_rng(seed).permutation(n)
     return [order[i:i + batch_size].tolist() for i in range(0, n, batch_size)]
+
+
+def epoch_batches(lengths: Sequence[int], batch_size: int, *, epoch: int, shuffle: bool,
+                  group: bool, seed: int) -> list[list[int]]:
+    """The batches of one epoch: sorted by length for evaluation (the same every epoch);
+    for training length-grouped (:func:`group_by_length`) or random, seeded ``seed + epoch``.
+
+    Args:
+        lengths: Tokens per example, (N,).
+        batch_size: Examples per batch.
+        epoch: The epoch (ignored without ``shuffle``).
+        shuffle: Training order, or the fixed evaluation order.
+        group: With ``shuffle``, group similar lengths.
+        seed: Base seed.
+    """
+    if not shuffle:
+        return sequential_batches(lengths, batch_size)
+    if group:
+        return group_by_length(lengths, batch_size, seed + epoch)
+    return random_batches(len(lengths), batch_size, seed + epoch)
 
 
 def padding_fraction(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> float:

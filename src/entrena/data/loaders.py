@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from entrena.data.batching import group_by_length, pad_batch, random_batches, sequential_batches
+from entrena.data.batching import epoch_batches, pad_batch
 from entrena.data.encoding import EncodedTexts
 
 __all__ = ["TextBatches"]
@@ -53,12 +53,8 @@ class TextBatches:
         """The batches of ``epoch`` (cached; evaluation order is the same every epoch)."""
         key = epoch if self.shuffle else 0
         if key not in self._plans:
-            if not self.shuffle:
-                plan = sequential_batches(self.lengths, self.batch_size)
-            elif self.group:
-                plan = group_by_length(self.lengths, self.batch_size, self.seed + epoch)
-            else:
-                plan = random_batches(len(self.lengths), self.batch_size, self.seed + epoch)
+            plan = epoch_batches(self.lengths, self.batch_size, epoch=epoch,
+                                 shuffle=self.shuffle, group=self.group, seed=self.seed)
             self._plans = {key: plan}  # keep one epoch's plan; others are rebuilt on demand
         return self._plans[key]
 

@@ -45,7 +45,7 @@ from entrena.errors import DataError
 
 __all__ = ["Split", "LabelledSplits", "TextColumn", "load_splits", "check_and_split",
            "open_sources",
-           "stratified_split", "stratified_group_split", "empty_values"]
+           "stratified_split", "stratified_group_split", "stratified_subsample", "empty_values"]
 
 log = logging.getLogger("entrena")
 
@@ -283,16 +283,27 @@ def _check_splittable(labels: np.ndarray, fraction: float, names: list[str], pat
             "file (data.validation)")
 
 
-def _subsample(index: np.ndarray, labels: np.ndarray, limit: int | None, seed: int
-               ) -> np.ndarray:
-    """At most ``limit`` of ``index``, stratified by label where every class can be kept."""
+def stratified_subsample(index: np.ndarray, strata: np.ndarray, limit: int | None, seed: int
+                         ) -> np.ndarray:
+    """At most ``limit`` of ``index``, seeded, stratified where every stratum can be kept.
+
+    Args:
+        index: Row positions (N,).
+        strata: Each position's stratum (N,) int64: its class, or a regression target's
+            quantile bin.
+        limit: How many to keep (``None``: all).
+        seed: Random state.
+
+    Returns:
+        The kept positions, sorted.
+    """
     if limit is None or len(index) <= limit:
         return index
     from sklearn.model_selection import train_test_split
 
-    counts = np.bincount(labels[index])
+    counts = np.bincount(strata)
     present = int(np.sum(counts > 0))
-    stratify = (labels[index] if limit >= present and len(index) - limit >= present
+    stratify = (strata if limit >= present and len(index) - limit >= present
                 and counts[counts > 0].min() >= 2 else None)
     kept, _ = train_test_split(index, train_size=limit, random_state=seed, stratify=stratify)
     return np.sort(kept)
@@ -513,8 +524,8 @@ def check_and_split(raw: dict[str, RawSplit], specs: dict[str, str | None], *,
     limits = {"train": max_train_samples, "validation": max_eval_samples,
               "test": max_eval_samples}
     for role, r in rows.items():
-        r.keep(np.isin(r.index, _subsample(r.index, r.labels, limits[role], seed)),
-               "subsampled")
+        kept = stratified_subsample(r.index, r.labels[r.index], limits[role], seed)
+        r.keep(np.isin(r.index, kept), "subsampled")
     for role, r in rows.items():
         if len(r.index) == 0:
             raise DataError(f"{specs[role] or train}: no {role} {terms.row}s are left once the "

@@ -41,6 +41,7 @@ from entrena.data.tables import (
     Split,
     TextColumn,
     stratified_group_split,
+    stratified_subsample,
 )
 from entrena.errors import DataError
 
@@ -219,7 +220,8 @@ def check_and_split_targets(raw: dict[str, RawSplit], specs: dict[str, str | Non
     limits = {"train": max_train_samples, "validation": max_eval_samples,
               "test": max_eval_samples}
     for role, r in rows.items():
-        chosen = _subsample(r.index, target_bins(targets_of(r), edges), limits[role], seed)
+        chosen = stratified_subsample(r.index, target_bins(targets_of(r), edges),
+                                      limits[role], seed)
         r.keep(np.isin(r.index, chosen), "subsampled")
     for role, r in rows.items():
         if len(r.index) == 0:
@@ -247,20 +249,6 @@ def _grouped_split(bins: np.ndarray, groups: np.ndarray, fraction: float, seed: 
     if len(counts[counts > 0]) > 1 and counts[counts > 0].min() >= 2:
         return stratified_group_split(bins, groups, fraction, seed)
     return stratified_group_split(np.zeros_like(bins), groups, fraction, seed)
-
-
-def _subsample(index: np.ndarray, bins: np.ndarray, limit: int | None, seed: int) -> np.ndarray:
-    """At most ``limit`` of ``index``, stratified on the target bins where possible."""
-    if limit is None or len(index) <= limit:
-        return index
-    from sklearn.model_selection import train_test_split
-
-    counts = np.bincount(bins)
-    present = int(np.sum(counts > 0))
-    stratify = (bins if limit >= present and len(index) - limit >= present
-                and counts[counts > 0].min() >= 2 else None)
-    kept, _ = train_test_split(index, train_size=limit, random_state=seed, stratify=stratify)
-    return np.sort(kept)
 
 
 def _range_check(rows: dict[str, ck.RowSet], targets_of: Any, terms: ck.Terms
