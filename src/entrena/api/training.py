@@ -172,8 +172,7 @@ def _announce(console: Any, message: str) -> None:
     console.print(message, markup=False, highlight=False, soft_wrap=True)
 
 
-LIBRARY_LOGGERS = ("lightning", "lightning.fabric", "lightning_fabric", "lightning_utilities",
-                   "py.warnings")
+LIBRARY_LOGGERS = ("lightning_fabric", "lightning_utilities", "py.warnings")
 """Loggers whose records go only to ``train.log`` during a run: Lightning's banners (the
 AMP line …) and Python warnings (scikit-learn's convergence and metric warnings, torch's
 user warnings), which would otherwise reach stderr raw."""
