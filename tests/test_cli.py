@@ -379,8 +379,8 @@ def test_import_and_help_do_not_import_torch(tmp_path, argv):
               "        app(argv)\n"
               "    except SystemExit as exc:\n"
               "        assert exc.code in (0, None), exc.code\n"
-              "heavy = [m for m in ('torch', 'transformers', 'lightning_fabric', 'mlflow', 'pandas')"
-              " if m in sys.modules]\n"
+              "heavy = [m for m in ('torch', 'transformers', 'lightning_fabric', 'mlflow',"
+              " 'pandas') if m in sys.modules]\n"
               "assert not heavy, heavy\n")
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=clean_env(),
                             capture_output=True, text=True, timeout=60, check=False)
