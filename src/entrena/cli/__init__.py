@@ -23,6 +23,7 @@ from entrena.errors import (
     EntrenaError,
     Interrupted,
 )
+from entrena.units import format_usd
 
 __all__ = ["app", "main"]
 
@@ -457,8 +458,10 @@ def tune(config: ConfigArg, run_dir: Annotated[Path | None, typer.Option(
     if summary["importances"]:
         console.print("importances: " + ", ".join(
             f"{k} {v:.2f}" for k, v in summary["importances"].items()))
-    console.print(f"{summary['trials']} trials, {summary['pruned']} pruned; best config: "
-                  f"{result.best_config}", highlight=False)
+    cost = summary.get("cost") or {}
+    console.print(f"{summary['trials']} trials, {summary['pruned']} pruned; cost "
+                  f"{format_usd(cost.get('usd'))} ({cost.get('source', 'unknown')}); best "
+                  f"config: {result.best_config}", highlight=False)
 
 
 @app.command()
