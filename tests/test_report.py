@@ -135,3 +135,34 @@ def test_an_llm_run_lists_its_samples_and_a_regressor_its_errors(tmp_path):
     assert "test RMSE 2 vs 5 for the training-mean baseline (the model beats it)" in page
     errors = page.split("<h2>Errors</h2>")[1].split("</section>")[0]
     assert errors.count("data:image/png;base64,") == 2  # predicted vs actual, residuals
+
+
+def test_report_compare_writes_one_page_of_the_runs_side_by_side(tmp_path):
+    from typer.testing import CliRunner
+
+    from entrena.cli import app
+
+    for name, learning_rate, accuracy, usd in (("a", 1e-3, 0.75, 0.0), ("b", 3e-4, 0.81, 0.5)):
+        write_run(tmp_path / "runs" / name)
+        (tmp_path / "runs" / name / "config.yaml").write_text(
+            f"name: {name}\ntrain:\n  learning_rate: {learning_rate}\n  batch_size: 16\n")
+        metrics = json.loads((tmp_path / "runs" / name / "metrics.json").read_text())
+        metrics["test"]["accuracy"] = accuracy
+        metrics["cost"]["usd"] = usd
+        (tmp_path / "runs" / name / "metrics.json").write_text(json.dumps(metrics))
+    result = CliRunner().invoke(app, ["report", "--compare", "runs/a", "runs/b"])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "runs" / "compare.html").read_text()
+    differences = page.split("<h2>Config differences</h2>")[1].split("</section>")[0]
+    assert "train.learning_rate" in differences and "batch_size" not in differences
+    assert "75.0%" in page and "81.0%" in page and "$0.500" in page
+    curves = page.split("<h2>Curves</h2>")[1]
+    assert curves.count("data:image/png;base64,") == 4  # training loss + 3 validation metrics
+    assert not re.search(r"(src|href)=['\"]https?:", page)
+    one = CliRunner().invoke(app, ["report", "--compare", "runs/a"])
+    assert one.exit_code == 2 and "give two or more run directories" in one.output
+    two = CliRunner().invoke(app, ["report", "runs/a", "runs/b"])
+    assert two.exit_code == 2 and "add --compare to compare several" in two.output
+    absent = CliRunner().invoke(app, ["report", "--compare", "runs/a", "nowhere"])
+    assert absent.exit_code == 2 and "not a run directory" in absent.output
+    assert "nowhere" in absent.output
