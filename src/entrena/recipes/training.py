@@ -61,6 +61,8 @@ from entrena.engine.checkpointing import (
 from entrena.engine.distributed import ShardedBatches
 from entrena.engine.loop import FitSettings, fit, predict
 from entrena.errors import ConfigError, Interrupted, NonFiniteError
+from entrena.hardware.catalog import load_catalog
+from entrena.hardware.cost import HourlyPrice, hourly_price, run_cost
 from entrena.recipes.efficiency import build_monitor, efficiency_metrics
 from entrena.recipes.planning import (
     peak_memory_bytes,
@@ -115,7 +117,8 @@ def _console(console: Any) -> Any:
 def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
             prepared: Any, console: Any = None, *, resume: CheckpointInfo | None = None,
             config_hash: str = "", callbacks: Sequence[Callback] = (),
-            tracking_tags: dict[str, str] | None = None) -> dict[str, Any]:
+            tracking_tags: dict[str, str] | None = None,
+            cost_from: tuple[float, HourlyPrice] | None = None) -> dict[str, Any]:
     """Fit on the prepared data (from ``resume`` if given), restore the best weights, test,
     save the model, write metrics.
 
@@ -124,6 +127,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         resume: A verified checkpoint to continue from.
         config_hash: The config's hash, recorded in every checkpoint.
         callbacks: Extra callbacks, called after the built-in ones (their state is saved too).
+        cost_from: ``(time.perf_counter() when the train command started, this machine's
+            price)`` for ``metrics["cost"]``; default: from this call, priced by the catalog.
 
     Returns:
         The metrics written to ``metrics.json``.
@@ -133,6 +138,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         NonFiniteError: ``train.on_nonfinite: stop`` and a loss or gradient went NaN/Inf.
     """
     wall_start = time.perf_counter()
+    if cost_from is None:
+        cost_from = (wall_start, hourly_price(load_catalog()))
     cfg = loaded.config
     tcfg = cfg.train
     threads = configure_threads(tcfg.num_threads)
@@ -342,6 +349,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     if predictions:
         metrics["predictions"] = predictions
     task.save_model(unwrap(model), prepared, paths.model)
+    metrics["cost"] = run_cost(time.perf_counter() - cost_from[0], cost_from[1])
     tmp = paths.metrics.with_name(".metrics.json.tmp")
     tmp.write_text(dumps_strict(metrics, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, paths.metrics)
