@@ -145,7 +145,9 @@ def create_backend(*, accelerator: str, devices: int | str, precision: str, seed
 
     With more than one device (or node), ``launch()`` starts the other local processes by
     re-running this command (Fabric's subprocess launcher; under torchrun or SLURM it joins
-    the processes already started); ranks above 0 continue from here too.
+    the processes already started); ranks above 0 continue from here too. On a CPU it first
+    fixes the C allocator's mmap threshold (:func:`entrena.hardware.allocator.
+    configure_allocator`), so the fit's resident memory follows its live tensors.
 
     Raises:
         ResourceError: The requested accelerator is not present, or fewer devices than
@@ -160,6 +162,10 @@ def create_backend(*, accelerator: str, devices: int | str, precision: str, seed
                  "lightning_fabric.utilities.rank_zero"):
         logging.getLogger(name).setLevel(logging.INFO if captured else logging.WARNING)
     resolved = _resolve_accelerator(accelerator)
+    if resolved == "cpu":
+        from entrena.hardware.allocator import configure_allocator
+
+        configure_allocator()  # large tensors go back to the system when freed (no climb)
     chosen = resolve_precision(precision, resolved,
                                bf16=(torch.cuda.is_bf16_supported() if resolved == "cuda"
                                      else cpu_bf16))

@@ -65,6 +65,7 @@ from entrena.hardware.catalog import load_catalog
 from entrena.hardware.cost import HourlyPrice, hourly_price, run_cost
 from entrena.recipes.efficiency import build_monitor, efficiency_metrics
 from entrena.recipes.planning import (
+    memory_in_use_bytes,
     peak_memory_bytes,
     plan_run,
     plan_vs_actual,
@@ -93,10 +94,6 @@ def build_optimizer(model: torch.nn.Module, learning_rate: float,
     groups = [{"params": decay, "weight_decay": weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=learning_rate)
-
-
-def _peak_memory_bytes(accelerator: str) -> int | None:
-    return peak_memory_bytes(accelerator)  # since reset_peak_memory() before the fit
 
 
 def _cache_dir(loaded: LoadedConfig) -> Any:
@@ -203,7 +200,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         plan=plan, lengths=train_data.lengths, accelerator=backend.accelerator,
         precision=backend.precision, threads=threads, cache_dir=_cache_dir(loaded),
         every_steps=tcfg.log_every_steps, emit=event_log.write,
-        peak_memory=lambda: peak_memory_bytes(backend.accelerator))
+        peak_memory=lambda: peak_memory_bytes(backend.accelerator),
+        memory_now=lambda: memory_in_use_bytes(backend.accelerator))
     all_callbacks = [schedule, *([early_stopping] if early_stopping else []), checkpoint,
                      PeriodicCheckpoint(tcfg.checkpoint.every_steps,
                                         tcfg.checkpoint.every_minutes),
@@ -274,7 +272,6 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         state = fit(backend=backend, model=model, optimizer=optimizer, train=fit_data,
                     loss=task.loss, evaluate=evaluate, settings=settings,
                     callbacks=all_callbacks, state=state, save_checkpoint=save_checkpoint)
-    fit_peak_bytes = peak_memory_bytes(backend.accelerator)
     if preemption.signal_name and not state.interrupted:
         # It came as the fit ended (no step left to stop at): stop as outside the fit.
         signal.raise_signal(getattr(signal, preemption.signal_name))
@@ -295,6 +292,9 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         metrics["test"] = {"loss": loss, **task.evaluate(outputs, targets, prepared,
                                                          detailed=True)}
         scored["test"] = (outputs, targets)
+    # The plan's peak covers the training steps and every evaluation pass (during the fit,
+    # the final validation and the test); the baselines, fitted next, are outside both.
+    fit_peak_bytes = peak_memory_bytes(backend.accelerator)
     metrics["fit"] = {
         "epochs": state.epoch + (1 if state.batch_in_epoch else 0),
         "steps": state.step,
@@ -313,7 +313,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         "max_length": max_length,
         "precision": backend.precision,
         "device": str(backend.device),
-        "peak_memory_bytes": _peak_memory_bytes(backend.accelerator),
+        "peak_memory_bytes": fit_peak_bytes,
         "threads": threads,
         "world_size": world,
     }
