@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from entrena.hardware.catalog import load_catalog
-from entrena.hardware.detection import CpuInfo
 from entrena.planning.memory import training_memory
 from entrena.planning.memory_probe import measure_step_memory
 from entrena.planning.options import cpu_isa, cpu_peak_flops
@@ -40,7 +39,7 @@ def test_the_nominal_peak_follows_the_flags_not_the_vendor_name():
             for precision in ("32-true", "bf16-mixed"):
                 peak, _ = cpu_peak_flops(replace(base, cpu=cpu), catalog, None, precision)
                 peaks[vendor, name, precision] = peak
-    for (vendor, name, precision), peak in peaks.items():
+    for (_vendor, name, precision), peak in peaks.items():
         assert peak == peaks["AMD EPYC 9R14", name, precision]  # the name changes nothing
     assert peaks["AMD EPYC 9R14", "avx2", "32-true"] == 2 * 2e9 * 32
     assert peaks["AMD EPYC 9R14", "zen4", "bf16-mixed"] == 2 * 2e9 * 128
@@ -110,9 +109,9 @@ def test_a_measured_step_replaces_the_modelled_terms_on_a_cpu(tiny_profile):
 
 @pytest.fixture(scope="module")
 def tiny_profile():
+    from conftest import TINY_ARCHITECTURE
     from entrena.planning.model import profile_model
     from entrena.tasks.text_classification.model import meta_classifier
-    from conftest import TINY_ARCHITECTURE
 
     return profile_model(meta_classifier(num_labels=2, pretrained=None,
                                          architecture=TINY_ARCHITECTURE, vocab_size=30522,
