@@ -14,7 +14,12 @@ the machine: the figures are memory, but the step times are printed too):
 Output: one line per mode with the peak after the longest batch first appeared and at the end,
 the growth between the two, and the mean step time; ``--json`` writes every step's figures.
 
+``--alternate B T`` measures the time cost instead, in one process so both arms share the
+machine's load: steps of batch B × T tokens alternate between a 1 MiB threshold and a 32 MiB
+one (the adaptive threshold's ceiling), 8 pairs; it prints the median ratio of the pairs.
+
     .venv/bin/python benchmarks/memory_climb.py --steps 60
+    .venv/bin/python benchmarks/memory_climb.py --alternate 32 64
 """
 
 from __future__ import annotations
@@ -92,6 +97,47 @@ def worker(mode: str, steps: int, batch_size: int, max_length: int, seed: int) -
             "records": records}
 
 
+def alternate(batch_size: int, tokens: int, pairs: int = 8) -> dict:
+    """Median step time at a 1 MiB and a 32 MiB mmap threshold, alternated step by step."""
+    import ctypes
+    import statistics
+
+    import torch
+
+    from entrena.config.models import resolve_model_name
+    from entrena.tasks.text_classification.model import build_classifier
+
+    libc = ctypes.CDLL("libc.so.6")
+    torch.manual_seed(0)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    model = build_classifier(num_labels=2, pretrained=resolve_model_name("minilm-l6"),
+                             architecture=None, vocab_size=30522, pad_token_id=0,
+                             pooling="mean", dropout=0.1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+    def step() -> float:
+        ids = torch.randint(1000, 20000, (batch_size, tokens))
+        started = time.perf_counter()
+        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids))
+        torch.nn.functional.cross_entropy(
+            logits, torch.zeros(batch_size, dtype=torch.long)).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return time.perf_counter() - started
+
+    times: dict[int, list[float]] = {1: [], 32: []}
+    step()
+    for _ in range(pairs):
+        for mib in times:
+            libc.mallopt(-3, mib * 2**20)  # M_MMAP_THRESHOLD
+            step()  # the first step after a change settles the heap
+            times[mib].append(step())
+    return {"batch_size": batch_size, "tokens": tokens, "pairs": pairs,
+            "median_s": {f"{k} MiB": round(statistics.median(v), 3) for k, v in times.items()},
+            "ratio_1_to_32": round(statistics.median(
+                a / b for a, b in zip(times[1], times[32], strict=True)), 3)}
+
+
 def summarise(result: dict) -> dict:
     records = result["records"]
     final_longest = records[-1]["longest_so_far"]
@@ -117,7 +163,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write every step's figures here")
     parser.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--alternate", nargs=2, type=int, metavar=("B", "T"))
     args = parser.parse_args()
+    if args.alternate:
+        print(json.dumps(alternate(*args.alternate)))
+        return
     if args.worker:
         print(json.dumps(worker(args.worker, args.steps, args.batch_size, args.max_length,
                                 args.seed)))
