@@ -335,6 +335,11 @@ class TrackingConfig(StrictModel):
     backends: Annotated[list[str], Field(min_length=1)] = ["mlflow"]
     """Trackers a run logs to, by name (`mlflow`; more are registered with
     `entrena.tracking.base.register_tracker`); an unknown name lists the known ones."""
+    log_model: bool = True
+    """With the `mlflow` backend: after `train` (and `export`), log the model as an MLflow
+    `pyfunc` model (signature, input example, the same pre- and postprocessing as `entrena
+    predict`) and register it in the model registry under the run's name, for `mlflow models
+    serve` and `mlflow models build-docker`."""
     uri: str | None = None
     """MLflow tracking URI; default: a SQLite store `runs/mlflow.db` beside the run directory.
     The `MLFLOW_TRACKING_URI` environment variable wins when set."""

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 from entrena.errors import ConfigError
 
 __all__ = ["Tracker", "TrackingContext", "TRACKERS", "STORE_PROBE_TIMEOUT_S", "open_within",
-           "register_tracker", "check_trackers", "build_trackers"]
+           "register_tracker", "check_trackers", "build_trackers", "wants_mlflow_model"]
 
 STORE_PROBE_TIMEOUT_S = 5.0
 """Seconds a tracker waits for its store to open before it warns and turns itself off
@@ -136,3 +136,11 @@ def build_trackers(names: Sequence[str], context: TrackingContext) -> list[Track
     """
     check_trackers(names)
     return [TRACKERS[name](context) for name in dict.fromkeys(names)]
+
+
+def wants_mlflow_model(tracking: dict[str, Any]) -> bool:
+    """Whether a run's resolved ``tracking`` section asks for its model in MLflow's model
+    registry: ``enabled``, ``mlflow`` among ``backends`` and ``log_model`` (each defaulting
+    as the schema does, for runs written before the key existed)."""
+    return bool(tracking.get("enabled", True) and tracking.get("log_model", True)
+                and "mlflow" in tracking.get("backends", ["mlflow"]))
