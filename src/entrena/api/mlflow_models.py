@@ -147,10 +147,8 @@ def _stage(source: Path, folder: Path) -> tuple[Path, Path]:
         for name in _RUN_FILES:
             if (source / name).is_file():
                 shutil.copy2(source / name, staged / name)
-    import entrena
-
     code = folder / "code" / "entrena"
-    shutil.copytree(Path(entrena.__file__).parent, code, ignore=ignore)
+    shutil.copytree(Path(__file__).resolve().parents[1], code, ignore=ignore)  # the package
     return staged, code
 
 
