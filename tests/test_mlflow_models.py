@@ -21,22 +21,14 @@ import entrena
 from conftest import EXAMPLES, ROOT, clean_env
 
 TINY = EXAMPLES / "tiny" / "config.yaml"
-QUICK = ["data.max_train_samples=64", "data.max_eval_samples=32", "train.max_epochs=1",
-         "train.num_threads=1", "tracking.log_model=true"]
 SERVED_ROWS = 120
 
 
-@pytest.fixture(scope="module")
-def registered(reviews_data, tmp_path_factory):
-    """A tiny run trained with ``tracking.log_model: true``: (run dir, tracking URI)."""
-    root = tmp_path_factory.mktemp("mlflow-models")
-    previous = os.environ.pop("MLFLOW_TRACKING_URI", None)
-    try:
-        result = entrena.train(TINY, run_dir=root / "runs" / "tiny", overrides=QUICK)
-    finally:
-        if previous is not None:
-            os.environ["MLFLOW_TRACKING_URI"] = previous
-    return result.run_dir, f"sqlite:///{root / 'runs' / 'mlflow.db'}"
+@pytest.fixture
+def registered(tracked_run):
+    """The shared tracked tiny run (conftest), trained with ``tracking.log_model: true``:
+    (run dir, tracking URI)."""
+    return tracked_run.run_dir, tracked_run.uri
 
 
 def test_train_registers_the_model_in_its_mlflow_run(registered):
