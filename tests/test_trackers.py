@@ -108,12 +108,17 @@ def test_a_callback_named_in_the_config_runs_after_the_built_in_ones(reviews_dat
         made.append(Counter())
         return made[-1]
 
+    trackers: list[Recorder] = []
     monkeypatch.setitem(registry.CALLBACKS, "counter", factory)
+    monkeypatch.setitem(base.TRACKERS, "recorder", lambda c: trackers.append(Recorder(c)))
     result = entrena.train(TINY, run_dir=tmp_path / "run",
                            overrides=[*QUICK, "tracking.enabled=false",
+                                      "tracking.backends=[recorder,tensorboard]",
                                       "train.callbacks=[counter]"])
     (counter,) = made
     assert counter.steps == result.metrics["fit"]["steps"] > 0
+    # tracking.enabled: false is the master switch: no tracker named in backends is built
+    assert trackers == [] and not (tmp_path / "run" / "tensorboard").exists()
 
 
 def test_an_unknown_callback_is_refused_before_the_data_is_read(tmp_path, monkeypatch):
