@@ -6,8 +6,9 @@ columns (the label column may be absent) and returns one row per input with the 
 ``entrena predict`` adds (``predicted_label``, ``prob_<label>``…, or ``predicted_value`` for
 a regressor; and ``status``). It runs ``entrena predict`` itself on the frame
 (:func:`entrena.api.predicting.predict`), so preprocessing, postprocessing and the checks are
-entrena's own, for every task. ``mlflow models serve -m models:/<name>/<version>`` and
-``mlflow models build-docker`` then serve it (docs/guides/serving-mlflow.md).
+entrena's own, for every task. An image model takes a column of image paths, absolute
+ones (on the machine that serves it). ``mlflow models serve -m models:/<name>/<version>`` and
+``mlflow models build-docker`` then serve it (docs/how-to/serving-mlflow.md).
 
 The model carries entrena's code (``code_paths``) and pins its dependencies
 (``pip_requirements``) so that a Docker image built from it needs nothing else. MLflow is
@@ -36,6 +37,8 @@ log = logging.getLogger("entrena")
 
 EXAMPLE_ROWS = 5
 """Rows of the run's data logged as the model's input example."""
+TYPED_ROWS = 1000
+"""Rows read to decide which input columns are numbers (the signature's types)."""
 MODEL_ARTIFACT = "entrena"
 """The artifact key (and folder) under which the run's model or the bundle travels."""
 MODEL_SCRIPT = """\
@@ -80,12 +83,18 @@ def predict_frame(source: str | Path, frame: Any) -> Any:
         mlflow.exceptions.MlflowException: ``INVALID_PARAMETER_VALUE`` with entrena's message
             when the input is wrong (a missing text column …): the scoring server answers 400.
     """
+    import csv
+
     from entrena.api.predicting import predict
     from entrena.errors import EntrenaError
 
     with tempfile.TemporaryDirectory(prefix="entrena-pyfunc-") as folder:
-        data, output = Path(folder) / "input.parquet", Path(folder) / "output.parquet"
-        pd.DataFrame(frame).reset_index(drop=True).to_parquet(data, index=False)
+        # A CSV, which every task's predict reads (images: a CSV of paths). Every field is
+        # quoted, so the delimiter detection cannot mistake a text's `;` or tab for one, and
+        # floats are written in their shortest exact form.
+        data, output = Path(folder) / "input.csv", Path(folder) / "output.parquet"
+        pd.DataFrame(frame).reset_index(drop=True).to_csv(data, index=False,
+                                                          quoting=csv.QUOTE_ALL)
         try:
             result = predict(source, data, output=output, progress=False)
         except EntrenaError as exc:
@@ -126,11 +135,30 @@ def _example(run_dir: Path) -> Any:
     for role in ("test", "validation", "train"):
         path = data.get(role)
         if path and Path(path).is_file():
-            chunk = next(iter(iter_table(Path(path), chunk_rows=EXAMPLE_ROWS, role=role)))
-            frame = chunk.frame.head(EXAMPLE_ROWS)
-            return frame.drop(columns=[c for c in [data.get("label_column", "label")]
-                                       if c in frame.columns]).reset_index(drop=True)
+            chunk = next(iter(iter_table(Path(path), chunk_rows=TYPED_ROWS, role=role)))
+            frame = chunk.frame.drop(columns=[c for c in [data.get("label_column", "label")]
+                                              if c in chunk.frame.columns])
+            return typed(frame).head(EXAMPLE_ROWS).reset_index(drop=True)
     return None
+
+
+def typed(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` typed as ``pandas.read_csv`` would type the file, which is what a client
+    reading the same data sends: a column whose present values all parse as numbers becomes
+    ``int64`` (the signature's ``long``) when they are all whole and none is missing, else
+    ``float64`` (``double``); the others stay text. (entrena's readers give every column as
+    text; a table's numeric columns are the ones whose values are all numbers, the tabular
+    task's own rule, so the model reads both alike.)"""
+    out = frame.copy()
+    for name in out.columns:
+        values = out[name]
+        blank = values.isna() | values.astype(str).str.strip().eq("")
+        numbers = pd.to_numeric(values.where(~blank), errors="coerce")
+        if blank.all() or numbers[~blank].isna().any():
+            continue  # text (or nothing to tell)
+        whole = not blank.any() and bool((numbers == numbers.round()).all())
+        out[name] = numbers.astype("int64") if whole else numbers.astype("float64")
+    return out
 
 
 def _stage(source: Path, folder: Path) -> tuple[Path, Path]:
