@@ -165,3 +165,18 @@ def test_mlflow_models_serve_answers_like_entrena_predict(registered, tmp_path):
     assert answer["predicted_label"].tolist() == expected["predicted_label"].tolist()
     np.testing.assert_allclose(answer[["prob_great", "prob_other"]].to_numpy(),
                                expected[["prob_great", "prob_other"]].to_numpy(), rtol=1e-6)
+
+
+def test_the_input_example_is_typed_as_a_client_reads_the_table():
+    # entrena's readers give text; the signature must take what pandas.read_csv gives
+    from entrena.api.mlflow_models import typed
+
+    frame = pd.DataFrame({"age": ["31", "45"], "income": ["1200.5", ""], "debt": ["0", "7"],
+                          "home": ["rent", "owner"], "zip": ["01234", "n/a"]})
+    out = typed(frame)
+    assert out.dtypes[["age", "income", "debt"]].astype(str).tolist() == [
+        "int64", "float64", "int64"]
+    assert all(pd.api.types.is_string_dtype(out[c]) for c in ("home", "zip"))
+    assert out["zip"].tolist() == ["01234", "n/a"]  # not a number: kept as written
+    assert out["income"].isna().tolist() == [False, True]
+    assert out["age"].tolist() == [31, 45]
