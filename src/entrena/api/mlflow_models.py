@@ -30,6 +30,7 @@ import pandas as pd
 
 from entrena.core.rundir import RunPaths
 from entrena.exporting.bundle import is_bundle
+from entrena.tasks.registry import get_task
 
 __all__ = ["EXAMPLE_ROWS", "MODEL_ARTIFACT", "EntrenaModel", "log_model", "pip_requirements"]
 
@@ -279,6 +280,10 @@ def register_model(source: str | Path, run_dir: str | Path, tracking: dict[str, 
     run_dir = Path(run_dir).resolve()
     paths = RunPaths(run_dir)
     name = _run_name(paths)
+    task = _run_config(paths).get("task")
+    if not getattr(get_task(task), "mlflow_model", True):
+        log.info("MLflow model: not logged for a %s model (not supported yet)", task)
+        return None
     uri = default_tracking_uri(paths.runs_root, tracking.get("uri"))
     try:
         probe_store(uri)
@@ -298,11 +303,14 @@ def register_model(source: str | Path, run_dir: str | Path, tracking: dict[str, 
     return info
 
 
-def _run_name(paths: RunPaths) -> str:
+def _run_config(paths: RunPaths) -> dict[str, Any]:
     import yaml
 
     try:
-        config = yaml.safe_load(paths.config.read_text(encoding="utf-8")) or {}
+        return yaml.safe_load(paths.config.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError):
-        config = {}
-    return str(config.get("name") or paths.root.name)
+        return {}
+
+
+def _run_name(paths: RunPaths) -> str:
+    return str(_run_config(paths).get("name") or paths.root.name)
