@@ -106,12 +106,14 @@ def predicted_time(run_dir: Path, batches, steps: int) -> tuple[float, float | N
 
 def _efficiency_use(rows: list[dict]) -> str:
     """What the achieved/peak figure means for the catalog, given the precision the fits used."""
+    from entrena.hardware.detection import detect_cpu
+    from entrena.planning.options import cpu_isa
+
     precisions = sorted({str(r.get("precision")) for r in rows if r.get("precision")})
-    if precisions and precisions != ["32-true"]:
-        return (f"these fits ran in {', '.join(precisions)} (`precision: auto` on this CPU), so "
-                "it is not the catalog's `efficiency.cpu_fp32` (fp32) and the uncalibrated column "
-                "overestimates their time")
-    return "the value behind the catalog's `efficiency.cpu_fp32`"
+    isa = cpu_isa(detect_cpu().features, precisions[0] if precisions else "32-true")[1]
+    key = "cpu_fp32" if isa in ("avx2_fma", "sse") else f"cpu_{isa}"
+    return (f"these fits ran in {', '.join(precisions) or '32-true'} on `{isa}`: the value "
+            f"behind the catalog's `efficiency.{key}`")
 
 
 def main() -> None:
@@ -181,7 +183,21 @@ def _sizes(args: argparse.Namespace) -> str:
     return text
 
 
+def cpu_kind() -> tuple[str, str]:
+    """``(section key, words)`` naming this CPU's kind by its instruction sets (flags), so that
+    each kind keeps its own section in docs/benchmarks.md beside the others'."""
+    from entrena.hardware.detection import detect_cpu
+    from entrena.planning.options import cpu_isa
+
+    cpu = detect_cpu()
+    fp32 = cpu_isa(cpu.features, "32-true")[1]
+    bf16 = cpu_isa(cpu.features, "bf16-mixed")[1]
+    isa = fp32 if bf16 == fp32 else f"{fp32}+{bf16}"
+    return f"plan-{isa.replace('+', '-')}", f"{cpu.model} ({isa})"
+
+
 def write_report(rows: list[dict], args: argparse.Namespace) -> None:
+    section, kind = cpu_kind()
     lines = []
     for r in rows:
         mem = error(r["memory_predicted"], r["memory_actual"])
@@ -200,7 +216,7 @@ def write_report(rows: list[dict], args: argparse.Namespace) -> None:
                   for r in rows)
     efficiency = statistics.median(r["efficiency"] for r in rows)
     implied = [r["memory_actual"] - (r["memory_predicted"]) for r in rows]
-    body = f"""## Plan accuracy on this CPU (`entrena plan` / `plan.json` against the fit)
+    body = f"""## Plan accuracy on {kind} (`plan.json` against the fit)
 
 - Date: {today()}; machine: {machine()}
 - Command: `.venv/bin/python benchmarks/plan_accuracy.py{' --force' if args.force else ''}{f' --threads {args.threads}' if args.threads else ''}{_sizes(args)}`
@@ -213,9 +229,9 @@ def write_report(rows: list[dict], args: argparse.Namespace) -> None:
   within.
 - Time: predicted time of the batches the run trained (probe-calibrated α + F/R per step)
   against the measured time in training steps. Target ±{TIME_TARGET:.0%}: {time_ok} of
-  {len(rows)} within. "Uncalibrated" uses the nominal peak × the catalog's `cpu_fp32`
-  efficiency instead of the probe; that factor came from an earlier run of this benchmark on
-  this machine, so the column shows it holds from run to run here, not on other machines.
+  {len(rows)} within. "Uncalibrated" uses the nominal peak of the instruction set the CPU's
+  flags offer for the run's precision × the catalog's efficiency for that instruction set
+  (and its per-operator step cost) instead of the probe.
 - Achieved FLOP/s over the nominal peak in the probes (median): {efficiency:.3f} —
   {_efficiency_use(rows)}. Memory residual (measured − predicted), median:
   {statistics.median(implied) / 2**20:+.0f} MiB.
@@ -223,7 +239,7 @@ def write_report(rows: list[dict], args: argparse.Namespace) -> None:
 | batch | max_length | steps | predicted peak (MiB) | measured peak (MiB) | error | predicted time (s) | measured time (s) | error | uncalibrated error | probe (s) | achieved / peak |
 |---|---|---|---|---|---|---|---|---|---|---|---|
 """ + "\n".join(lines) + "\n"
-    write_section("plan", body)
+    write_section(section, body)
     print(f"wrote the plan section of {ROOT / 'docs' / 'benchmarks.md'}")
     (ROOT / "docs").mkdir(exist_ok=True)
 

@@ -88,6 +88,10 @@ def test_metrics_json_has_the_keys_scripts_use(tiny_run):
     for name in ("majority", "tfidf_logreg"):
         assert 0.0 <= metrics["baseline"][name]["test"]["accuracy"] <= 1.0
     assert metrics["baseline"]["majority"]["test"]["accuracy"] == 132 / 200  # 'great' rows
+    cost = metrics["cost"]  # the train command's wall time x this machine's price
+    assert cost["wall_time_s"] > metrics["fit"]["wall_time_s"] > 0
+    assert cost["usd"] == pytest.approx(cost["wall_time_s"] / 3600 * cost["usd_per_hour"])
+    assert cost["source"]
 
 
 def test_metrics_json_uses_only_keys_of_the_metric_table(tiny_run):
@@ -379,8 +383,8 @@ def test_import_and_help_do_not_import_torch(tmp_path, argv):
               "        app(argv)\n"
               "    except SystemExit as exc:\n"
               "        assert exc.code in (0, None), exc.code\n"
-              "heavy = [m for m in ('torch', 'transformers', 'lightning', 'mlflow', 'pandas')"
-              " if m in sys.modules]\n"
+              "heavy = [m for m in ('torch', 'transformers', 'lightning_fabric', 'mlflow',"
+              " 'pandas') if m in sys.modules]\n"
               "assert not heavy, heavy\n")
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=clean_env(),
                             capture_output=True, text=True, timeout=60, check=False)

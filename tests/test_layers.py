@@ -135,7 +135,7 @@ def test_config_never_imports_torch_statically():
     offenders = [f"{p.relative_to(ROOT)}:{line}: {m}"
                  for p in sorted((PACKAGE / "config").rglob("*.py"))
                  for line, m in imported_modules(p)
-                 if m.split(".")[0] in {"torch", "transformers", "lightning", "mlflow"}]
+                 if m.split(".")[0] in {"torch", "transformers", "lightning_fabric", "mlflow"}]
     assert offenders == []
 
 
@@ -156,7 +156,7 @@ def test_loading_and_validating_a_config_imports_no_torch(tmp_path):
         "    load_config({'name': 'x', 'task': task, 'data': {'train': 't.csv'}},\n"
         "                ['train.max_epochs=2'])\n"
         "resolve_model_name('minilm-l6')\n"
-        "heavy = sorted(m for m in ('torch', 'transformers', 'mlflow', 'lightning')"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'mlflow', 'lightning_fabric')"
         " if m in sys.modules)\n"
         "assert not heavy, heavy\n"
     )

@@ -9,7 +9,8 @@ import pytest
 
 from entrena.api.reporting import report
 from entrena.errors import ConfigError
-from entrena.reporting import SECTIONS
+from entrena.reporting import OPTIONAL_SECTIONS, SECTIONS
+from entrena.reporting.formatting import human_name, human_value
 
 
 def write_run(run_dir):
@@ -29,8 +30,14 @@ def write_run(run_dir):
         "efficiency": {"mfu": 0.1, "padding_fraction": 0.4},
         "diagnosis": [{"code": "padding_waste", "figure": "padding 40% of token slots",
                        "message": "padding waste", "change": "group_by_length"}],
-        "plan_vs_actual": {"epoch_time_s": {"predicted": 1.0, "actual": 1.5}},
+        "plan_vs_actual": {"epoch_time_s": {"predicted": 1.0, "actual": 1.5},
+                           "peak_memory_bytes": {"predicted": 8538411008,
+                                                 "actual": 7 * 2**30}},
+        "cost": {"usd": 0.0, "usd_per_hour": 0.0, "wall_time_s": 397.0,
+                 "source": "free: not a known cloud instance"},
     }
+    metrics["fit"].update({"epochs": 2, "threads": 2, "device": "cpu", "world_size": 1,
+                           "throughput_tokens_per_s": 12345.6, "peak_memory_bytes": 8538411008})
     (run_dir / "metrics.json").write_text(json.dumps(metrics))
     events = []
     for step in range(10, 30, 10):
@@ -50,13 +57,112 @@ def test_report_has_every_section_and_every_plot_has_data(tmp_path):
     write_run(run_dir)
     page = report(run_dir).read_text()
     for title in SECTIONS:
-        assert f"<h2>{title}</h2>" in page
-    assert page.count("data:image/png;base64,") == 7  # 3 curves, 3 efficiency, confusion
+        assert (f"<h2>{title}</h2>" in page) is (title not in OPTIONAL_SECTIONS)
+    # 3 curves, 3 efficiency, confusion, plan vs actual
+    assert page.count("data:image/png;base64,") == 8
     assert "no data recorded" not in page
-    assert "DOES NOT BEAT" in page and "group_by_length" in page
+    assert "does not beat" in page and "group_by_length" in page
     assert not re.search(r"(src|href)=['\"]https?:", page)  # renders without a network
 
 
 def test_report_of_a_folder_that_is_not_a_run(tmp_path):
     with pytest.raises(ConfigError, match="not a run directory"):
         report(tmp_path)
+
+
+def test_the_page_opens_with_a_headline_in_human_units(tmp_path):
+    run_dir = tmp_path / "runs" / "r"
+    write_run(run_dir)
+    page = report(run_dir).read_text()
+    headline = re.search(r"<p class='headline bad'>(.*?)</p>", page).group(1)
+    assert re.sub(r"<[^>]+>", "", headline) == (
+        "test accuracy 75.0% vs 80.0% for the TF-IDF + logistic regression baseline (the "
+        "model does not beat it); 2 epochs in 6m 37s on 2 CPU cores; cost $0")
+    assert page.index("class='headline") < page.index("<h2>")
+    assert "title='free: not a known cloud instance'" in headline  # the price's source
+    # no raw bytes, no internal keys, fractions as percentages, tooltips from METRIC_KEYS
+    assert "8538411008" not in page and "throughput_tokens_per_s" not in page
+    assert "8.0 GiB" in page and "12,346 tokens/s" in page and "40.0%" in page
+    assert "title='real (unpadded) tokens per second [tokens/s]'" in page
+    assert "1.5s" in page and "1.50x" in page  # plan vs actual: epoch time and its ratio
+
+
+@pytest.mark.parametrize(("key", "value", "shown"), [
+    ("test.accuracy", 0.8634, "86.3%"), ("efficiency.mfu", 0.00021, "0.021%"),
+    ("fit.peak_memory_bytes", 8538411008, "8.0 GiB"), ("fit.wall_time_s", 397.2, "6m 37s"),
+    ("fit.throughput_samples_per_s", 1234.5, "1,234 samples/s"), ("cost.usd", 0.0421, "$0.042"),
+    ("efficiency.peak_flops_per_s", 6.08e10, "60.8 GFLOP/s"), ("data.train_rows", 40000,
+                                                                "40,000"),
+    ("test.rmse", 12.3456, "12.35"), ("fit.restored_best_weights", True, "yes"),
+])
+def test_figures_are_shown_in_human_units(key, value, shown):
+    assert human_value(key, value) == shown
+
+
+@pytest.mark.parametrize(("key", "name"), [
+    ("fit.throughput_tokens_per_s", "throughput, tokens"), ("test.macro_f1", "test macro-F1"),
+    ("efficiency.peak_memory_bytes", "peak memory"), ("efficiency.data_wait_s",
+                                                      "data wait time"),
+    ("cost.usd", "cost"), ("validation.r2", "validation R²"),
+])
+def test_keys_are_named_in_words(key, name):
+    assert human_name(key) == name
+
+
+def test_an_llm_run_lists_its_samples_and_a_regressor_its_errors(tmp_path):
+    run_dir = tmp_path / "runs" / "llm"
+    write_run(run_dir)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics["test"]["samples"] = [{"prompt": "Is <this> great?", "reference": "great",
+                                   "generation": "other"}]
+    (run_dir / "metrics.json").write_text(json.dumps(metrics))
+    page = report(run_dir).read_text()
+    samples = page.split("<h2>Samples</h2>")[1].split("</section>")[0]
+    assert "Is &lt;this&gt; great?" in samples and "generation" in samples
+    regressor = tmp_path / "runs" / "reg"
+    write_run(regressor)
+    metrics = json.loads((regressor / "metrics.json").read_text())
+    metrics["validation"] = metrics["test"] = {"rmse": 2.0, "mae": 1.5, "r2": 0.8}
+    metrics["baseline"] = {"mean": {"test": {"rmse": 5.0, "r2": 0.0}},
+                           "comparison": {"split": "test", "metric": "rmse", "model": 2.0,
+                                          "best": "mean", "best_score": 5.0,
+                                          "outcome": "beats"}}
+    (regressor / "metrics.json").write_text(json.dumps(metrics))
+    (regressor / "predictions").mkdir()
+    (regressor / "predictions" / "test.csv").write_text(
+        "target,predicted_value\n1,1.5\n2,2.5\n3,2.0\n")
+    page = report(regressor).read_text()
+    assert "test RMSE 2 vs 5 for the training-mean baseline (the model beats it)" in page
+    errors = page.split("<h2>Errors</h2>")[1].split("</section>")[0]
+    assert errors.count("data:image/png;base64,") == 2  # predicted vs actual, residuals
+
+
+def test_report_compare_writes_one_page_of_the_runs_side_by_side(tmp_path):
+    from typer.testing import CliRunner
+
+    from entrena.cli import app
+
+    for name, learning_rate, accuracy, usd in (("a", 1e-3, 0.75, 0.0), ("b", 3e-4, 0.81, 0.5)):
+        write_run(tmp_path / "runs" / name)
+        (tmp_path / "runs" / name / "config.yaml").write_text(
+            f"name: {name}\ntrain:\n  learning_rate: {learning_rate}\n  batch_size: 16\n")
+        metrics = json.loads((tmp_path / "runs" / name / "metrics.json").read_text())
+        metrics["test"]["accuracy"] = accuracy
+        metrics["cost"]["usd"] = usd
+        (tmp_path / "runs" / name / "metrics.json").write_text(json.dumps(metrics))
+    result = CliRunner().invoke(app, ["report", "--compare", "runs/a", "runs/b"])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "runs" / "compare.html").read_text()
+    differences = page.split("<h2>Config differences</h2>")[1].split("</section>")[0]
+    assert "train.learning_rate" in differences and "batch_size" not in differences
+    assert "75.0%" in page and "81.0%" in page and "$0.500" in page
+    curves = page.split("<h2>Curves</h2>")[1]
+    assert curves.count("data:image/png;base64,") == 4  # training loss + 3 validation metrics
+    assert not re.search(r"(src|href)=['\"]https?:", page)
+    one = CliRunner().invoke(app, ["report", "--compare", "runs/a"])
+    assert one.exit_code == 2 and "give two or more run directories" in one.output
+    two = CliRunner().invoke(app, ["report", "runs/a", "runs/b"])
+    assert two.exit_code == 2 and "add --compare to compare several" in two.output
+    absent = CliRunner().invoke(app, ["report", "--compare", "runs/a", "nowhere"])
+    assert absent.exit_code == 2 and "not a run directory" in absent.output
+    assert "nowhere" in absent.output

@@ -111,9 +111,13 @@ def test_bad_tune_options_are_config_errors(tiny_config, kwargs, message):
     assert message in str(info.value)
 
 
-def test_tune_runs_a_tracked_trial_and_writes_the_best_config(tiny_config):
+def test_tune_runs_a_tracked_trial_and_writes_the_best_config(tiny_config, tmp_path,
+                                                              monkeypatch):
     """In process, one trial (untracked: the slow CLI test checks the nested MLflow runs); its
-    config has a `tune` section, which `train` ignores."""
+    config has a `tune` section, which `train` ignores. The study's cost is its trials'."""
+    (tmp_path / "price.yaml").write_text("local_usd_per_hour: 3600\n")  # 1 USD a second
+    monkeypatch.setenv("ENTRENA_CATALOG", str(tmp_path / "price.yaml"))
+    monkeypatch.delenv("ENTRENA_INSTANCE", raising=False)
     tiny_config["tune"] = {"space": {"train.learning_rate": {"low": 1e-4, "high": 1e-2,
                                                              "log": True}}}
     tiny_config["train"]["max_epochs"] = 1
@@ -126,6 +130,12 @@ def test_tune_runs_a_tracked_trial_and_writes_the_best_config(tiny_config):
     assert json.loads((result.study_dir / "trial-0000" / "status.json").read_text())[
         "status"] == "finished"
     assert not (result.study_dir / "mlflow_parent_run_id").exists()  # tracking is off
+    trial_cost = json.loads((result.study_dir / "trial-0000" / "metrics.json").read_text())[
+        "cost"]
+    assert trial_cost["usd_per_hour"] == 3600 and "price.yaml" in trial_cost["source"]
+    assert trial_cost["usd"] == pytest.approx(trial_cost["wall_time_s"]) and trial_cost["usd"] > 0
+    assert summary["cost"]["usd"] == pytest.approx(trial_cost["usd"])
+    assert summary["cost"]["trials"] == 1
 
 
 @pytest.mark.slow

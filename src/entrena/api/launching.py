@@ -18,7 +18,7 @@ from entrena.tasks.registry import load_config
 
 __all__ = ["LaunchResult", "launch"]
 
-PINNED = ("torch", "lightning", "transformers", "tokenizers", "safetensors", "pydantic",
+PINNED = ("torch", "lightning-fabric", "transformers", "tokenizers", "safetensors", "pydantic",
           "pyyaml", "typer", "rich", "mlflow", "scikit-learn", "pandas", "pyarrow", "numpy",
           "psutil", "fsspec", "onnx", "onnxruntime", "onnxscript", "optuna")
 """Distributions pinned in the Dockerfile (entrena's dependencies)."""

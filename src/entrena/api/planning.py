@@ -145,7 +145,7 @@ def plan(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | 
     if calibrate:
         calibration, base_rss = _calibrate_here(loaded, sources, prepared, task, spec, profile,
                                                 machine, merged)
-    elif "lightning" not in sys.modules:
+    elif "lightning_fabric" not in sys.modules:
         from entrena.planning.memory import FIT_IMPORTS_RSS_BYTES
 
         base_rss += FIT_IMPORTS_RSS_BYTES

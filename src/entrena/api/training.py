@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from entrena.data.changes import data_changes
 from entrena.engine.checkpointing import CheckpointInfo, CheckpointStore
 from entrena.engine.distributed import launched_rank
 from entrena.errors import ConfigError, DataError, EntrenaError, Interrupted
+from entrena.hardware.catalog import load_catalog
+from entrena.hardware.cost import hourly_price
 from entrena.tasks.registry import load_config
 from entrena.units import format_duration
 
@@ -172,8 +175,7 @@ def _announce(console: Any, message: str) -> None:
     console.print(message, markup=False, highlight=False, soft_wrap=True)
 
 
-LIBRARY_LOGGERS = ("lightning", "lightning.fabric", "lightning_fabric", "lightning_utilities",
-                   "py.warnings")
+LIBRARY_LOGGERS = ("lightning_fabric", "lightning_utilities", "py.warnings")
 """Loggers whose records go only to ``train.log`` during a run: Lightning's banners (the
 AMP line …) and Python warnings (scikit-learn's convergence and metric warnings, torch's
 user warnings), which would otherwise reach stderr raw."""
@@ -292,8 +294,10 @@ def _train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path 
            resume_with_changes: bool, callbacks: list[Any] | None, console: Any,
            tracking_tags: dict[str, str] | None, where: dict[str, Any]) -> TrainResult:
     """:func:`train`'s work; fills ``where`` (``paths``, ``phase``) for a stop message."""
+    started = time.perf_counter()  # the run's cost counts from here (cost.wall_time_s)
     where["phase"] = "reading the config"
     loaded = load_config(config, overrides)
+    price = hourly_price(load_catalog())  # a bad ENTRENA_INSTANCE fails before any work
     sources = _check_model_source(loaded)
     paths = RunPaths(resolve_run_dir(loaded.config.name, run_dir))
     where["paths"] = paths
@@ -340,7 +344,7 @@ def _train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path 
         with library_output_to(handler):
             metrics = run_fit(loaded, paths, sources, prepared, console=console, resume=resume,
                               config_hash=new_hash, callbacks=callbacks or [],
-                              tracking_tags=tracking_tags)
+                              tracking_tags=tracking_tags, cost_from=(started, price))
         write_status(paths, "finished")
         _register_model(paths, loaded.config.tracking.model_dump())
         return TrainResult(paths.root, metrics,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,12 +15,14 @@ import yaml
 from entrena.config import Config, parse_overrides
 from entrena.config.loading import apply_overrides
 from entrena.core.files import write_atomic, write_json_atomic
-from entrena.core.rundir import RunPaths, resolve_run_dir, write_status
+from entrena.core.rundir import RunPaths, read_status, resolve_run_dir, write_status
 from entrena.errors import ConfigError
+from entrena.hardware.catalog import load_catalog
+from entrena.hardware.cost import HourlyPrice, hourly_price, run_cost
 from entrena.tasks.registry import get_task, load_config
 from entrena.units import Budget, format_usd, parse_budget, parse_duration_s
 
-__all__ = ["TuneResult", "tune"]
+__all__ = ["TuneResult", "study_cost", "tune"]
 
 log = logging.getLogger("entrena")
 
@@ -31,7 +35,8 @@ class TuneResult:
         study_dir: ``runs/<name>-tune/``: the study's SQLite store, ``tune.json``,
             ``best_config.yaml`` and one run directory per trial (``trial-0003/``).
         summary: The ``--json`` document: ``best`` (``trial``, ``value``, ``params``),
-            ``trials``, ``pruned``, ``completed``, ``importances``, ``table`` ….
+            ``trials``, ``pruned``, ``completed``, ``importances``, ``table`` …, and
+            ``cost`` (``usd`` summed over the trials, pruned and failed ones included).
         best_config: ``best_config.yaml``, or ``None`` if no trial completed.
     """
 
@@ -95,6 +100,34 @@ def _parent_run(study_dir: Path, cfg: Config, study: str) -> str | None:
         log.warning("MLflow parent run not created (%s: %s); trials are tracked unnested",
                     type(exc).__name__, exc)
         return None
+
+
+def study_cost(study_dir: Path, price: HourlyPrice) -> dict[str, Any]:
+    """The cost of every trial of a study, summed: each finished trial's ``cost`` in its
+    ``metrics.json``, each pruned or failed one's in its ``status.json``.
+
+    Args:
+        study_dir: ``runs/<name>-tune/`` with its ``trial-NNNN/`` run directories.
+        price: This machine's price (its source is reported; each trial's own is summed).
+
+    Returns:
+        ``{"usd", "wall_time_s", "trials" (trials with a cost), "usd_per_hour", "source"}``.
+    """
+    usd = wall = 0.0
+    counted = 0
+    for trial in sorted(study_dir.glob("trial-*")):
+        paths = RunPaths(trial)
+        cost = None
+        try:
+            cost = json.loads(paths.metrics.read_text(encoding="utf-8")).get("cost")
+        except (OSError, ValueError, AttributeError):
+            cost = (read_status(paths) or {}).get("cost")
+        if isinstance(cost, dict) and isinstance(cost.get("usd"), int | float):
+            usd += float(cost["usd"])
+            wall += float(cost.get("wall_time_s") or 0.0)
+            counted += 1
+    return {"usd": usd, "wall_time_s": wall, "trials": counted,
+            "usd_per_hour": price.usd_per_hour, "source": price.source}
 
 
 def _close_pruned_run(study_dir: Path, cfg: Config, trial_dir: Path) -> None:
@@ -176,6 +209,7 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
             raise ConfigError(f"--budget {budget}: one trial costs about {format_usd(per_trial)} "
                               f"on this machine (planner); raise the budget")
         trials = min(trials or affordable, affordable)
+    price = hourly_price(load_catalog())
     parent = _parent_run(study_dir, cfg, name)
     tags = {"mlflow.parentRunId": parent, "entrena.study": name} if parent else {}
 
@@ -199,15 +233,20 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
             report, metric, by_data=by_data,
             evals_per_epoch=int(params.get("train.evals_per_epoch",
                                            cfg.train.evals_per_epoch)))
+        started = time.perf_counter()
         try:
             result = train(config, run_dir=trial_dir, overrides=values, restart=True,
                            callbacks=[pruning], console=console, tracking_tags=tags)
         except Exception as exc:
             import optuna
 
+            cost = run_cost(time.perf_counter() - started, price)  # metrics.json has none
             if isinstance(exc, optuna.TrialPruned):
-                write_status(RunPaths(trial_dir), "pruned", message=str(exc))
+                write_status(RunPaths(trial_dir), "pruned", message=str(exc), cost=cost)
                 _close_pruned_run(study_dir, cfg, trial_dir)
+            elif (status := read_status(RunPaths(trial_dir))) is not None:
+                write_status(RunPaths(trial_dir), status.pop("status"),
+                             **{k: v for k, v in status.items() if k != "time"}, cost=cost)
             raise
         section, key = metric.split(".", 1)
         return float(result.metrics[section][key])
@@ -219,7 +258,8 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
                        startup_trials=cfg.tune.startup_trials, n_trials=trials,
                        timeout_s=limit.seconds if limit is not None else None,
                        trial_max_time_s=trial_limit_s, seed=cfg.train.seed)
-    summary = {"metric": metric, **result.as_dict(), "study_dir": str(study_dir)}
+    summary = {"metric": metric, **result.as_dict(), "study_dir": str(study_dir),
+               "cost": study_cost(study_dir, price)}
     best_path = None
     if result.best is not None:
         best = loaded.portable_dump()
@@ -233,7 +273,8 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
                      durable=False)
         summary["best_config"] = str(best_path)
     write_json_atomic(study_dir / "tune.json", summary, durable=False)
-    log.info("study %s: %d trials (%d pruned, %d completed); %s", name, result.trials,
-             result.pruned, result.completed,
-             f"best trial {result.best['trial']}" if result.best else "no trial completed")
+    log.info("study %s: %d trials (%d pruned, %d completed); %s; cost %s", name,
+             result.trials, result.pruned, result.completed,
+             f"best trial {result.best['trial']}" if result.best else "no trial completed",
+             format_usd(summary["cost"]["usd"]))
     return TuneResult(study_dir, summary, best_path)

@@ -79,6 +79,9 @@ class EfficiencyMonitor(Callback):
         threads: CPU threads torch uses.
         memory_capacity_bytes: The device's memory (GPU) or the machine's RAM.
         peak_memory: Returns the peak memory so far (bytes) or ``None``.
+        memory_now: Returns the memory in use now (bytes: CPU resident set, CUDA allocated)
+            or ``None``; recorded beside the peak so a climb (growth) tells apart from a
+            high-water mark set once by the longest batch.
         every_steps: Window length in optimizer steps.
         emit: Writes a record (``EventLog.write``), or ``None``.
         persist_windows: Consecutive windows a condition must hold before a live warning.
@@ -90,7 +93,8 @@ class EfficiencyMonitor(Callback):
     def __init__(self, *, lengths: np.ndarray, flops_formula: tuple[float, float, float] | None,
                  peak_flops_per_s: float | None, peak_source: str, device: str, threads: int,
                  memory_capacity_bytes: int | None, peak_memory: Callable[[], int | None],
-                 every_steps: int = 10, emit: Emit | None = None, persist_windows: int = 3,
+                 memory_now: Callable[[], int | None] | None = None, every_steps: int = 10,
+                 emit: Emit | None = None, persist_windows: int = 3,
                  cores: int | None = None, nvml_every_s: float = 5.0):
         self.lengths = np.asarray(lengths)
         self.formula = flops_formula
@@ -101,6 +105,7 @@ class EfficiencyMonitor(Callback):
         self.cores = cores
         self.capacity = memory_capacity_bytes
         self.peak_memory = peak_memory
+        self.memory_now = memory_now
         self.every_steps = max(1, every_steps)
         self.emit = emit
         self.persist = persist_windows
@@ -174,6 +179,7 @@ class EfficiencyMonitor(Callback):
             return
         window = self._rates(*deltas)
         window["peak_memory_bytes"] = self.peak_memory()
+        window["memory_bytes"] = self.memory_now() if self.memory_now is not None else None
         now_s = time.perf_counter()
         if self._nvml is not None and now_s - self._nvml_last >= self.nvml_every_s:
             self._nvml_last = now_s

@@ -23,6 +23,7 @@ from entrena.errors import (
     EntrenaError,
     Interrupted,
 )
+from entrena.units import format_usd
 
 __all__ = ["app", "main"]
 
@@ -457,25 +458,42 @@ def tune(config: ConfigArg, run_dir: Annotated[Path | None, typer.Option(
     if summary["importances"]:
         console.print("importances: " + ", ".join(
             f"{k} {v:.2f}" for k, v in summary["importances"].items()))
-    console.print(f"{summary['trials']} trials, {summary['pruned']} pruned; best config: "
-                  f"{result.best_config}", highlight=False)
+    cost = summary.get("cost") or {}
+    console.print(f"{summary['trials']} trials, {summary['pruned']} pruned; cost "
+                  f"{format_usd(cost.get('usd'))} ({cost.get('source', 'unknown')}); best "
+                  f"config: {result.best_config}", highlight=False)
 
 
 @app.command()
-def report(run: RunArg,
+def report(runs: Annotated[list[Path], typer.Argument(
+                metavar="RUN...", show_default=False,
+                help="A run directory (runs/<name>); with --compare, two or more.")],
+           compare: Annotated[bool, typer.Option(
+               "--compare", help="One page comparing the runs side by side (config "
+               "differences, curves overlaid, final metrics, time and cost), written to "
+               "compare.html in the folder that holds them, or --output.")] = False,
+           output: Annotated[Path | None, typer.Option(
+               "--output", "-o", help="With --compare: the HTML file to write.",
+               show_default=False)] = None,
            open_: Annotated[bool, typer.Option("--open", help="Open the report in a "
                                                "browser.")] = False,
            verbose: VerboseOpt = False) -> None:
-    """Rebuild RUN/report.html: curves, efficiency, confusion matrix, baseline, diagnosis,
-    data report, plan vs actual (self-contained: no network needed)."""
+    """Rebuild RUN/report.html: a headline, curves, efficiency, errors, baseline, diagnosis,
+    data report, plan vs actual (self-contained: no network needed); or, with --compare,
+    one page comparing several runs."""
     _setup_logging(verbose)
+    if not compare and (len(runs) != 1 or output is not None):
+        _fail(f"report: got {len(runs)} run directories"
+              + (" and --output" if output is not None else "")
+              + "; give one RUN, or add --compare to compare several", 2)
     try:
+        from entrena.api.reporting import compare as compare_fn
         from entrena.api.reporting import report as report_fn
 
-        path = report_fn(run)
+        path = compare_fn(runs, output) if compare else report_fn(runs[0])
     except EntrenaError as exc:
         _fail(str(exc), exc.exit_code)
-    sys.stderr.write(f"report: {path}\n")
+    sys.stderr.write(f"{'comparison' if compare else 'report'}: {path}\n")
     if open_:
         import webbrowser
 

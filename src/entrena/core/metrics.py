@@ -205,6 +205,17 @@ _TABLE = [
               "more than 25% memory / 50% time, provisional bounds); also logged as warnings "
               "at the end, and live when input-bound or padding waste holds for 3 monitoring "
               "windows"),
+    MetricKey("cost.usd", "USD", "what the run cost: cost.wall_time_s / 3600 x "
+              "cost.usd_per_hour (this session of `train`: a resumed run counts the last "
+              "session only)", False),
+    MetricKey("cost.usd_per_hour", "USD/h", "this machine's hourly price: the catalog offer "
+              "when it is a known cloud instance (ENTRENA_INSTANCE, or the DMI product name "
+              "on AWS), else local_usd_per_hour of a catalog file, else 0"),
+    MetricKey("cost.wall_time_s", "s", "wall time of the `train` command, from reading the "
+              "config to writing metrics.json (data preparation, planning, fit, testing, "
+              "baselines and saving the model included)"),
+    MetricKey("cost.source", "", "where cost.usd_per_hour comes from (the catalog offer and "
+              "its citation, or the catalog file), or why the run counts as free"),
     MetricKey("plan_vs_actual.peak_memory_bytes", "B", "predicted (plan.json) and actual peak "
               "memory of the fit (.predicted, .actual): CPU resident set or "
               "torch.cuda.max_memory_allocated, measured from just before the fit"),

@@ -32,7 +32,7 @@ def auto_cpu_bf16(model: torch.nn.Module, precision: str) -> bool:
 def seed_everything(seed: int) -> None:
     """Seed Python's, NumPy's and torch's generators in this process (as
     :meth:`Backend.seed`, before a backend exists: the model is built first)."""
-    from lightning.fabric.utilities.seed import seed_everything as fabric_seed_everything
+    from lightning_fabric.utilities.seed import seed_everything as fabric_seed_everything
 
     fabric_seed_everything(seed, workers=True, verbose=False)
 
@@ -70,7 +70,7 @@ def configure_threads(num_threads: int | None) -> int:
 
 @dataclass
 class Backend:
-    """A thin wrapper of :class:`lightning.fabric.Fabric` exposing what the loop needs."""
+    """A thin wrapper of :class:`lightning_fabric.Fabric` exposing what the loop needs."""
 
     fabric: Any
     accelerator: str
@@ -145,21 +145,27 @@ def create_backend(*, accelerator: str, devices: int | str, precision: str, seed
 
     With more than one device (or node), ``launch()`` starts the other local processes by
     re-running this command (Fabric's subprocess launcher; under torchrun or SLURM it joins
-    the processes already started); ranks above 0 continue from here too.
+    the processes already started); ranks above 0 continue from here too. On a CPU it first
+    fixes the C allocator's mmap threshold (:func:`entrena.hardware.allocator.
+    configure_allocator`), so the fit's resident memory follows its live tensors.
 
     Raises:
         ResourceError: The requested accelerator is not present, or fewer devices than
             ``devices``.
     """
-    from lightning.fabric import Fabric
+    from lightning_fabric import Fabric
 
     # No banners on the console; a run that sends them to train.log (api/training.py's
     # library_output_to) lets them through at INFO.
-    captured = getattr(logging.getLogger("lightning.fabric"), "entrena_captured", False)
-    for name in ("lightning.fabric", "lightning.fabric.utilities.seed",
-                 "lightning.fabric.utilities.rank_zero", "lightning_fabric"):
+    captured = getattr(logging.getLogger("lightning_fabric"), "entrena_captured", False)
+    for name in ("lightning_fabric", "lightning_fabric.utilities.seed",
+                 "lightning_fabric.utilities.rank_zero"):
         logging.getLogger(name).setLevel(logging.INFO if captured else logging.WARNING)
     resolved = _resolve_accelerator(accelerator)
+    if resolved == "cpu":
+        from entrena.hardware.allocator import configure_allocator
+
+        configure_allocator()  # large tensors go back to the system when freed (no climb)
     chosen = resolve_precision(precision, resolved,
                                bf16=(torch.cuda.is_bf16_supported() if resolved == "cuda"
                                      else cpu_bf16))

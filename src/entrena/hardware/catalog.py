@@ -45,11 +45,13 @@ PRECISION_DTYPE = {"32-true": "fp32", "bf16-mixed": "bf16", "bf16-true": "bf16",
 _DTYPES = ("fp32", "tf32", "fp16", "bf16")
 _KINDS = ("cpu", "gpu", "tpu")
 _ACCELERATOR_KEYS = {"kind", "aliases", "match", "note", "memory_gib", "bandwidth_gbps",
-                     "peak_tflops", "bf16", "flop_per_cycle_fp32"}
+                     "peak_tflops", "bf16", "flop_per_cycle_fp32",
+                     "flop_per_cycle_bf16"}
 _OFFER_KEYS = {"provider", "instance", "accelerator", "count", "region", "usd_per_hour",
                "usd_per_hour_spot", "host_included", "note"}
 _TOP_KEYS = {"sources", "accelerators", "offers", "efficiency", "local_usd_per_hour"}
-_EFFICIENCY_KEYS = {"cpu_fp32", "gpu_fp32", "gpu_mixed", "tpu_bf16", "gpu_seconds_per_op"}
+_EFFICIENCY_KEYS = {"cpu_fp32", "cpu_avx512", "cpu_avx512_bf16", "cpu_amx_bf16", "gpu_fp32",
+                    "gpu_mixed", "tpu_bf16", "gpu_seconds_per_op", "cpu_seconds_per_op"}
 
 
 @dataclass(frozen=True)
@@ -120,9 +122,11 @@ class Catalog:
     Attributes:
         accelerators: By name.
         offers: By name.
-        efficiency: MFU assumed without a probe: ``cpu_fp32``, ``gpu_fp32``, ``gpu_mixed``,
-            ``tpu_bf16``; and ``gpu_seconds_per_op``, the fixed cost of one operator on a GPU
-            in eager mode (:class:`Number` or ``None``).
+        efficiency: MFU assumed without a probe: ``cpu_fp32`` (AVX2/FMA or SSE),
+            ``cpu_avx512``, ``cpu_avx512_bf16``, ``cpu_amx_bf16`` (of the nominal peak of that
+            instruction set), ``gpu_fp32``, ``gpu_mixed``, ``tpu_bf16``; and
+            ``gpu_seconds_per_op`` and ``cpu_seconds_per_op``, the fixed cost of one operator
+            in eager mode on that device (:class:`Number` or ``None``).
         local_usd_per_hour: This machine's own hourly cost, or ``None`` (free).
         files: The files merged, shipped one first.
     """
@@ -175,11 +179,12 @@ def _accelerator(name: str, raw: dict[str, Any], errors: Errors,
         return None
     figures: dict[str, Number] = {}
     if kind == "cpu":
-        for flag, raw_number in (raw.get("flop_per_cycle_fp32") or {}).items():
-            number = parse_number(raw_number, f"{key}.flop_per_cycle_fp32.{flag}", errors, sources,
-                             user_file, required=True)
-            if number:
-                figures[f"flop_per_cycle_fp32.{flag}"] = number
+        for table in ("flop_per_cycle_fp32", "flop_per_cycle_bf16"):
+            for flag, raw_number in (raw.get(table) or {}).items():
+                number = parse_number(raw_number, f"{key}.{table}.{flag}", errors, sources,
+                                      user_file, required=True)
+                if number:
+                    figures[f"{table}.{flag}"] = number
         return Accelerator(name, "cpu", None, None, {}, False, figures=figures,
                            note=raw.get("note"))
     required = new and user_file is not None

@@ -52,14 +52,17 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def _cpu_section(name: str, raw: dict[str, Any]) -> list[str]:
     rows = []
-    for isa, number in (raw.get("flop_per_cycle_fp32") or {}).items():
-        sources: set[str] = set()
-        notes: list[str] = []
-        value = _number(number, sources, notes, isa)
-        rows.append([f"`{isa}`", value, _source_list(sources), _cell("; ".join(notes))])
-    intro = [f"`{name}`: {_cell(raw.get('note', ''))} FP32 FLOP per cycle and core by "
-             "instruction set:", ""]
-    return intro + _table(["instruction set", "FLOP / cycle / core", "source", "note"], rows)
+    for table, dtype in (("flop_per_cycle_fp32", "fp32"), ("flop_per_cycle_bf16", "bf16")):
+        for isa, number in (raw.get(table) or {}).items():
+            sources: set[str] = set()
+            notes: list[str] = []
+            value = _number(number, sources, notes, isa)
+            rows.append([f"`{isa}`", dtype, value, _source_list(sources),
+                         _cell("; ".join(notes))])
+    intro = [f"`{name}`: {_cell(raw.get('note', ''))} FLOP per cycle and core by "
+             "instruction set (chosen from the CPU's flags) and matrix dtype:", ""]
+    return intro + _table(["instruction set", "dtype", "FLOP / cycle / core", "source",
+                           "note"], rows)
 
 
 def _accelerator_rows(accelerators: dict[str, Any]) -> list[list[str]]:

@@ -23,7 +23,7 @@ __all__ = ["Machine", "CpuInfo", "GpuInfo", "detect_machine", "detect_cpu", "det
            "cuda_library_bytes", "LIBRARIES", "CPU_BF16_MIN_LINEAR_PARAMETERS",
            "cpu_bf16_pays"]
 
-LIBRARIES = ("torch", "lightning", "transformers", "tokenizers", "safetensors", "numpy",
+LIBRARIES = ("torch", "lightning-fabric", "transformers", "tokenizers", "safetensors", "numpy",
              "pandas", "pyarrow", "scikit-learn", "mlflow", "pydantic", "onnx", "onnxruntime",
              "torch_xla", "jax")
 """Distributions whose installed version ``doctor`` reports (``null`` when absent)."""

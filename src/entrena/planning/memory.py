@@ -135,8 +135,15 @@ def activation_bytes(profile: ModelProfile, tokens: int, *, device: str,
 
 def training_memory(profile: ModelProfile, *, batch_size: int, tokens: int, device: str,
                     precision: str, base_bytes: float = 0.0,
-                    weights_in_base: bool = False, undo_copy: bool = False) -> MemoryEstimate:
+                    weights_in_base: bool = False, undo_copy: bool = False,
+                    measured: tuple[float, float | None] | None = None) -> MemoryEstimate:
     """Predict the peak memory of training at ``batch_size`` × ``tokens``.
+
+    On a CPU with ``measured`` (the probe's :mod:`~entrena.planning.memory_probe` figures at
+    this very batch), the gradients, activations, backward temporaries and the allocator's
+    share are the larger measured rise, of a training step or of an evaluation batch, in
+    place of the modelled terms; the weights, AdamW's states, the best-weights copy and the
+    process before the fit stay modelled (they do not depend on the CPU).
 
     Args:
         profile: The model profile.
@@ -148,6 +155,8 @@ def training_memory(profile: ModelProfile, *, batch_size: int, tokens: int, devi
         weights_in_base: CPU only: the model's weights are already in ``base_bytes``.
         undo_copy: The loop keeps a copy of the trainable weights and their optimizer state
             from before each step (``train.divergence_factor`` set; engine/guard.py).
+        measured: CPU only: ``(train_step_bytes, eval_step_bytes or None)`` measured by the
+            probe at this batch.
 
     Returns:
         The :class:`MemoryEstimate`.
@@ -166,6 +175,12 @@ def training_memory(profile: ModelProfile, *, batch_size: int, tokens: int, devi
         # Overhead: the process without the model, ModelCheckpoint's CPU copy of the best
         # weights, and the allocator's own share.
         model_in_base = weights if weights_in_base else 0.0
+        if measured is not None:
+            step = max(measured[0], measured[1] or 0.0)
+            overhead = base_bytes - model_in_base + weights + undo
+            peak = overhead + weights + optimizer + max(step, gradients)
+            return MemoryEstimate(weights, gradients, optimizer, max(0.0, step - gradients),
+                                  0.0, overhead, peak, batch_size, tokens)
         overhead = base_bytes - model_in_base + weights + CPU_ALLOCATOR_OVERHEAD_BYTES + undo
         peak = overhead + weights + optimizer + gradients + activations + backward_temp
         return MemoryEstimate(weights, gradients, optimizer, activations, backward_temp,

@@ -20,8 +20,8 @@ from entrena.planning.model import ModelProfile
 from entrena.planning.timing import FORWARD_SHARE, BatchPlan, Calibration
 
 __all__ = ["RunShape", "Option", "local_option", "catalog_option",
-           "cpu_peak_flops", "peak_for_precision", "OVERSIZED_MEMORY_SHARE", "OVERSIZED_MINUTES",
-           "OVERSIZED_USD_PER_HOUR"]
+           "cpu_peak_flops", "cpu_isa", "peak_for_precision", "OVERSIZED_MEMORY_SHARE",
+           "OVERSIZED_MINUTES", "OVERSIZED_USD_PER_HOUR"]
 
 OVERSIZED_MEMORY_SHARE = 0.10
 """An accelerator whose predicted peak uses less than this share of its memory is flagged
@@ -97,20 +97,35 @@ class Option:
         return dict(self.__dict__)
 
 
-def cpu_peak_flops(machine: Machine, catalog: Catalog,
-                   threads: int | None = None) -> tuple[float | None, str]:
-    """Nominal fp32 peak of this CPU for ``threads`` threads (default: every physical core):
-    cores used × clock × FLOP/cycle (the catalog's ``cpu`` entry), and the FLOP/cycle key."""
+def cpu_isa(features: dict[str, bool], precision: str = "32-true") -> tuple[str, str]:
+    """The catalog's FLOP/cycle entry for a CPU with these ``/proc/cpuinfo`` flags training
+    at ``precision``: ``(table, key)``, e.g. ``("flop_per_cycle_bf16", "amx_bf16")``.
+
+    Chosen from the flags alone (never the vendor name): under a bf16 precision AMX-BF16,
+    else AVX-512 BF16; without either (or in fp32) AVX-512F, else AVX2 with FMA, else SSE.
+    """
+    if PRECISION_DTYPE.get(precision) == "bf16":
+        if features.get("amx_bf16"):
+            return "flop_per_cycle_bf16", "amx_bf16"
+        if features.get("avx512_bf16"):
+            return "flop_per_cycle_bf16", "avx512_bf16"
+    if features.get("avx512f"):
+        return "flop_per_cycle_fp32", "avx512"
+    if features.get("avx2") and features.get("fma"):
+        return "flop_per_cycle_fp32", "avx2_fma"
+    return "flop_per_cycle_fp32", "sse"
+
+
+def cpu_peak_flops(machine: Machine, catalog: Catalog, threads: int | None = None,
+                   precision: str = "32-true") -> tuple[float | None, str]:
+    """Nominal peak FLOP/s of this CPU for ``threads`` threads (default: every physical
+    core) at ``precision``: cores used × clock × FLOP/cycle of the instruction set its flags
+    offer (:func:`cpu_isa`; the catalog's ``cpu`` entry), and that instruction set's key.
+    ``(None, key)`` when the clock or the figure is unknown."""
     cpu = machine.cpu
     figures = catalog.accelerators["cpu"].figures if "cpu" in catalog.accelerators else {}
-    features = cpu.features
-    if features.get("avx512f") and "intel" in cpu.model.lower():
-        key = "avx512_intel"
-    elif features.get("avx2") and features.get("fma"):
-        key = "avx2_fma"
-    else:
-        key = "sse"
-    per_cycle = figures.get(f"flop_per_cycle_fp32.{key}")
+    table, key = cpu_isa(cpu.features, precision)
+    per_cycle = figures.get(f"{table}.{key}")
     if per_cycle is None or not cpu.frequency_mhz:
         return None, key
     cores = min(cpu.cores, threads) if threads else cpu.cores
@@ -176,6 +191,7 @@ def local_option(machine: Machine, catalog: Catalog, profile: ModelProfile, shap
         acc = catalog.accelerator_for_device(gpu.name)
         precision = resolve_precision(shape.precision, "cuda", bf16=gpu.bf16)
         device, description = "cuda", f"this machine: {gpu.name}"
+        isa = "catalog"
         peak = peak_for_precision(acc, precision) if acc else None
         efficiency = catalog.efficiency.get("gpu_fp32" if precision == "32-true"
                                             else "gpu_mixed")
@@ -196,17 +212,19 @@ def local_option(machine: Machine, catalog: Catalog, profile: ModelProfile, shap
         device = "cpu"
         description = (f"this machine: {machine.cpu.model}, {machine.cpu.cores} cores, "
                        "CPU only")
-        peak, _ = cpu_peak_flops(machine, catalog, shape.threads)
-        if precision == "bf16-mixed" and calibration is None:
-            notes.append("bf16-mixed on this CPU (native bf16): time from the fp32 peak, an "
-                         "overestimate (bf16 steps of such models measured 1.5-1.7x faster, "
-                         "docs/benchmarks.md); --calibrate measures")
-        efficiency = catalog.efficiency.get("cpu_fp32")
+        peak, isa = cpu_peak_flops(machine, catalog, shape.threads, precision)
+        efficiency = catalog.efficiency.get(f"cpu_{isa}") or (
+            catalog.efficiency.get("cpu_fp32") if isa in ("avx2_fma", "sse") else None)
         capacity = machine.memory.get("available_bytes")
+        measured = None
+        if (calibration is not None and calibration.device == "cpu"
+                and calibration.train_step_bytes is not None):
+            measured = (calibration.train_step_bytes, calibration.eval_step_bytes)
         estimate = training_memory(profile, batch_size=shape.batch_size,
                                    tokens=shape.train.longest, device="cpu",
                                    precision=precision, base_bytes=base_rss_bytes,
-                                   weights_in_base=weights_in_base, undo_copy=shape.undo_copy)
+                                   weights_in_base=weights_in_base, undo_copy=shape.undo_copy,
+                                   measured=measured)
         max_batch = largest_batch(profile, tokens=shape.train.longest, device="cpu",
                                   precision=precision, capacity_bytes=capacity or 0,
                                   base_bytes=base_rss_bytes, weights_in_base=weights_in_base,
@@ -224,10 +242,15 @@ def local_option(machine: Machine, catalog: Catalog, profile: ModelProfile, shap
         option.time_source = (f"probe: {calibration.steps} real steps on this machine "
                               f"({calibration.probe_s:.1f}s)")
     elif peak and efficiency:
+        per_op = catalog.efficiency.get(f"{device}_seconds_per_op")
+        overhead = per_op.value * profile.ops_per_step if per_op else 0.0
         option.epoch_time_s, option.total_time_s = _times(shape, profile,
-                                                          peak * efficiency.value, 0.0)
-        option.time_source = (f"nominal peak {peak / 1e12:.2f} TFLOP/s x efficiency "
-                              f"{efficiency.value:g} (catalog); --calibrate measures instead")
+                                                          peak * efficiency.value, overhead)
+        option.time_source = (f"nominal {isa} peak {peak / 1e12:.2f} TFLOP/s x efficiency "
+                              f"{efficiency.value:g} (catalog)"
+                              + (f" + {overhead * 1000:.1f} ms per step "
+                                 f"({profile.ops_per_step} operators)" if per_op else "")
+                              + "; --calibrate measures instead")
     else:
         option.notes.append("time unknown without a probe: run `entrena plan --calibrate`")
     option.cost_usd = _cost(option.total_time_s, local_price) if local_price is not None \

@@ -111,6 +111,10 @@ class Calibration:
         shapes: ``[batch_size, tokens, seconds]`` of each timed step.
         peak_flops: The device's nominal peak for the precision, or ``None``.
         base_rss_bytes: Resident memory of the process before the probe (CPU), or ``None``.
+        train_step_bytes: Memory one forward and backward pass at the longest training batch
+            added (gradients included; :mod:`entrena.planning.memory_probe`), or ``None``.
+        eval_step_bytes: Memory one evaluation batch (no gradients) added, or ``None``.
+        memory_shapes: ``{"train": [B, T], "eval": [B, T] | None}`` measured, or ``None``.
     """
 
     device: str
@@ -122,6 +126,9 @@ class Calibration:
     shapes: list[list[float]]
     peak_flops: float | None = None
     base_rss_bytes: float | None = None
+    train_step_bytes: float | None = None
+    eval_step_bytes: float | None = None
+    memory_shapes: dict[str, Any] | None = None
 
     def step_time_s(self, flops: np.ndarray | float) -> np.ndarray | float:
         """Predicted seconds of steps of ``flops`` training FLOPs each."""
@@ -148,8 +155,12 @@ def _fit_rate(flops: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
 
 def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float], *,
           device: str, precision: str, repeats: int = 1, peak_flops: float | None = None,
-          base_rss_bytes: float | None = None, loss: Any = None) -> Calibration:
-    """Time real training steps (forward, backward, AdamW step) on this machine.
+          base_rss_bytes: float | None = None, loss: Any = None,
+          eval_batch: dict[str, Any] | None = None,
+          measure_memory: bool = True) -> Calibration:
+    """Time real training steps (forward, backward, AdamW step) on this machine, and first
+    measure the memory of a step at the last (longest) batch and of ``eval_batch``
+    (:func:`~entrena.planning.memory_probe.measure_step_memory`).
 
     Each batch first runs once untimed (the first step of a shape pays for kernel selection,
     autotuning and fresh memory: 1.6 s against 0.02 s on an H200), then ``repeats`` timed
@@ -171,6 +182,9 @@ def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float],
         base_rss_bytes: Resident memory measured before the probe, kept in the result.
         loss: The task's loss (``(outputs, batch) -> (sum, count)``; the mean is trained on);
             default the mean of the outputs.
+        eval_batch: The evaluation batch where evaluation memory peaks, or ``None``.
+        measure_memory: Measure the step memory (skipped, with ``None`` figures, where the
+            resident-memory peak cannot be reset).
 
     Returns:
         The :class:`Calibration`.
@@ -203,7 +217,16 @@ def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float],
         return time.perf_counter() - begin
 
     devices = [torch.cuda.current_device()] if device == "cuda" else []
+    memory = None
     with torch.random.fork_rng(devices=devices):
+        if measure_memory:
+            from entrena.planning.memory_probe import measure_step_memory
+
+            try:
+                memory = measure_step_memory(model, batches[-1], eval_batch, device=device,
+                                             precision=precision, loss=loss)
+            except OSError:
+                memory = None
         for batch in batches:
             step(batch)  # untimed: first use of this shape
         seconds = np.array([min(step(batch) for _ in range(max(1, repeats)))
@@ -216,4 +239,8 @@ def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float],
     return Calibration(device=device, precision=precision, flops_per_s=rate,
                        step_overhead_s=alpha, probe_s=time.perf_counter() - started,
                        steps=len(batches) * (1 + max(1, repeats)), shapes=shapes,
-                       peak_flops=peak_flops, base_rss_bytes=base_rss_bytes)
+                       peak_flops=peak_flops, base_rss_bytes=base_rss_bytes,
+                       train_step_bytes=memory["train_step_bytes"] if memory else None,
+                       eval_step_bytes=memory["eval_step_bytes"] if memory else None,
+                       memory_shapes=({"train": memory["train_shape"],
+                                       "eval": memory["eval_shape"]} if memory else None))

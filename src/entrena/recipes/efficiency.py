@@ -59,7 +59,8 @@ def _capacity_bytes(accelerator: str) -> int | None:
 
 def build_monitor(*, plan: dict[str, Any] | None, lengths: np.ndarray, accelerator: str,
                   precision: str, threads: int, cache_dir: Path | None, every_steps: int,
-                  emit: Emit | None, peak_memory: Any) -> EfficiencyMonitor:
+                  emit: Emit | None, peak_memory: Any,
+                  memory_now: Any = None) -> EfficiencyMonitor:
     """The :class:`EfficiencyMonitor` of a fit; the FLOP formula comes from ``plan.json``
     (no plan: no MFU). Never fails the run: a missing figure is ``None``."""
     formula = None
@@ -77,7 +78,7 @@ def build_monitor(*, plan: dict[str, Any] | None, lengths: np.ndarray, accelerat
     return EfficiencyMonitor(
         lengths=lengths, flops_formula=formula, peak_flops_per_s=peak, peak_source=source,
         device=accelerator, threads=threads, memory_capacity_bytes=_capacity_bytes(accelerator),
-        peak_memory=peak_memory, every_steps=every_steps, emit=emit,
+        peak_memory=peak_memory, memory_now=memory_now, every_steps=every_steps, emit=emit,
         cores=psutil.cpu_count(logical=False))
 
 

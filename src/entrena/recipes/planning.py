@@ -25,7 +25,7 @@ from entrena.tasks.base import PlanningSpec
 from entrena.tasks.registry import get_task
 
 __all__ = ["plan_for_fit", "plan_run", "plan_vs_actual", "reset_peak_memory",
-           "peak_memory_bytes", "model_profile", "run_shape_of", "calibrate"]
+           "peak_memory_bytes", "memory_in_use_bytes", "model_profile", "run_shape_of", "calibrate"]
 
 log = logging.getLogger("entrena")
 
@@ -111,13 +111,15 @@ def calibrate(model: Any, loaded: LoadedConfig, task: Any, spec: PlanningSpec, p
 
     cfg = loaded.config
     batches = spec.probe_batches(cfg.train.batch_size)
+    eval_size = cfg.train.eval_batch_size or 2 * cfg.train.batch_size
+    eval_batch = spec.eval_batch(eval_size) if spec.eval_batch is not None else None
     # A fixed-size profile counts one example as one "token" (an LLM's is one median-length
     # example profiled whole), whatever the tensors' shapes.
     flops = [int(b["labels"].shape[0]) * profile.flops_per_sample(
         int(b["input_ids"].shape[1]) if "input_ids" in b and profile.kind != "fixed" else 1)
         for b in batches]
     if device == "cpu":
-        peak, _ = cpu_peak_flops(machine, catalog, cfg.train.num_threads)
+        peak, _ = cpu_peak_flops(machine, catalog, cfg.train.num_threads, precision)
     else:
         acc = catalog.accelerator_for_device(machine.gpus[0].name) if machine.gpus else None
         peak = peak_for_precision(acc, precision) if acc else None
@@ -125,7 +127,7 @@ def calibrate(model: Any, loaded: LoadedConfig, task: Any, spec: PlanningSpec, p
     # rate. A GPU step is short, so it is timed three times (the fastest counts).
     return probe(model, batches, flops, device=device, precision=precision,
                  repeats=3 if device == "cuda" else 1, peak_flops=peak, base_rss_bytes=base_rss,
-                 loss=task.loss)
+                 loss=task.loss, eval_batch=eval_batch)
 
 
 def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
@@ -283,3 +285,13 @@ def peak_memory_bytes(accelerator: str) -> int | None:
     from entrena.hardware.memory import peak_rss_bytes
 
     return peak_rss_bytes()
+
+
+def memory_in_use_bytes(accelerator: str) -> int | None:
+    """Memory in use now: ``torch.cuda.memory_allocated`` on CUDA, the process's resident set
+    elsewhere (beside :func:`peak_memory_bytes` in each efficiency record)."""
+    if accelerator == "cuda":
+        import torch
+
+        return int(torch.cuda.memory_allocated())
+    return current_rss_bytes()

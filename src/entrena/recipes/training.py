@@ -61,8 +61,11 @@ from entrena.engine.checkpointing import (
 from entrena.engine.distributed import ShardedBatches
 from entrena.engine.loop import FitSettings, fit, predict
 from entrena.errors import ConfigError, Interrupted, NonFiniteError
+from entrena.hardware.catalog import load_catalog
+from entrena.hardware.cost import HourlyPrice, hourly_price, run_cost
 from entrena.recipes.efficiency import build_monitor, efficiency_metrics
 from entrena.recipes.planning import (
+    memory_in_use_bytes,
     peak_memory_bytes,
     plan_run,
     plan_vs_actual,
@@ -93,10 +96,6 @@ def build_optimizer(model: torch.nn.Module, learning_rate: float,
     return torch.optim.AdamW(groups, lr=learning_rate)
 
 
-def _peak_memory_bytes(accelerator: str) -> int | None:
-    return peak_memory_bytes(accelerator)  # since reset_peak_memory() before the fit
-
-
 def _cache_dir(loaded: LoadedConfig) -> Any:
     from entrena.data.cache import default_cache_dir
 
@@ -115,7 +114,8 @@ def _console(console: Any) -> Any:
 def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
             prepared: Any, console: Any = None, *, resume: CheckpointInfo | None = None,
             config_hash: str = "", callbacks: Sequence[Callback] = (),
-            tracking_tags: dict[str, str] | None = None) -> dict[str, Any]:
+            tracking_tags: dict[str, str] | None = None,
+            cost_from: tuple[float, HourlyPrice] | None = None) -> dict[str, Any]:
     """Fit on the prepared data (from ``resume`` if given), restore the best weights, test,
     save the model, write metrics.
 
@@ -124,6 +124,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         resume: A verified checkpoint to continue from.
         config_hash: The config's hash, recorded in every checkpoint.
         callbacks: Extra callbacks, called after the built-in ones (their state is saved too).
+        cost_from: ``(time.perf_counter() when the train command started, this machine's
+            price)`` for ``metrics["cost"]``; default: from this call, priced by the catalog.
 
     Returns:
         The metrics written to ``metrics.json``.
@@ -133,6 +135,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         NonFiniteError: ``train.on_nonfinite: stop`` and a loss or gradient went NaN/Inf.
     """
     wall_start = time.perf_counter()
+    if cost_from is None:
+        cost_from = (wall_start, hourly_price(load_catalog()))
     cfg = loaded.config
     tcfg = cfg.train
     threads = configure_threads(tcfg.num_threads)
@@ -196,7 +200,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         plan=plan, lengths=train_data.lengths, accelerator=backend.accelerator,
         precision=backend.precision, threads=threads, cache_dir=_cache_dir(loaded),
         every_steps=tcfg.log_every_steps, emit=event_log.write,
-        peak_memory=lambda: peak_memory_bytes(backend.accelerator))
+        peak_memory=lambda: peak_memory_bytes(backend.accelerator),
+        memory_now=lambda: memory_in_use_bytes(backend.accelerator))
     all_callbacks = [schedule, *([early_stopping] if early_stopping else []), checkpoint,
                      PeriodicCheckpoint(tcfg.checkpoint.every_steps,
                                         tcfg.checkpoint.every_minutes),
@@ -267,7 +272,6 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         state = fit(backend=backend, model=model, optimizer=optimizer, train=fit_data,
                     loss=task.loss, evaluate=evaluate, settings=settings,
                     callbacks=all_callbacks, state=state, save_checkpoint=save_checkpoint)
-    fit_peak_bytes = peak_memory_bytes(backend.accelerator)
     if preemption.signal_name and not state.interrupted:
         # It came as the fit ended (no step left to stop at): stop as outside the fit.
         signal.raise_signal(getattr(signal, preemption.signal_name))
@@ -288,6 +292,9 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         metrics["test"] = {"loss": loss, **task.evaluate(outputs, targets, prepared,
                                                          detailed=True)}
         scored["test"] = (outputs, targets)
+    # The plan's peak covers the training steps and every evaluation pass (during the fit,
+    # the final validation and the test); the baselines, fitted next, are outside both.
+    fit_peak_bytes = peak_memory_bytes(backend.accelerator)
     metrics["fit"] = {
         "epochs": state.epoch + (1 if state.batch_in_epoch else 0),
         "steps": state.step,
@@ -306,7 +313,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         "max_length": max_length,
         "precision": backend.precision,
         "device": str(backend.device),
-        "peak_memory_bytes": _peak_memory_bytes(backend.accelerator),
+        "peak_memory_bytes": fit_peak_bytes,
         "threads": threads,
         "world_size": world,
     }
@@ -342,6 +349,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     if predictions:
         metrics["predictions"] = predictions
     task.save_model(unwrap(model), prepared, paths.model)
+    metrics["cost"] = run_cost(time.perf_counter() - cost_from[0], cost_from[1])
     tmp = paths.metrics.with_name(".metrics.json.tmp")
     tmp.write_text(dumps_strict(metrics, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, paths.metrics)

@@ -1,5 +1,5 @@
 """Reporting: the run's self-contained HTML report, built from its run directory."""
 
-from entrena.reporting.html import SECTIONS, build_report, read_events
+from entrena.reporting.html import OPTIONAL_SECTIONS, SECTIONS, build_report, read_events
 
-__all__ = ["SECTIONS", "build_report", "read_events"]
+__all__ = ["OPTIONAL_SECTIONS", "SECTIONS", "build_report", "read_events"]

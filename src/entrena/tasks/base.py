@@ -76,6 +76,10 @@ class PlanningSpec:
         profile_key: JSON-able material identifying the model's shape, for the profile cache
             (``None``: no cache).
         example_batch: For fixed-size inputs: one training example's batch.
+        eval_batch: ``batch_size -> batch``: the evaluation batch where evaluation memory
+            peaks (sequences: the longest batch of validation and test in evaluation order;
+            fixed-size inputs: a whole validation batch), for the probe's memory measurement.
+            ``None``: evaluation memory is not measured (the plan then covers training only).
     """
 
     model_name: str
@@ -85,6 +89,7 @@ class PlanningSpec:
     meta_model: Callable[[], Any] | None = None
     profile_key: Any = None
     example_batch: Callable[[], dict[str, Any]] | None = None
+    eval_batch: Callable[[int], dict[str, Any]] | None = None
 
 
 def fixed_input_planning(task: Task, loaded: Any, prepared: Any,
@@ -105,8 +110,14 @@ def fixed_input_planning(task: Task, loaded: Any, prepared: Any,
     def example_batch() -> dict[str, Any]:
         return task.batches(loaded, prepared, "train", batch_size=1, shuffle=False).collate([0])
 
+    def eval_batch(batch_size: int) -> dict[str, Any]:
+        source = task.batches(loaded, prepared, "validation", batch_size=batch_size,
+                              shuffle=False)
+        return source.collate(max(source.plan(0), key=len))
+
     return PlanningSpec(model_name=model_name, max_length=1, lengths=lengths,
-                        probe_batches=probe_batches, example_batch=example_batch)
+                        probe_batches=probe_batches, example_batch=example_batch,
+                        eval_batch=eval_batch)
 
 
 @runtime_checkable

@@ -81,6 +81,21 @@ def text_planning(loaded: Any, sources: dict[str, str], prepared: Any,
         by_length = sorted(full, key=lambda b: int(batches.lengths[b].max()))
         return [batches.collate(b) for b in (by_length[len(by_length) // 2], by_length[-1])]
 
+    def eval_batch(batch_size: int) -> dict[str, Any]:
+        longest: tuple[int, Any, list[int]] | None = None
+        for role in ("validation", "test"):
+            if prepared.encoded.get(role) is None:
+                continue
+            batches = TextBatches(prepared.encoded[role], prepared.targets(role),
+                                  max_length=max_length, batch_size=batch_size,
+                                  pad_id=tokenizer.pad_token_id or 0, shuffle=False)
+            for b in batches.plan(0):
+                tokens = int(batches.lengths[b].max()) * len(b)
+                if longest is None or tokens > longest[0]:
+                    longest = (tokens, batches, b)
+        assert longest is not None, "no evaluation split"
+        return longest[1].collate(longest[2])
+
     def meta_model() -> Any:
         return meta_classifier(
             num_labels=num_labels, pretrained=sources.get("weights"),
@@ -97,7 +112,7 @@ def text_planning(loaded: Any, sources: dict[str, str], prepared: Any,
     return PlanningSpec(
         model_name=str(cfg.model.name) if cfg.model.architecture is None else "architecture",
         max_length=max_length, lengths=lengths, probe_batches=probe_batches,
-        meta_model=meta_model, profile_key=key)
+        meta_model=meta_model, profile_key=key, eval_batch=eval_batch)
 
 
 class TextClassificationTask:

@@ -1,0 +1,59 @@
+"""The C allocator's settings for a CPU fit: large tensors go back to the system when freed.
+
+glibc's ``malloc`` serves blocks at or above its *mmap threshold* with their own memory map,
+returned to the system by ``free``; smaller blocks come from the heap, whose freed pages stay
+resident. The threshold starts at 128 KiB and, by default, rises to the size of each mapped
+block that is freed, up to 32 MiB on 64-bit systems (``mallopt(3)``, ``M_MMAP_THRESHOLD``).
+A transformer's activations are mostly a few MiB to a few tens of MiB and change shape from
+batch to batch (length-grouped batches), so after the first large frees they land in the heap,
+whose free blocks rarely fit the next shapes exactly: the resident set climbs over the fit
+although the live tensors do not (benchmarks/memory_climb.py; docs/benchmarks.md, section
+"memory climb"). Fixing the threshold (any ``mallopt`` of it turns the adaptation off) keeps
+large tensors mapped, so the resident set follows the live tensors.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import platform
+
+__all__ = ["configure_allocator", "MMAP_THRESHOLD_BYTES"]
+
+log = logging.getLogger("entrena")
+
+M_MMAP_THRESHOLD = -3
+"""``mallopt`` parameter number of the mmap threshold (glibc ``malloc.h``)."""
+
+MMAP_THRESHOLD_BYTES = 1 * 2**20
+"""Blocks of at least this size are mapped (and unmapped when freed): 1 MiB, far above the
+many small blocks a step allocates (their heap reuse stays fast) and below the activations
+of any batch worth measuring (B·T·H·4 bytes: 8 × 64 × 384 × 4 = 0.75 MiB is the smallest
+demo-like layer output)."""
+
+_configured: bool | None = None
+
+
+def configure_allocator(threshold_bytes: int = MMAP_THRESHOLD_BYTES) -> bool:
+    """Fix glibc's mmap threshold for this process (once; later calls return the first
+    answer). A no-op elsewhere (musl, macOS, Windows).
+
+    Args:
+        threshold_bytes: The fixed threshold, bytes.
+
+    Returns:
+        Whether the setting took effect.
+    """
+    global _configured
+    if _configured is not None:
+        return _configured
+    _configured = False
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        _configured = bool(libc.mallopt(M_MMAP_THRESHOLD, int(threshold_bytes)))
+    except (OSError, AttributeError) as exc:
+        log.debug("mallopt unavailable: %s", exc)
+    return _configured

@@ -1,0 +1,114 @@
+"""Measured step memory: what one training step and one evaluation batch add to a process.
+
+The planner's model of activation memory (:mod:`entrena.planning.memory`) was fitted on one
+machine; the bytes that autograd, the matrix library (oneDNN's scratch buffers differ between
+AVX2, AVX-512 and AMX kernels) and the allocator really take differ between CPUs. So the plan's
+probe measures them on the machine that will train: the rise of the process's resident set
+(CPU; the kernel's high-water mark ``VmHWM``, reset just before) or of the CUDA allocator's peak
+over
+
+- one forward and backward pass at the epoch's longest training batch, without an optimizer
+  step (the gradients it allocates are counted; the weights do not change), and
+- one forward pass without gradients at the evaluation batch where evaluation memory peaks.
+
+It runs first, before any timed step, so that the allocator starts as the fit does: what was
+freed by earlier steps cannot hide what this one needs.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+__all__ = ["StepMemory", "measure_step_memory"]
+
+
+class StepMemory(dict):
+    """``{"train_step_bytes", "eval_step_bytes", "train_shape", "eval_shape"}``: bytes of
+    memory the step added above what was resident before it (``eval_step_bytes`` ``None``
+    without an evaluation batch), and the ``[batch_size, tokens]`` measured."""
+
+
+def _shape(batch: dict[str, Any]) -> list[int]:
+    size = int(batch["labels"].shape[0])
+    tokens = int(batch["input_ids"].shape[1]) if "input_ids" in batch else 1
+    return [size, tokens]
+
+
+def _rise(device: str, run: Any) -> int:
+    """Bytes by which ``run()`` raised the peak above what was in use before it."""
+    gc.collect()
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        run()
+        torch.cuda.synchronize()
+        return max(0, int(torch.cuda.max_memory_allocated()) - int(before))
+    from entrena.hardware.memory import current_rss_bytes, peak_rss_bytes, reset_peak_rss
+
+    before = current_rss_bytes()
+    if not reset_peak_rss():
+        raise OSError("the resident-memory high-water mark cannot be reset here")
+    run()
+    return max(0, int(peak_rss_bytes() or 0) - before)
+
+
+def measure_step_memory(model: Any, train_batch: dict[str, Any],
+                        eval_batch: dict[str, Any] | None, *, device: str, precision: str,
+                        loss: Any = None) -> StepMemory:
+    """Measure the memory of one training step and one evaluation batch of ``model``.
+
+    Args:
+        model: The model on ``device``, called as ``model(**inputs)``; its weights do not
+            change (no optimizer step) and its gradients are released afterwards.
+        train_batch: The longest training batch (model inputs and ``labels`` (B,)).
+        eval_batch: The evaluation batch where evaluation memory peaks, or ``None``.
+        device: ``"cpu"`` or ``"cuda"``.
+        precision: Fabric precision (``bf16-mixed``/``16-mixed`` run under autocast).
+        loss: The task's loss ``(outputs, batch) -> (sum, count)``; default the outputs' mean.
+
+    Returns:
+        The :class:`StepMemory`, bytes.
+
+    Raises:
+        OSError: On a CPU whose resident-memory peak cannot be reset (not Linux).
+    """
+    import torch
+
+    dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
+
+    def inputs(batch: dict[str, Any]) -> dict[str, Any]:
+        return {k: v.to(device) for k, v in batch.items() if k != "labels"}
+
+    def train_step() -> None:
+        moved = inputs(train_batch)
+        with torch.autocast(device_type=device, dtype=dtype, enabled=dtype is not None):
+            outputs = model(**moved)
+        if loss is None:
+            value = outputs.float().mean()
+        else:
+            total, count = loss(outputs, {**moved, "labels": train_batch["labels"].to(device)})
+            value = total / max(1, count)
+        value.backward()
+
+    def eval_step() -> None:
+        assert eval_batch is not None
+        with torch.no_grad(), torch.autocast(device_type=device, dtype=dtype,
+                                             enabled=dtype is not None):
+            model(**inputs(eval_batch))
+
+    was_training = model.training
+    model.train()
+    train_bytes = _rise(device, train_step)
+    model.zero_grad(set_to_none=True)
+    eval_bytes = None
+    if eval_batch is not None:
+        model.eval()
+        eval_bytes = _rise(device, eval_step)
+    model.train(was_training)
+    return StepMemory(train_step_bytes=train_bytes, eval_step_bytes=eval_bytes,
+                      train_shape=_shape(train_batch),
+                      eval_shape=_shape(eval_batch) if eval_batch is not None else None)
