@@ -180,3 +180,18 @@ def test_the_input_example_is_typed_as_a_client_reads_the_table():
     assert out["zip"].tolist() == ["01234", "n/a"]  # not a number: kept as written
     assert out["income"].isna().tolist() == [False, True]
     assert out["age"].tolist() == [31, 45]
+
+
+def test_no_model_is_logged_without_the_runs_mlflow_run(registered, caplog, monkeypatch):
+    # MLflow tracking failed during training (one warning then): no second warning, no model
+    import yaml
+
+    from entrena.api import mlflow_models
+
+    run_dir, _ = registered
+    monkeypatch.setattr(mlflow_models, "log_model", lambda *a, **k: pytest.fail("logged"))
+    tracking = yaml.safe_load((run_dir / "config.yaml").read_text())["tracking"]
+    # the same store, where no run of this run directory exists in that experiment
+    assert mlflow_models.register_model(run_dir, run_dir,
+                                        {**tracking, "experiment": "never-tracked"}) is None
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]

@@ -259,8 +259,10 @@ def register_model(source: str | Path, run_dir: str | Path, tracking: dict[str, 
                    ) -> dict[str, Any] | None:
     """After ``train`` or ``export``: log ``source`` as a ``pyfunc`` model in the MLflow run
     of ``run_dir`` and register it under the run's name, when the run's tracking asks for it
-    (``tracking.enabled``, ``mlflow`` in ``tracking.backends``, ``tracking.log_model``).
-    A failure warns once and returns ``None``: it never fails the verb.
+    (``tracking.enabled``, ``mlflow`` in ``tracking.backends``, ``tracking.log_model``) and
+    that run exists (none when MLflow tracking was turned off by a failure: nothing is
+    logged, no second warning). A failure warns once and returns ``None``: it never fails the
+    verb.
 
     Args:
         source: The run directory or an export bundle of it.
@@ -291,6 +293,9 @@ def register_model(source: str | Path, run_dir: str | Path, tracking: dict[str, 
 
         run_id = _mlflow_run_id(MlflowClient(tracking_uri=uri),
                                 tracking.get("experiment", "entrena"), run_dir)
+        if run_id is None:  # the tracker was off or failed (and said so): no run to join
+            log.info("MLflow model not logged: no MLflow run of %s in %s", run_dir, uri)
+            return None
         info = log_model(source, tracking_uri=uri, registered_name=name, run_id=run_id,
                          example=_example(run_dir))
     except Exception as exc:  # noqa: BLE001 - tracking never fails the verb
