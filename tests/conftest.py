@@ -225,3 +225,66 @@ def tickets_data() -> Path:
         subprocess.run([sys.executable, str(EXAMPLES / "tickets" / "make_tickets.py")],
                        cwd=ROOT, check=True, timeout=300)
     return data
+
+
+@pytest.fixture(scope="session")
+def tracked_run(reviews_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One tiny run (64 rows, 1 epoch, a record every step) tracked by every backend at once:
+    MLflow (with ``tracking.log_model: true``), TensorBoard, W&B offline (when wandb is
+    installed) and ``broken``, a tracker whose every method raises. Shared by
+    ``test_mlflow_models.py`` and ``test_tracker_backends.py`` (one training for both).
+
+    Returns:
+        ``run_dir``, ``uri`` (the MLflow store), ``warnings`` (the messages logged at WARNING
+        or above during the run), ``wandb`` (whether W&B ran).
+    """
+    import importlib.util
+    import logging
+    import types
+
+    import entrena
+    from entrena.core.callback import Callback
+    from entrena.tracking import base
+
+    class Broken(Callback):
+        def start(self, params: Any, tags: Any = None) -> None: ...
+
+        def on_batch_end(self, state: Any) -> None:
+            raise OSError("disk gone\nsecond line")
+
+        def finish(self, metrics: Any, artifacts: Any) -> None:
+            raise AssertionError("finish must not be called once the tracker is off")
+
+    class Keep(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.WARNING)
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    root = tmp_path_factory.mktemp("tracked")
+    wandb = importlib.util.find_spec("wandb") is not None
+    backends = ["mlflow", "tensorboard", *(["wandb"] if wandb else []), "broken"]
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "WANDB_MODE", "WANDB_DIR")}
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    os.environ["WANDB_MODE"] = "offline"
+    keep = Keep()
+    logging.getLogger("entrena").addHandler(keep)
+    base.TRACKERS["broken"] = lambda context: Broken()
+    try:
+        result = entrena.train(EXAMPLES / "tiny" / "config.yaml",
+                               run_dir=root / "runs" / "tiny", overrides=[
+            "data.max_train_samples=64", "data.max_eval_samples=32", "train.max_epochs=1",
+            "train.num_threads=1", "train.log_every_steps=1", "tracking.log_model=true",
+            f"tracking.backends=[{','.join(backends)}]"])
+    finally:
+        del base.TRACKERS["broken"]
+        logging.getLogger("entrena").removeHandler(keep)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return types.SimpleNamespace(run_dir=result.run_dir, uri=f"sqlite:///{root / 'runs'}/mlflow.db",
+                                 warnings=keep.messages, wandb=wandb)

@@ -67,17 +67,17 @@ def test_an_unknown_tracker_is_refused_before_the_data_is_read(tmp_path):
     with pytest.raises(ConfigError) as info:
         entrena.train(TINY, run_dir=tmp_path / "run", overrides=["tracking.backends=[mlfow]"])
     assert str(info.value) == ("--set tracking.backends: unknown tracker 'mlfow'; choose from "
-                               "mlflow; did you mean 'mlflow'?")
+                               "mlflow, tensorboard, wandb; did you mean 'mlflow'?")
     assert not (tmp_path / "run").exists()
 
 
 def test_an_unknown_tracker_in_a_file_names_its_line_for_every_verb(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("name: x\ndata:\n  train: t.csv\ntracking:\n  backends: [wandb]\n")
+    path.write_text("name: x\ndata:\n  train: t.csv\ntracking:\n  backends: [neptune]\n")
     with pytest.raises(ConfigError) as info:
         entrena.load_config(path)
-    assert str(info.value) == (f"{path}:5: tracking.backends: unknown tracker 'wandb'; "
-                               "choose from mlflow")
+    assert str(info.value) == (f"{path}:5: tracking.backends: unknown tracker 'neptune'; "
+                               "choose from mlflow, tensorboard, wandb")
 
 
 def test_mlflow_is_a_tracker():
@@ -108,12 +108,17 @@ def test_a_callback_named_in_the_config_runs_after_the_built_in_ones(reviews_dat
         made.append(Counter())
         return made[-1]
 
+    trackers: list[Recorder] = []
     monkeypatch.setitem(registry.CALLBACKS, "counter", factory)
+    monkeypatch.setitem(base.TRACKERS, "recorder", lambda c: trackers.append(Recorder(c)))
     result = entrena.train(TINY, run_dir=tmp_path / "run",
                            overrides=[*QUICK, "tracking.enabled=false",
+                                      "tracking.backends=[recorder,tensorboard]",
                                       "train.callbacks=[counter]"])
     (counter,) = made
     assert counter.steps == result.metrics["fit"]["steps"] > 0
+    # tracking.enabled: false is the master switch: no tracker named in backends is built
+    assert trackers == [] and not (tmp_path / "run" / "tensorboard").exists()
 
 
 def test_an_unknown_callback_is_refused_before_the_data_is_read(tmp_path, monkeypatch):

@@ -108,6 +108,7 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
     from entrena.exporting.bundle import ExportRequest, default_bundle_dir, is_bundle, locate_run
     from entrena.exporting.checks import Thresholds
     from entrena.tasks.registry import get_task, model_files
+    from entrena.tracking.base import wants_mlflow_model
 
     fmt = _check_options(format, quantize, opset)
     model_run = locate_run(run, model_files=model_files)
@@ -133,6 +134,11 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
         parity_data=parity_data, thresholds=thresholds, latency_calls=latency_calls,
         threads=threads))
     result = ExportResult(destination, report)
+    tracking = model_run.config.get("tracking") or {}
+    if result.passed and wants_mlflow_model(tracking):  # a failure only warns
+        from entrena.api.mlflow_models import register_model
+
+        register_model(destination, model_run.paths.root, tracking)
     if not result.passed:
         parity = report["parity"]
         figures = (f"max |Δvalue| {parity['max_abs_diff']:.3g} (target units), max relative "

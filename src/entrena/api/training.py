@@ -278,6 +278,17 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
                                 where.get("phase", "")) from None
 
 
+def _register_model(paths: RunPaths, tracking: dict[str, Any]) -> None:
+    """The finished run as a registered MLflow model (when its tracking asks for it; a
+    failure warns)."""
+    from entrena.tracking.base import wants_mlflow_model
+
+    if wants_mlflow_model(tracking):
+        from entrena.api.mlflow_models import register_model
+
+        register_model(paths.root, paths.root, tracking)
+
+
 def _train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | None,
            overrides: list[str] | dict[str, Any] | None, restart: bool,
            resume_with_changes: bool, callbacks: list[Any] | None, console: Any,
@@ -335,6 +346,7 @@ def _train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path 
                               config_hash=new_hash, callbacks=callbacks or [],
                               tracking_tags=tracking_tags, cost_from=(started, price))
         write_status(paths, "finished")
+        _register_model(paths, loaded.config.tracking.model_dump())
         return TrainResult(paths.root, metrics,
                            resumed_from_step=resume.step if resume else None)
     except Interrupted as exc:

@@ -227,7 +227,8 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
         from entrena.tuning import PruningCallback
 
         trial_dir = study_dir / f"trial-{number:04d}"
-        values = {**fixed, **params, "train.max_time": f"{max(1, int(max_time_s))}s"}
+        values = {**fixed, **params, "train.max_time": f"{max(1, int(max_time_s))}s",
+                  "tracking.log_model": False}  # trials are tracked; no registry version each
         pruning = PruningCallback(
             report, metric, by_data=by_data,
             evals_per_epoch=int(params.get("train.evals_per_epoch",

@@ -187,6 +187,7 @@ class EfficiencyMonitor(Callback):
             if "gpu_utilisation" in gpu:
                 self._gpu_util.append(gpu["gpu_utilisation"])
             window.update(gpu)
+        state.extras["efficiency_window"] = {"step": state.step, **window}  # for trackers
         if self.emit is not None:
             self.emit("efficiency", state, **window)
         self._live(window, state)

@@ -333,14 +333,22 @@ class TrackingConfig(StrictModel):
     """Log params, metrics and artifacts to the trackers of `backends`; `false` turns every
     tracker off. Failures warn and never stop training."""
     backends: Annotated[list[str], Field(min_length=1)] = ["mlflow"]
-    """Trackers a run logs to, by name (`mlflow`; more are registered with
-    `entrena.tracking.base.register_tracker`); an unknown name lists the known ones."""
+    """Trackers a run logs to, by name: `mlflow` (the store of `uri`), `tensorboard` (event
+    files under `RUN/tensorboard/`), `wandb` (Weights & Biases, the `wandb` extra; offline
+    under `RUN/wandb/` without `WANDB_MODE` or a key). More are registered with
+    `entrena.tracking.base.register_tracker`; an unknown name lists the known ones. A tracker
+    that fails warns once and is turned off; training goes on."""
+    log_model: bool = True
+    """With the `mlflow` backend: after `train` (and `export`), log the model as an MLflow
+    `pyfunc` model (signature, input example, the same pre- and postprocessing as `entrena
+    predict`) and register it in the model registry under the run's name, for `mlflow models
+    serve` and `mlflow models build-docker`."""
     uri: str | None = None
     """MLflow tracking URI; default: a SQLite store `runs/mlflow.db` beside the run directory.
     The `MLFLOW_TRACKING_URI` environment variable wins when set."""
     experiment: str = "entrena"
-    """MLflow experiment name: 1 to 500 characters (MLflow's limit, checked when the config
-    loads rather than when tracking starts)."""
+    """MLflow experiment name (and W&B project): 1 to 500 characters (MLflow's limit,
+    checked when the config loads rather than when tracking starts)."""
 
     @field_validator("experiment")
     @classmethod

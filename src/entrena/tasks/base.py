@@ -40,6 +40,11 @@ split ``role``'s rows with their predictions (``outputs`` and ``targets`` in exa
 validation and test. Classification tasks return
 :func:`entrena.tasks.predictions.classification_table` (``row``, the inputs, ``label``,
 ``predicted_label``, ``prob_<label>``, ``correct``); a task without it writes none.
+
+Optional: ``mlflow_model: bool`` (default ``True``): whether a trained model is logged and
+registered as an MLflow ``pyfunc`` model (:mod:`entrena.api.mlflow_models`), which runs the
+task's ``predict`` on a CSV of the request's rows; ``False`` for a task whose inputs do not
+survive that CSV.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ costs at most :data:`STORE_PROBE_TIMEOUT_S` and one warning (not a client's own 
 from __future__ import annotations
 
 import difflib
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,10 @@ from typing import Any, Protocol, runtime_checkable
 from entrena.errors import ConfigError
 
 __all__ = ["Tracker", "TrackingContext", "TRACKERS", "STORE_PROBE_TIMEOUT_S", "open_within",
-           "register_tracker", "check_trackers", "build_trackers"]
+           "register_tracker", "check_trackers", "build_trackers", "guard",
+           "wants_mlflow_model"]
+
+log = logging.getLogger("entrena")
 
 STORE_PROBE_TIMEOUT_S = 5.0
 """Seconds a tracker waits for its store to open before it warns and turns itself off
@@ -95,6 +99,19 @@ class TrackingContext:
     every_steps: int
 
 
+def _tensorboard(context: TrackingContext) -> Tracker:
+    from entrena.tracking.tensorboard_tracker import TensorBoardTracker
+
+    return TensorBoardTracker(context.run_dir / "tensorboard", context.every_steps)
+
+
+def _wandb(context: TrackingContext) -> Tracker:
+    from entrena.tracking.wandb_tracker import WandbTracker
+
+    return WandbTracker(context.run_dir, context.experiment, context.run_name,
+                        context.every_steps)
+
+
 def _mlflow(context: TrackingContext) -> Tracker:
     from entrena.tracking.mlflow_tracker import MLflowTracker, default_tracking_uri
 
@@ -103,7 +120,8 @@ def _mlflow(context: TrackingContext) -> Tracker:
                          context.runs_root / "mlartifacts", context.every_steps)
 
 
-TRACKERS: dict[str, Callable[[TrackingContext], Tracker]] = {"mlflow": _mlflow}
+TRACKERS: dict[str, Callable[[TrackingContext], Tracker]] = {
+    "mlflow": _mlflow, "tensorboard": _tensorboard, "wandb": _wandb}
 """Trackers by ``tracking.backends`` name → a factory taking a :class:`TrackingContext`."""
 
 
@@ -135,4 +153,58 @@ def build_trackers(names: Sequence[str], context: TrackingContext) -> list[Track
         ConfigError: An unknown name (the known ones and the closest are listed).
     """
     check_trackers(names)
-    return [TRACKERS[name](context) for name in dict.fromkeys(names)]
+    return [guard(TRACKERS[name](context), name) for name in dict.fromkeys(names)]
+
+
+_EVENTS = ("on_fit_start", "on_epoch_start", "on_batch_start", "on_after_backward",
+           "on_batch_end", "on_eval_start", "on_eval_end", "on_step_end", "on_epoch_end",
+           "on_checkpoint", "on_fit_end")
+
+
+def guard(tracker: Any, name: str) -> Any:
+    """Make ``tracker`` unable to stop training: the first exception any of its methods
+    raises (``start``, ``finish``, an event, ``state_dict`` …) logs one warning and turns the
+    tracker off; its later calls do nothing (``state_dict`` still answers, ``{}`` if it
+    fails, so that checkpoints are written). The methods are wrapped on the instance, so its
+    class (the key of its state in checkpoints) and ``isinstance`` checks are unchanged.
+
+    Args:
+        tracker: A built tracker.
+        name: Its ``tracking.backends`` name, for the warning.
+
+    Returns:
+        ``tracker`` itself.
+    """
+    off = [False]
+
+    def wrap(method_name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        keeps_state = method_name in ("state_dict", "load_state_dict")
+
+        def safe(*args: Any, **kwargs: Any) -> Any:
+            if off[0] and not keeps_state:
+                return None
+            try:
+                return method(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - a tracker never stops training
+                if not off[0]:
+                    first = (str(exc).splitlines() or [""])[0]
+                    log.warning("tracker %r off: %s failed (%s: %s); training goes on", name,
+                                method_name, type(exc).__name__, first)
+                    log.debug("tracker %r failure", name, exc_info=True)
+                off[0] = True
+                return {} if method_name == "state_dict" else None
+        return safe
+
+    for method_name in ("start", "finish", "state_dict", "load_state_dict", *_EVENTS):
+        method = getattr(tracker, method_name, None)
+        if callable(method):
+            setattr(tracker, method_name, wrap(method_name, method))
+    return tracker
+
+
+def wants_mlflow_model(tracking: dict[str, Any]) -> bool:
+    """Whether a run's resolved ``tracking`` section asks for its model in MLflow's model
+    registry: ``enabled``, ``mlflow`` among ``backends`` and ``log_model`` (each defaulting
+    as the schema does, for runs written before the key existed)."""
+    return bool(tracking.get("enabled", True) and tracking.get("log_model", True)
+                and "mlflow" in tracking.get("backends", ["mlflow"]))

@@ -10,6 +10,7 @@ from typing import Any
 from entrena.core.callback import Callback
 from entrena.core.state import TrainState
 from entrena.tracking.base import STORE_PROBE_TIMEOUT_S, open_within
+from entrena.tracking.scalars import StepScalars
 
 __all__ = ["MLflowTracker", "HTTP_SETTINGS", "STORE_PROBE_TIMEOUT_S", "default_tracking_uri",
            "flatten", "probe_store"]
@@ -113,6 +114,7 @@ class MLflowTracker(Callback):
         self.run_name = run_name
         self.artifact_root = artifact_root
         self.every_steps = every_steps
+        self.scalars = StepScalars(every_steps)
         self.enabled = True
         self.run_id: str | None = None
         self._client: Any = None
@@ -192,9 +194,9 @@ class MLflowTracker(Callback):
         self._buffer.clear()
 
     def on_batch_end(self, state: TrainState) -> None:
-        if state.extras.get("last_micro", True) and state.step % self.every_steps == 0:
-            self._queue({"train.loss": state.loss, "train.learning_rate": state.learning_rate},
-                        state.step)
+        found = self.scalars.at_batch_end(state)  # loss, learning rate, efficiency window
+        if found:
+            self._queue(found, state.step)
 
     def on_eval_end(self, state: TrainState) -> None:
         self._queue({f"validation.{k}": v for k, v in state.eval_metrics.items()}, state.step)

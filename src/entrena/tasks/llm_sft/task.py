@@ -52,6 +52,9 @@ class LlmSftTask:
     """Files every saved model folder holds (plus ``adapter/`` or ``model.safetensors``)."""
     export_formats: tuple[str, ...] = ()
     """No export format yet: the model folder is a PEFT adapter or a Hugging Face model."""
+    mlflow_model = False
+    """Not yet an MLflow pyfunc model: a chat's ``messages`` column holds lists, which the
+    CSV that the pyfunc model hands to ``predict`` does not carry (and it is untried)."""
     higher_is_better = SFT_HIGHER_IS_BETTER
     comparison_metric = "exact_match"
     """The metric the model and its zero-shot baseline are compared on."""

@@ -1,0 +1,321 @@
+"""MLflow Models: a run's model (or an export bundle) as an MLflow ``pyfunc`` model, logged
+with its signature and an input example and registered in the model registry.
+
+The ``pyfunc`` model is :class:`EntrenaModel`; its ``predict`` takes a DataFrame of the input
+columns (the label column may be absent) and returns one row per input with the columns
+``entrena predict`` adds (``predicted_label``, ``prob_<label>``…, or ``predicted_value`` for
+a regressor; and ``status``). It runs ``entrena predict`` itself on the frame
+(:func:`entrena.api.predicting.predict`), so preprocessing, postprocessing and the checks are
+entrena's own, for every task. An image model takes a column of image paths, absolute
+ones (on the machine that serves it). ``mlflow models serve -m models:/<name>/<version>`` and
+``mlflow models build-docker`` then serve it (docs/how-to/serving-mlflow.md).
+
+The model carries entrena's code (``code_paths``) and pins its dependencies
+(``pip_requirements``) so that a Docker image built from it needs nothing else. MLflow is
+imported at the top of this module, which only MLflow's callers import (never
+``import entrena``).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import mlflow.pyfunc
+import pandas as pd
+
+from entrena.core.rundir import RunPaths
+from entrena.exporting.bundle import is_bundle
+from entrena.tasks.registry import get_task
+
+__all__ = ["EXAMPLE_ROWS", "MODEL_ARTIFACT", "EntrenaModel", "log_model", "pip_requirements"]
+
+log = logging.getLogger("entrena")
+
+EXAMPLE_ROWS = 5
+"""Rows of the run's data logged as the model's input example."""
+TYPED_ROWS = 1000
+"""Rows read to decide which input columns are numbers (the signature's types)."""
+MODEL_ARTIFACT = "entrena"
+"""The artifact key (and folder) under which the run's model or the bundle travels."""
+MODEL_SCRIPT = """\
+import mlflow.models
+
+from entrena.api.mlflow_models import EntrenaModel
+
+mlflow.models.set_model(EntrenaModel())
+"""
+"""The model's code as MLflow's "models from code" logs it (no pickled object)."""
+_RUN_FILES = ("config.yaml", "status.json", "metrics.json", "data_report.json")
+"""The files of a run directory the model needs besides ``model/`` (``locate_run`` reads
+them)."""
+
+
+class EntrenaModel(mlflow.pyfunc.PythonModel):
+    """The ``pyfunc`` model: ``entrena predict`` on a DataFrame (:func:`predict_frame`) with
+    the run's model or bundle, which travels as the artifact :data:`MODEL_ARTIFACT`."""
+
+    def load_context(self, context: Any) -> None:
+        self.source = context.artifacts[MODEL_ARTIFACT]
+
+    def predict(self, context: Any, model_input: pd.DataFrame,
+                params: dict[str, Any] | None = None) -> pd.DataFrame:
+        """One row per row of ``model_input``: the columns ``entrena predict`` adds."""
+        source = getattr(self, "source", None) or context.artifacts[MODEL_ARTIFACT]
+        return predict_frame(source, model_input)
+
+
+def predict_frame(source: str | Path, frame: Any) -> Any:
+    """``entrena predict`` on a DataFrame.
+
+    Args:
+        source: A finished run directory (or its staged copy) or an export bundle.
+        frame: ``pandas.DataFrame`` (N rows) of the input columns; other columns (the label)
+            are kept by predict and dropped here.
+
+    Returns:
+        A ``pandas.DataFrame`` of N rows, in input order: the columns predict adds.
+
+    Raises:
+        mlflow.exceptions.MlflowException: ``INVALID_PARAMETER_VALUE`` with entrena's message
+            when the input is wrong (a missing text column …): the scoring server answers 400.
+    """
+    import csv
+
+    from entrena.api.predicting import predict
+    from entrena.errors import EntrenaError
+
+    with tempfile.TemporaryDirectory(prefix="entrena-pyfunc-") as folder:
+        # A CSV, which every task's predict reads (images: a CSV of paths). Every field is
+        # quoted, so the delimiter detection cannot mistake a text's `;` or tab for one, and
+        # floats are written in their shortest exact form.
+        data, output = Path(folder) / "input.csv", Path(folder) / "output.parquet"
+        pd.DataFrame(frame).reset_index(drop=True).to_csv(data, index=False,
+                                                          quoting=csv.QUOTE_ALL)
+        try:
+            result = predict(source, data, output=output, progress=False)
+        except EntrenaError as exc:
+            from mlflow.exceptions import INVALID_PARAMETER_VALUE, MlflowException
+
+            raise MlflowException(str(exc).replace(str(data), "the input"),
+                                  error_code=INVALID_PARAMETER_VALUE) from exc
+        added = result.summary["columns_added"]
+        return pd.read_parquet(output, columns=added)
+
+
+def pip_requirements() -> list[str]:
+    """entrena's runtime dependencies (no extras), pinned to the installed versions, with
+    MLflow's own ``mlflow==<installed>`` (what a Docker image of the model installs)."""
+    import re
+
+    found: list[str] = []
+    for requirement in importlib.metadata.requires("entrena") or []:
+        if "extra ==" in requirement:
+            continue
+        name = re.split(r"[<>=!~; \[]", requirement, maxsplit=1)[0]
+        try:
+            found.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            found.append(requirement.split(";")[0].strip())
+    return found
+
+
+def _example(run_dir: Path) -> Any:
+    """The first :data:`EXAMPLE_ROWS` rows of the run's test file (else validation, else
+    training), without the label column: the input example (``None`` when none is found)."""
+    import yaml
+
+    from entrena.data.streaming import iter_table
+
+    config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+    data = config.get("data", {})
+    for role in ("test", "validation", "train"):
+        path = data.get(role)
+        if path and Path(path).is_file():
+            chunk = next(iter(iter_table(Path(path), chunk_rows=TYPED_ROWS, role=role)))
+            frame = chunk.frame.drop(columns=[c for c in [data.get("label_column", "label")]
+                                              if c in chunk.frame.columns])
+            return typed(frame).head(EXAMPLE_ROWS).reset_index(drop=True)
+    return None
+
+
+def typed(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` typed as ``pandas.read_csv`` would type the file, which is what a client
+    reading the same data sends: a column whose present values all parse as numbers becomes
+    ``int64`` (the signature's ``long``) when they are all whole and none is missing, else
+    ``float64`` (``double``); the others stay text. (entrena's readers give every column as
+    text; a table's numeric columns are the ones whose values are all numbers, the tabular
+    task's own rule, so the model reads both alike.)"""
+    out = frame.copy()
+    for name in out.columns:
+        values = out[name]
+        blank = values.isna() | values.astype(str).str.strip().eq("")
+        numbers = pd.to_numeric(values.where(~blank), errors="coerce")
+        if blank.all() or numbers[~blank].isna().any():
+            continue  # text (or nothing to tell)
+        whole = not blank.any() and bool((numbers == numbers.round()).all())
+        out[name] = numbers.astype("int64") if whole else numbers.astype("float64")
+    return out
+
+
+def _stage(source: Path, folder: Path) -> tuple[Path, Path]:
+    """Copy what the model needs into ``folder``: the bundle as it is, or of a run its
+    ``model/`` and the files :data:`_RUN_FILES`; and entrena's code (no caches).
+    Returns (the model source, the code folder)."""
+    staged = folder / MODEL_ARTIFACT
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    if is_bundle(source):
+        shutil.copytree(source, staged, ignore=ignore)
+    else:
+        paths = RunPaths(source)
+        shutil.copytree(paths.model, staged / "model", ignore=ignore)
+        for name in _RUN_FILES:
+            if (source / name).is_file():
+                shutil.copy2(source / name, staged / name)
+    code = folder / "code" / "entrena"
+    shutil.copytree(Path(__file__).resolve().parents[1], code, ignore=ignore)  # the package
+    return staged, code
+
+
+def log_model(source: str | Path, *, tracking_uri: str, registered_name: str,
+              run_id: str | None = None, example: Any = None) -> dict[str, Any]:
+    """Log ``source`` as an MLflow ``pyfunc`` model and register it.
+
+    The signature is inferred from the input example and what the model answers for it (so
+    the example is predicted once, a check that the logged model runs).
+
+    Args:
+        source: A finished run directory or an export bundle.
+        tracking_uri: The tracking store; the registry is the same store (the embedded SQLite
+            one by default).
+        registered_name: The registered model's name (the run's name); each call adds a
+            version.
+        run_id: The MLflow run the model belongs to (``None``: a model without a run).
+        example: The input example (a DataFrame); default the first rows of the run's data
+            (a bundle has no data: no example nor signature then).
+
+    Returns:
+        ``model_uri`` (``models:/<name>/<version>``), ``name``, ``version``, ``logged_uri``
+        (``models:/<model id>``), ``run_id``.
+
+    Raises:
+        Exception: What MLflow raises (the callers warn and go on).
+    """
+    import os
+
+    from mlflow.models import infer_signature
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+    source = Path(source)
+    with tempfile.TemporaryDirectory(prefix="entrena-mlflow-model-") as folder:
+        staged, code = _stage(source, Path(folder))
+        if example is None and (staged / "config.yaml").is_file():
+            example = _example(staged)
+        signature = (infer_signature(example, predict_frame(staged, example))
+                     if example is not None else None)
+        script = Path(folder) / "entrena_pyfunc.py"  # models from code: nothing pickled
+        script.write_text(MODEL_SCRIPT, encoding="utf-8")
+        kwargs = dict(name="model", python_model=str(script),
+                      artifacts={MODEL_ARTIFACT: str(staged)}, code_paths=[str(code)],
+                      signature=signature, input_example=example,
+                      pip_requirements=pip_requirements(),
+                      registered_model_name=registered_name, await_registration_for=30)
+        previous = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
+        environment = os.environ.get("MLFLOW_TRACKING_URI")
+        mlflow.set_tracking_uri(tracking_uri)
+        try:
+            if run_id is not None:
+                with mlflow.start_run(run_id=run_id):
+                    info = mlflow.pyfunc.log_model(**kwargs)
+            else:
+                info = mlflow.pyfunc.log_model(**kwargs)
+        finally:  # the process's MLflow settings as they were
+            mlflow.set_tracking_uri(previous)
+            if environment is not None:
+                os.environ["MLFLOW_TRACKING_URI"] = environment
+    version = info.registered_model_version
+    return {"model_uri": f"models:/{registered_name}/{version}", "name": registered_name,
+            "version": version, "logged_uri": info.model_uri, "run_id": run_id}
+
+
+def _mlflow_run_id(client: Any, experiment: str, run_dir: Path) -> str | None:
+    """The newest MLflow run tagged with ``run_dir`` (the tag the MLflow tracker sets)."""
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    quoted = str(run_dir).replace("'", "\\'")
+    runs = client.search_runs([found.experiment_id],
+                              filter_string=f"tags.`entrena.run_dir` = '{quoted}'",
+                              order_by=["attributes.start_time DESC"], max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+def register_model(source: str | Path, run_dir: str | Path, tracking: dict[str, Any]
+                   ) -> dict[str, Any] | None:
+    """After ``train`` or ``export``: log ``source`` as a ``pyfunc`` model in the MLflow run
+    of ``run_dir`` and register it under the run's name, when the run's tracking asks for it
+    (``tracking.enabled``, ``mlflow`` in ``tracking.backends``, ``tracking.log_model``) and
+    that run exists (none when MLflow tracking was turned off by a failure: nothing is
+    logged, no second warning). A failure warns once and returns ``None``: it never fails the
+    verb.
+
+    Args:
+        source: The run directory or an export bundle of it.
+        run_dir: The run directory (its name is the registered name; the MLflow run is the
+            one tagged with it).
+        tracking: The run's resolved ``tracking`` section (``config.yaml``).
+
+    Returns:
+        :func:`log_model`'s answer, or ``None`` when not asked for or on failure.
+    """
+    from entrena.tracking.base import wants_mlflow_model
+
+    if not wants_mlflow_model(tracking):
+        return None
+    from entrena.tracking.mlflow_tracker import default_tracking_uri, probe_store
+
+    run_dir = Path(run_dir).resolve()
+    paths = RunPaths(run_dir)
+    name = _run_name(paths)
+    task = _run_config(paths).get("task")
+    if not getattr(get_task(task), "mlflow_model", True):
+        log.info("MLflow model: not logged for a %s model (not supported yet)", task)
+        return None
+    uri = default_tracking_uri(paths.runs_root, tracking.get("uri"))
+    try:
+        probe_store(uri)
+        from mlflow.tracking import MlflowClient
+
+        run_id = _mlflow_run_id(MlflowClient(tracking_uri=uri),
+                                tracking.get("experiment", "entrena"), run_dir)
+        if run_id is None:  # the tracker was off or failed (and said so): no run to join
+            log.info("MLflow model not logged: no MLflow run of %s in %s", run_dir, uri)
+            return None
+        info = log_model(source, tracking_uri=uri, registered_name=name, run_id=run_id,
+                         example=_example(run_dir))
+    except Exception as exc:  # noqa: BLE001 - tracking never fails the verb
+        log.warning("MLflow model not logged (%s: %s); the run itself is complete",
+                    type(exc).__name__, (str(exc).splitlines() or [""])[0])
+        log.debug("MLflow model failure", exc_info=True)
+        return None
+    log.info("MLflow model: %s (serve it: mlflow models serve -m %s --env-manager local, "
+             "with MLFLOW_TRACKING_URI=%s)", info["model_uri"], info["model_uri"], uri)
+    return info
+
+
+def _run_config(paths: RunPaths) -> dict[str, Any]:
+    import yaml
+
+    try:
+        return yaml.safe_load(paths.config.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+
+
+def _run_name(paths: RunPaths) -> str:
+    return str(_run_config(paths).get("name") or paths.root.name)
