@@ -117,7 +117,13 @@ def test_train_writes_plan_json_and_plan_vs_actual(tiny_config, config_file, tmp
     result = train(config_file(config))
     plan_doc = json.loads((Path(result.run_dir) / "plan.json").read_text())
     local = plan_doc["options"][0]
-    assert plan_doc["calibration"]["steps"] == 4 and local["time_source"].startswith("probe")
+    calibration = plan_doc["calibration"]
+    # the memory measurement ran the longest batch first: one untimed step, two timed
+    assert calibration["steps"] == 3 and local["time_source"].startswith("probe")
+    assert calibration["train_step_bytes"] > 0 and calibration["eval_step_bytes"] > 0
+    batch = config["train"]["batch_size"]
+    assert calibration["memory_shapes"]["train"][0] == batch
+    assert calibration["memory_shapes"]["eval"][0] <= 2 * batch  # train.eval_batch_size
     comparison = result.metrics["plan_vs_actual"]
     assert comparison["peak_memory_bytes"]["predicted"] == local["peak_memory_bytes"]
     assert comparison["epoch_time_s"]["predicted"] == local["epoch_time_s"]

@@ -227,8 +227,11 @@ def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float],
                                              precision=precision, loss=loss)
             except OSError:
                 memory = None
-        for batch in batches:
-            step(batch)  # untimed: first use of this shape
+        # Untimed: the first use of each shape (the memory measurement already ran the last,
+        # longest one forward and backward; the first batch's step creates AdamW's states).
+        warm = batches[:-1] if memory is not None else batches
+        for batch in warm:
+            step(batch)
         seconds = np.array([min(step(batch) for _ in range(max(1, repeats)))
                             for batch in batches])
     flops_arr = np.asarray(flops, dtype=float)
@@ -238,7 +241,7 @@ def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float],
               for b, s in zip(batches, seconds, strict=True)]
     return Calibration(device=device, precision=precision, flops_per_s=rate,
                        step_overhead_s=alpha, probe_s=time.perf_counter() - started,
-                       steps=len(batches) * (1 + max(1, repeats)), shapes=shapes,
+                       steps=len(warm) + len(batches) * max(1, repeats), shapes=shapes,
                        peak_flops=peak_flops, base_rss_bytes=base_rss_bytes,
                        train_step_bytes=memory["train_step_bytes"] if memory else None,
                        eval_step_bytes=memory["eval_step_bytes"] if memory else None,
