@@ -40,7 +40,11 @@ class LlmPlanResult:
         head = Text(
             f"{doc['model']['name']}: {doc['model']['parameters'] / 1e9:.2f}B parameters; "
             f"{work['mode']} at {work['context']} tokens x batch {work['batch_size']}, "
-            f"weights {memory['quantization']}\n"
+            f"weights {memory['quantization']}"
+            + ("" if work["mode"] == "inference" else
+               f", LoRA on {work['lora_targets']}, "
+               + ("gradient checkpointing" if work["gradient_checkpointing"]
+                  else "no gradient checkpointing")) + "\n"
             f"weights {format_bytes(memory['weights_bytes'])}, KV cache "
             f"{format_bytes(memory['kv_cache_bytes'])}, adapters/optimizer "
             f"{format_bytes(memory['adapter_and_optimizer_bytes'])}, activations "
