@@ -20,6 +20,20 @@ def test_useful_flops_counts_real_lengths():
     assert useful_flops(np.array([2, 3]), (10.0, 100.0, 1.0)) == 2 * 10 + 100 * 5 + (4 + 9)
 
 
+def test_a_fixed_size_profile_counts_each_example_once_whatever_its_tokens(tmp_path):
+    """llm-sft profiles one median example (plan data.max_length 1) while its batches
+    report real token lengths for throughput: FLOPs must not grow with those lengths."""
+    from entrena.recipes.efficiency import build_monitor
+
+    plan = {"data": {"max_length": 1},
+            "model": {"flops_per_sample_formula": {"constant": 10.0, "per_token": 100.0,
+                                                   "per_token_squared": 1.0}}}
+    monitor = build_monitor(plan=plan, lengths=np.array([80, 120]), accelerator="cpu",
+                            precision="32-true", threads=1, cache_dir=tmp_path, every_steps=0,
+                            emit=None, peak_memory=lambda: None)
+    assert useful_flops(monitor.lengths, monitor.formula) == 2 * (10 + 100 + 1)
+
+
 class SlowSource(FakeSource):
     """Collate sleeps: the loop waits for its data."""
 

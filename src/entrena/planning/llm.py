@@ -1,29 +1,49 @@
-"""Memory of a large language model for inference, LoRA, QLoRA or full fine-tuning.
+"""Memory and compute of a large language model for inference, LoRA, QLoRA or full
+fine-tuning.
 
 No torch: the planner reads the model's ``config.json`` fields, it builds
 nothing. Terms (bytes), with P the parameters, b the batch, s the context, L the layers,
 h the width, i the feed-forward width, a the heads, k the key/value heads, d the head width,
-V the vocabulary:
+V the vocabulary, p the bytes of an activation (2 in 16-bit, 4 in fp32):
 
-- weights: 2 B/param in fp16/bf16; int8 and int4 quantise the linear layers only
+- weights: 2 B/param in fp16/bf16 (4 in fp32); int8 and int4 quantise the linear layers only
   (embeddings, output head and norms stay 16-bit): 1 B and 0.5 B/param plus one fp16 scale
   and zero per group of 64 (0.0625 B/param); QLoRA's NF4 with double quantisation is
   0.5 B/param + 0.127 bit/param of constants (Dettmers et al. 2023, "QLoRA", §3);
 - KV cache: ``2·b·s·L·k·d·2`` (keys and values in 16-bit; grouped-query attention stores k
   heads, not a; as in llm-analysis and hf-mem);
 - training states: full fine-tuning 16 B/param (16-bit weights and gradients, fp32 master
-  weights and AdamW moments: ``(2 + 2 + 12)·P``, Rajbhandari et al. 2019, ZeRO §3.1);
-  LoRA/QLoRA the same 16 B per adapter parameter, ``r·(d_in + d_out)`` per adapted
-  projection (Hu et al. 2021), on the attention projections q, k, v, o;
-- training activations per layer: the accounting of Korthikanti et al. 2022 in 16-bit without
-  the ``a·s²`` term (FlashAttention / SDPA keeps no attention matrix), redone for grouped
-  keys and values and a gated MLP: ``20·s·b·h + 4·s·b·k·d + 8·s·b·i`` (normalisation inputs in
-  fp32), plus the logits ``b·s·V·(2 + 4)`` (16-bit logits and their fp32 copy for the loss);
-  no activation checkpointing;
+  weights and AdamW moments: ``(2 + 2 + 12)·P``, Rajbhandari et al. 2019, ZeRO §3.1; in fp32
+  4 + 4 + 8); LoRA/QLoRA the same 16 B per adapter parameter (fp32 adapters, their gradients
+  and AdamW moments), ``r·(d_in + d_out)`` per adapted projection (Hu et al. 2021), on the
+  projections ``lora_targets`` names (``all-linear``: q, k, v, o, gate, up, down);
+- training activations of one layer: the accounting of Korthikanti et al. 2022 without the
+  ``a·s²`` term (FlashAttention / SDPA keeps no attention matrix), redone for grouped keys
+  and values and a gated MLP: ``(10·h + 2·k·d + 4·i)·s·b·p`` (in 16-bit:
+  ``20·s·b·h + 4·s·b·k·d + 8·s·b·i``); LoRA dropout keeps a dropped copy of each adapted
+  projection's input and its mask, ``(p + 1)`` bytes per input element;
+- logits: ``n·V`` per position whose logits are computed (n = b·s, or the target tokens only
+  where the loss computes no other, as entrena's ``llm-sft`` model does): a 16-bit copy and
+  the fp32 log-softmax kept for the loss (``p + 4`` bytes), or ``p`` bytes with a fused or
+  chunked loss (torchtune's compiled chunked loss, Unsloth's fused cross-entropy);
+- without gradient checkpointing every layer's activations are alive when the logits are
+  made: ``L·layer + logits``; with it each layer keeps its input only (``L·b·s·h·p``) and one
+  layer's activations are recomputed at a time, after the logits are freed:
+  ``L·b·s·h·p + max(layer, logits)`` (Chen et al. 2016, "Training deep nets with sublinear
+  memory cost");
 - inference activations: one layer's hidden and MLP states during prefill
   ``b·s·(2h + 2i)·2`` plus the last position's fp32 logits ``4·b·V``;
 - QLoRA also holds one dequantised 16-bit copy of the largest projection.
-These are estimates from formulas, not measurements.
+
+Compute per training step (FLOPs, multiply-add = 2): forward ``2·N·T`` over the linear
+layers' N parameters and T = b·s tokens, plus attention ``4·b·s²·a·d·L`` (scores and
+weighted values, causal: half counted) and the head ``2·h·V·n``; backward twice the forward
+for full fine-tuning (gradients of inputs and weights), once the forward under LoRA (the
+frozen base needs input gradients only; the adapters' own are negligible); gradient
+checkpointing adds one forward of the layers (Kaplan et al. 2020 for ``6·N·T``). Time is
+FLOPs over a throughput measured by a probe on the machine (:func:`llm_step_time_s`).
+These are estimates from formulas; ``benchmarks/llm_plan_accuracy.py`` checks them against
+measured runs and published figures.
 """
 
 from __future__ import annotations
@@ -38,8 +58,8 @@ import yaml
 
 from entrena.errors import ConfigError
 
-__all__ = ["LlmShape", "LlmMemory", "load_llm_shape", "llm_memory", "KNOWN_LLMS_FILE", "MODES",
-           "QUANTIZATIONS"]
+__all__ = ["LlmShape", "LlmMemory", "load_llm_shape", "llm_memory", "llm_step_flops",
+           "llm_step_time_s", "KNOWN_LLMS_FILE", "MODES", "QUANTIZATIONS", "LORA_TARGETS"]
 
 KNOWN_LLMS_FILE = Path(__file__).resolve().parents[1] / "hardware" / "llm_configs.yaml"
 """Shipped shapes of well-known models (``llama-3-8b``, ``mistral-7b`` …), with sources."""
@@ -49,6 +69,9 @@ QUANTIZATIONS = ("fp16", "int8", "int4")
 _REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
              "vocab_size")
 _GATED = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "olmo2"}
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""The projections LoRA can adapt (``all-linear`` is all of them; a model without a gated
+MLP has no ``gate_proj``)."""
 _GROUP = 64
 """Quantisation group size: one fp16 scale and zero per 64 weights."""
 
@@ -96,12 +119,33 @@ class LlmShape:
         linear, other = self.parameter_counts()
         return linear + other
 
-    def lora_parameters(self, rank: int) -> int:
-        """Adapter parameters with rank ``rank`` on the q, k, v and o projections."""
-        h, d = self.hidden_size, self.head_dim
-        per_layer = (rank * (h + self.heads * d) * 2  # q (h → a·d) and o (a·d → h)
-                     + rank * (h + self.kv_heads * d) * 2)  # k and v (h → k·d)
-        return self.layers * per_layer
+    def projections(self) -> dict[str, tuple[int, int]]:
+        """``{name: (d_in, d_out)}`` of one layer's linear projections."""
+        h, i, d = self.hidden_size, self.intermediate_size, self.head_dim
+        shapes = {"q_proj": (h, self.heads * d), "k_proj": (h, self.kv_heads * d),
+                  "v_proj": (h, self.kv_heads * d), "o_proj": (self.heads * d, h),
+                  "up_proj": (h, i), "down_proj": (i, h)}
+        if self.gated_mlp:
+            shapes["gate_proj"] = (h, i)
+        return shapes
+
+    def lora_parameters(self, rank: int, targets: str | tuple[str, ...] = "all-linear"
+                        ) -> int:
+        """Adapter parameters of rank ``rank`` on ``targets`` (``all-linear``, or names
+        from :data:`LORA_TARGETS`), ``r·(d_in + d_out)`` each, over all layers."""
+        return self.layers * sum(rank * (d_in + d_out) for d_in, d_out
+                                 in self._targets(targets).values())
+
+    def _targets(self, targets: str | tuple[str, ...]) -> dict[str, tuple[int, int]]:
+        shapes = self.projections()
+        if targets == "all-linear":
+            return shapes
+        names = (targets,) if isinstance(targets, str) else tuple(targets)
+        unknown = [n for n in names if n not in LORA_TARGETS]
+        if unknown:
+            raise ConfigError(f"LoRA targets {unknown} are not projections of a decoder "
+                              f"layer; use all-linear or names from {', '.join(LORA_TARGETS)}")
+        return {n: shapes[n] for n in names if n in shapes}
 
 
 def _known() -> dict[str, Any]:
@@ -180,12 +224,33 @@ class LlmMemory:
 
 
 def llm_memory(shape: LlmShape, *, mode: str = "inference", context: int = 4096,
-               batch_size: int = 1, quantization: str = "fp16",
-               lora_rank: int = 16) -> LlmMemory:
-    """Memory of ``mode`` (``inference``, ``lora``, ``qlora``, ``full``) at ``context`` tokens.
+               batch_size: int = 1, quantization: str = "fp16", lora_rank: int = 16,
+               lora_targets: str | tuple[str, ...] = "all-linear",
+               gradient_checkpointing: bool = True, activation_bytes: int = 2,
+               logits_positions: int | None = None, fused_loss: bool = False,
+               lora_dropout: bool = False) -> LlmMemory:
+    """Memory of ``mode`` (``inference``, ``lora``, ``qlora``, ``full``) at ``context`` tokens
+    (the terms in the module docstring).
+
+    Args:
+        shape: The model.
+        mode: ``inference``, ``lora``, ``qlora`` or ``full``.
+        context: Tokens per sequence (s).
+        batch_size: Sequences per step (b).
+        quantization: Frozen weights as ``fp16``, ``int8`` or ``int4`` (QLoRA: NF4).
+        lora_rank: r of the adapters.
+        lora_targets: ``all-linear`` or projection names (:data:`LORA_TARGETS`).
+        gradient_checkpointing: Training keeps each layer's input only and recomputes.
+        activation_bytes: p: 2 (16-bit training) or 4 (fp32, as on a CPU without bf16);
+            also the bytes per frozen weight when ``quantization`` is ``fp16``.
+        logits_positions: Positions whose logits are computed in training (default b·s;
+            entrena's ``llm-sft`` model computes the target tokens' only).
+        fused_loss: The loss keeps no fp32 copy of the logits (fused or chunked
+            cross-entropy).
+        lora_dropout: LoRA dropout is on (a dropped copy of each adapted input is kept).
 
     Raises:
-        ConfigError: An unknown mode or quantisation, or a non-positive size.
+        ConfigError: An unknown mode, quantisation or LoRA target, or a non-positive size.
     """
     if mode not in MODES:
         raise ConfigError(f"--for: {mode!r} is not one of {', '.join(MODES)}")
@@ -196,6 +261,7 @@ def llm_memory(shape: LlmShape, *, mode: str = "inference", context: int = 4096,
         raise ConfigError("--context, --batch-size and --lora-rank must be at least 1")
     linear, other = shape.parameter_counts()
     b, s, h, i = batch_size, context, shape.hidden_size, shape.intermediate_size
+    p = float(activation_bytes)
     if mode == "qlora":
         weights = linear * (0.5 + 0.127 / 8) + 2 * other
     elif quantization == "int8":
@@ -203,7 +269,7 @@ def llm_memory(shape: LlmShape, *, mode: str = "inference", context: int = 4096,
     elif quantization == "int4":
         weights = linear * (0.5 + 4 / _GROUP) + 2 * other
     else:
-        weights = 2.0 * (linear + other)
+        weights = p * (linear + other)
     trainable = 0
     states = 0.0
     kv = 0.0
@@ -211,14 +277,23 @@ def llm_memory(shape: LlmShape, *, mode: str = "inference", context: int = 4096,
         kv = 2.0 * b * s * shape.layers * shape.kv_heads * shape.head_dim * 2
         activations = b * s * (2 * h + 2 * i) * 2 + 4.0 * b * shape.vocab_size
     else:
-        layer = 20 * s * b * h + 4 * s * b * shape.kv_heads * shape.head_dim + 8 * s * b * i
-        activations = shape.layers * layer + b * s * shape.vocab_size * (2 + 4)
+        tokens = b * s
+        layer = (10 * h + 2 * shape.kv_heads * shape.head_dim + 4 * i) * tokens * p
+        if mode != "full" and lora_dropout:
+            inputs = sum(d_in for d_in, _ in shape._targets(lora_targets).values())
+            layer += inputs * tokens * (p + 1)
+        positions = tokens if logits_positions is None else logits_positions
+        logits = positions * shape.vocab_size * (p if fused_loss else p + 4)
+        if gradient_checkpointing:
+            activations = shape.layers * tokens * h * p + max(layer, logits)
+        else:
+            activations = shape.layers * layer + logits
         if mode == "full":
             trainable = linear + other
             weights = 0.0  # counted in the 16 B/param of the states
             states = 16.0 * trainable
         else:
-            trainable = shape.lora_parameters(lora_rank)
+            trainable = shape.lora_parameters(lora_rank, lora_targets)
             states = 16.0 * trainable
             if mode == "qlora":
                 activations += 2.0 * max(h * i, h * shape.heads * shape.head_dim)
@@ -228,6 +303,40 @@ def llm_memory(shape: LlmShape, *, mode: str = "inference", context: int = 4096,
                      weights_bytes=weights, kv_cache_bytes=kv,
                      adapter_and_optimizer_bytes=states, activations_bytes=activations,
                      total_bytes=total)
+
+
+def llm_step_flops(shape: LlmShape, *, mode: str, tokens: int, context: int,
+                   logits_positions: int | None = None,
+                   gradient_checkpointing: bool = True) -> float:
+    """FLOPs of one training step over ``tokens`` tokens (module docstring).
+
+    Args:
+        shape: The model.
+        mode: ``lora``, ``qlora`` or ``full``.
+        tokens: T, the tokens of the step (b·s, or the real tokens of a padded batch).
+        context: s, the sequence length (attention grows with it).
+        logits_positions: Positions whose logits are computed (default T).
+        gradient_checkpointing: One more forward of the layers.
+
+    Raises:
+        ConfigError: ``mode`` is not a training mode.
+    """
+    if mode not in ("lora", "qlora", "full"):
+        raise ConfigError(f"llm_step_flops: {mode!r} is not lora, qlora or full")
+    linear, _ = shape.parameter_counts()
+    layers = 2.0 * linear * tokens + 2.0 * tokens * context * shape.heads * shape.head_dim \
+        * shape.layers  # 4·b·s²·a·d·L, half of it causal
+    head = 2.0 * shape.hidden_size * shape.vocab_size * (
+        tokens if logits_positions is None else logits_positions)
+    forward = layers + head
+    backward = (2.0 if mode == "full" else 1.0) * forward
+    return forward + backward + (layers if gradient_checkpointing else 0.0)
+
+
+def llm_step_time_s(flops: float, probe_flops: float, probe_time_s: float) -> float:
+    """A step's time from its FLOPs and a probe's measured FLOPs and time (the probe gives
+    the machine's achieved FLOP/s on this model: the calibration)."""
+    return flops * probe_time_s / probe_flops
 
 
 def devices_needed(total_bytes: float, device_bytes: float | None, reserve: float) -> int | None:

@@ -1,60 +1,25 @@
-"""Examples of ``task: llm-sft``: read rows, turn each into a chat prompt and a response,
-tokenize with the model's chat template, check, split.
-
-A row becomes ``(prompt messages, response text)``:
-
-- ``messages`` (JSONL, the OpenAI chat format): the turns before the last one are the
-  prompt, the last one must be the assistant's and is the response;
-- ``prompt_completion``: ``[system?] + user(prompt)`` → ``completion``;
-- ``template``: ``[system?] + user(prompt_template.format(**row))`` → ``response_column``.
-
-The prompt is rendered by the tokenizer's chat template with the generation prompt (the
-assistant header), exactly as prediction renders it; the response's tokens get the EOS token
-appended, so the model learns to stop. Token ids per example: ``prompt + response + [EOS]``
-(at most ``model.max_length``), with the prompt's length kept to mask the loss.
+"""Examples of ``task: llm-sft``, ready to fit: the files' rows read as chats
+(:mod:`~entrena.tasks.llm_sft.chats`), checked (duplicates, leakage, truncation), split,
+subsampled and tokenized with the model's chat template
+(:mod:`~entrena.tasks.llm_sft.tokens`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import string
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from entrena.errors import ConfigError, DataError
+from entrena.tasks.llm_sft.chats import SftExample, data_format, read_rows, row_examples
+from entrena.tasks.llm_sft.tokens import render_prompt, tokenize_example
 
-__all__ = ["SftExample", "SftSplit", "SftSplits", "PreparedSft", "read_rows", "row_examples",
-           "tokenize_example", "prepare_sft", "template_fields", "ROLES"]
+__all__ = ["SftSplit", "SftSplits", "PreparedSft", "prepare_sft"]
 
 log = logging.getLogger("entrena")
-
-ROLES = ("system", "user", "assistant")
-"""The roles a ``messages`` turn may have."""
-
-_CUT_MARGIN = 4
-"""Extra tokens cut from a too-long prompt text (decoding and re-encoding a cut text can
-merge or split a token at the cut)."""
-
-
-@dataclass
-class SftExample:
-    """One row as a chat: the prompt turns and the response to learn.
-
-    Attributes:
-        messages: The prompt's turns (``{"role", "content"}``), without the response.
-        response: The response text (the EOS token is added at tokenization).
-        where: ``file:line`` (JSONL) or ``file: row n`` for messages.
-        row: The source row (template fields), for the prompt cut and predictions.
-    """
-
-    messages: list[dict[str, str]]
-    response: str
-    where: str
-    row: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -149,239 +114,6 @@ class PreparedSft:
     a row into a prompt, so that prediction renders prompts as training did)."""
 
 
-def template_fields(template: str, key: str = "data.prompt_template") -> list[str]:
-    """The column names a format string uses.
-
-    Raises:
-        ConfigError: The template is not a valid format string, or uses a positional
-            field (``{}``).
-    """
-    try:
-        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
-    except ValueError as exc:
-        raise ConfigError(f"{key} = {template!r} is not a Python format string ({exc}); name "
-                          "columns in braces, write a literal brace as {{ or }}") from None
-    fields = []
-    for name in names:
-        base = name.split(".")[0].split("[")[0]
-        if not base or base.isdigit():
-            raise ConfigError(f"{key} = {template!r} has a field without a column name "
-                              f"({{{name}}}); write {{column}} with a column of the data")
-        if base not in fields:
-            fields.append(base)
-    return fields
-
-
-def read_rows(path: Path, name: str, fmt: str, *, key: str, encoding: str | None,
-              delimiter: str | None) -> list[tuple[int, dict[str, Any]]]:
-    """Rows of one file as ``(row number, {column: value})``: JSONL lines as parsed (nested
-    values kept), CSV/TSV/Parquet rows with their values as strings or numbers.
-
-    Row numbers are 1-based JSONL lines, or data rows (the header not counted).
-
-    Raises:
-        DataError: A line is not a JSON object, or the file cannot be parsed.
-    """
-    if fmt == "jsonl":
-        rows = []
-        with path.open("r", encoding=encoding or "utf-8", newline="") as handle:
-            for number, line in enumerate(handle, start=1):
-                line = line.strip().lstrip("\ufeff")
-                if not line:
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{key}: {name}: line {number} is not JSON: {exc.msg} "
-                                    f"(column {exc.colno}); write one JSON object per line"
-                                    ) from None
-                if not isinstance(record, dict):
-                    raise DataError(f"{key}: {name}: line {number} is a JSON "
-                                    f"{type(record).__name__}, not an object; write one "
-                                    "{\"column\": value, …} object per line")
-                rows.append((number, record))
-        return rows
-    import pandas as pd
-
-    try:
-        if fmt == "parquet":
-            frame = pd.read_parquet(path)
-        else:
-            frame = pd.read_csv(path, sep=delimiter or ",", encoding=encoding or "utf-8",
-                                dtype=str, keep_default_na=False)
-    except (ValueError, OSError, pd.errors.ParserError) as exc:
-        raise DataError(f"{key}: {name}: cannot be read as {fmt.upper()}: "
-                        f"{str(exc).splitlines()[0]}; check the file") from None
-    frame.columns = [str(c).strip() for c in frame.columns]
-    return [(i + 1, row) for i, row in enumerate(frame.to_dict("records"))]
-
-
-def _empty(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and np.isnan(value)) or \
-        (isinstance(value, str) and not value.strip())
-
-
-def _check_messages(value: Any, where: str, column: str) -> tuple[list[dict[str, str]], str]:
-    """``(prompt turns, response)`` of one conversation.
-
-    Raises:
-        DataError: Not a list of ``{"role", "content"}`` objects, an unknown role, no
-            assistant turn, or a conversation not ending with the assistant's turn.
-    """
-    fix = (f"write {column!r} as a list of {{\"role\": \"system\"|\"user\"|\"assistant\", "
-           f"\"content\": \"...\"}} ending with the assistant turn to learn")
-    if not isinstance(value, list) or not value:
-        raise DataError(f"{where}: {column!r} is {type(value).__name__}, not a non-empty list "
-                        f"of turns; {fix}")
-    turns = []
-    for number, turn in enumerate(value, start=1):
-        if not isinstance(turn, dict) or not isinstance(turn.get("content"), str):
-            raise DataError(f"{where}: turn {number} of {column!r} is not an object with a "
-                            f"string 'content'; {fix}")
-        role = turn.get("role")
-        if role not in ROLES:
-            raise DataError(f"{where}: turn {number} has role {role!r}; roles are "
-                            f"{', '.join(ROLES)}; {fix}")
-        turns.append({"role": role, "content": turn["content"]})
-    if not any(t["role"] == "assistant" for t in turns):
-        raise DataError(f"{where}: the conversation has no assistant turn, so there is nothing "
-                        f"to learn; {fix}")
-    if turns[-1]["role"] != "assistant":
-        raise DataError(f"{where}: the conversation ends with a {turns[-1]['role']} turn; "
-                        f"{fix} (later turns are not learned)")
-    return turns[:-1], turns[-1]["content"]
-
-
-def data_format(data: Any, first_row: dict[str, Any] | None) -> str:
-    """The format a config's data is read in (see ``data.format``)."""
-    if data.prompt_template is not None:
-        return "template"
-    if data.format != "auto":
-        return str(data.format)
-    if first_row is not None and data.messages_column in first_row:
-        return "messages"
-    return "prompt_completion"
-
-
-def row_examples(rows: list[tuple[int, dict[str, Any]]], data: Any, fmt: str, *, name: str,
-                 key: str, on_bad_rows: str) -> tuple[list[SftExample], list[int]]:
-    """Turn rows into examples; rows with an empty response are skipped (or refused with
-    ``on_bad_rows: error``).
-
-    Returns:
-        ``(examples, row numbers of the examples)``.
-
-    Raises:
-        DataError: A missing column, a template naming a missing column, a malformed
-            conversation, or an empty response under ``on_bad_rows: error``.
-    """
-    columns: list[str] = sorted({c for _, row in rows for c in row}) if rows else []
-    present = ", ".join(repr(c) for c in columns) or "none"
-
-    def need(column: str, config_key: str) -> None:
-        if column not in columns:
-            raise DataError(f"{key}: {name}: {config_key} = {column!r} is not a column of the "
-                            f"data; columns are: {present}; set {config_key} to one of them")
-
-    system = ([{"role": "system", "content": data.system_prompt}]
-              if data.system_prompt else [])
-    if fmt == "template":
-        if not data.response_column:
-            raise ConfigError("data.response_column: the template format needs the column "
-                              "holding the response to learn; set data.response_column")
-        for column in template_fields(data.prompt_template):
-            if column not in columns:
-                raise DataError(f"{key}: {name}: data.prompt_template names column {column!r}, "
-                                f"which the data lacks; columns are: {present}; fix the "
-                                f"template or the data")
-        need(data.response_column, "data.response_column")
-    elif fmt == "prompt_completion":
-        need(data.prompt_column, "data.prompt_column")
-        need(data.completion_column, "data.completion_column")
-    examples, numbers = [], []
-    for number, row in rows:
-        where = f"{key}: {name}: " + (f"line {number}" if name.endswith(".jsonl")
-                                      else f"row {number}")
-        if fmt == "messages":
-            if data.messages_column not in row:
-                raise DataError(f"{where} has no {data.messages_column!r} (keys: "
-                                f"{', '.join(map(repr, row)) or 'none'}); every line of the "
-                                f"messages format needs one, or set data.prompt_template and "
-                                f"data.response_column to read columns instead")
-            prompt, response = _check_messages(row[data.messages_column], where,
-                                               data.messages_column)
-        elif fmt == "template":
-            values = {c: ("" if _empty(row.get(c)) else row.get(c)) for c in row}
-            prompt = system + [{"role": "user",
-                                "content": data.prompt_template.format(**values)}]
-            response = row.get(data.response_column)
-        else:
-            prompt = system + [{"role": "user", "content": str(row.get(data.prompt_column, ""))}]
-            response = row.get(data.completion_column)
-        if _empty(response):
-            if on_bad_rows == "error":
-                raise DataError(f"{where}: the response is empty; fill it in, or set "
-                                f"data.on_bad_rows: skip to leave such rows out")
-            continue
-        examples.append(SftExample(prompt, str(response), where, row))
-        numbers.append(number)
-    return examples, numbers
-
-
-def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-    """The prompt as the model sees it: the chat template with the assistant header."""
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-
-
-def _encode(tokenizer: Any, text: str) -> list[int]:
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
-def tokenize_example(tokenizer: Any, example: SftExample, max_length: int, *,
-                     template: str | None = None) -> tuple[str, np.ndarray, int, bool]:
-    """``(prompt text, ids (L,) int64, prompt tokens, truncated)`` of one example.
-
-    ``ids`` is prompt + response + EOS. A too-long prompt is cut in its longest text (the
-    template's longest field, or the last user turn) and rendered again.
-
-    Raises:
-        DataError: The response (with EOS) and the prompt's fixed part do not fit
-            ``max_length``.
-    """
-    response = _encode(tokenizer, example.response) + [int(tokenizer.eos_token_id)]
-    messages = [dict(m) for m in example.messages]
-    row = dict(example.row)
-    truncated = False
-    for _ in range(3):
-        prompt = render_prompt(tokenizer, messages)
-        prompt_ids = _encode(tokenizer, prompt)
-        over = len(prompt_ids) + len(response) - max_length
-        if over <= 0:
-            ids = np.array(prompt_ids + response, dtype=np.int64)
-            return prompt, ids, len(prompt_ids), truncated
-        truncated = True
-        if template is not None:
-            fields = [c for c in template_fields(template) if isinstance(row.get(c), str)]
-            longest = max(fields, key=lambda c: len(row[c]), default=None)
-            text = row[longest] if longest else ""
-        else:
-            users = [m for m in messages if m["role"] == "user"]
-            text = users[-1]["content"] if users else ""
-        tokens = _encode(tokenizer, text)
-        keep = len(tokens) - over - _CUT_MARGIN
-        if keep <= 0:
-            break
-        cut = tokenizer.decode(tokens[:keep])
-        if template is not None:
-            row[longest] = cut
-            messages[-1] = {"role": "user", "content": template.format(
-                **{c: ("" if _empty(v) else v) for c, v in row.items()})}
-        else:
-            users[-1]["content"] = cut
-    raise DataError(f"{example.where}: the response is {len(response)} tokens (EOS included) "
-                    f"and does not fit model.max_length = {max_length} with the prompt's fixed "
-                    f"part; responses are never cut (a cut response teaches the model not to "
-                    f"stop): raise model.max_length or shorten the response")
 
 
 def _split_counts(split: SftSplit) -> dict[str, Any]:

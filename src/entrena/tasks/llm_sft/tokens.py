@@ -1,0 +1,77 @@
+"""Chats of ``task: llm-sft`` as token ids: the prompt rendered by the model's chat template
+(with the generation prompt, the assistant header, exactly as prediction renders it), then
+the response's tokens and the EOS token, so the model learns to stop. Ids per example:
+``prompt + response + [EOS]`` (at most ``model.max_length``), with the prompt's length kept
+to mask the loss.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from entrena.errors import DataError
+from entrena.tasks.llm_sft.chats import SftExample, is_empty, template_fields
+
+__all__ = ["render_prompt", "tokenize_example"]
+
+_CUT_MARGIN = 4
+"""Extra tokens cut from a too-long prompt text (decoding and re-encoding a cut text can
+merge or split a token at the cut)."""
+
+
+def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """The prompt as the model sees it: the chat template with the assistant header."""
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def tokenize_example(tokenizer: Any, example: SftExample, max_length: int, *,
+                     template: str | None = None) -> tuple[str, np.ndarray, int, bool]:
+    """``(prompt text, ids (L,) int64, prompt tokens, truncated)`` of one example.
+
+    ``ids`` is prompt + response + EOS. A too-long prompt is cut in its longest text (the
+    template's longest field, or the last user turn) and rendered again.
+
+    Raises:
+        DataError: The response (with EOS) and the prompt's fixed part do not fit
+            ``max_length``.
+    """
+    response = _encode(tokenizer, example.response) + [int(tokenizer.eos_token_id)]
+    messages = [dict(m) for m in example.messages]
+    row = dict(example.row)
+    truncated = False
+    for _ in range(3):
+        prompt = render_prompt(tokenizer, messages)
+        prompt_ids = _encode(tokenizer, prompt)
+        over = len(prompt_ids) + len(response) - max_length
+        if over <= 0:
+            ids = np.array(prompt_ids + response, dtype=np.int64)
+            return prompt, ids, len(prompt_ids), truncated
+        truncated = True
+        if template is not None:
+            fields = [c for c in template_fields(template) if isinstance(row.get(c), str)]
+            longest = max(fields, key=lambda c: len(row[c]), default=None)
+            text = row[longest] if longest else ""
+        else:
+            users = [m for m in messages if m["role"] == "user"]
+            text = users[-1]["content"] if users else ""
+        tokens = _encode(tokenizer, text)
+        keep = len(tokens) - over - _CUT_MARGIN
+        if keep <= 0:
+            break
+        cut = tokenizer.decode(tokens[:keep])
+        if template is not None:
+            row[longest] = cut
+            messages[-1] = {"role": "user", "content": template.format(
+                **{c: ("" if is_empty(v) else v) for c, v in row.items()})}
+        else:
+            users[-1]["content"] = cut
+    raise DataError(f"{example.where}: the response is {len(response)} tokens (EOS included) "
+                    f"and does not fit model.max_length = {max_length} with the prompt's fixed "
+                    f"part; responses are never cut (a cut response teaches the model not to "
+                    f"stop): raise model.max_length or shorten the response")
