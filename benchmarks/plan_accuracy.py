@@ -223,7 +223,7 @@ def write_report(rows: list[dict], args: argparse.Namespace) -> None:
   (reviews config, MiniLM-L6, tracking off, no test set, 64 validation rows;
   `train.max_steps` reaches the epoch's longest batch{f'; {args.threads} torch thread(s)' if args.threads else ''})
 - Load average (1 min) around the runs: {min(r['load'][0] for r in rows):.1f} to
-  {max(max(r['load']) for r in rows):.1f} on {os.cpu_count()} cores{' — the machine was shared and busy: the time figures compare a probe and a fit that ran under the same contention, not an idle machine' if max(max(r['load']) for r in rows) > 1 else ''}
+  {max(max(r['load']) for r in rows):.1f} on {os.cpu_count()} cores{' — the machine was shared and busy: the time figures compare a probe and a fit that ran under the same contention, not an idle machine' if args.force else ' — no other work: the script starts only below 0.5 per core, and its own runs raise the load'}
 - Memory: predicted peak resident set (plan.json) against the fit's measured peak
   (VmHWM reset just before the fit). Target ±{MEMORY_TARGET:.0%}: {memory_ok} of {len(rows)}
   within.
