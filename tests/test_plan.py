@@ -120,7 +120,9 @@ def test_train_writes_plan_json_and_plan_vs_actual(tiny_config, config_file, tmp
     calibration = plan_doc["calibration"]
     # the memory measurement ran the longest batch first: one untimed step, two timed
     assert calibration["steps"] == 3 and local["time_source"].startswith("probe")
-    assert calibration["train_step_bytes"] > 0 and calibration["eval_step_bytes"] > 0
+    # a tiny model's rise can fit in memory the process already holds (0 bytes): measured,
+    # not modelled (tests/test_plan_truth.py checks the rise grows with the batch)
+    assert calibration["train_step_bytes"] >= 0 and calibration["eval_step_bytes"] >= 0
     batch = config["train"]["batch_size"]
     assert calibration["memory_shapes"]["train"][0] == batch
     assert calibration["memory_shapes"]["eval"][0] <= 2 * batch  # train.eval_batch_size

@@ -2,7 +2,7 @@
 
 One table, :data:`MODEL_ALIASES`, holds every alias with its kind: ``encoder`` (a Hugging
 Face folder for the classification and regression tasks) or ``causal-lm`` (a GGUF file for
-``task: llm-sft``, converted once into entrena's cache by
+the LLM fine-tuning task, converted once into entrena's cache by
 :mod:`entrena.tasks.llm_sft.sources`). :func:`resolve_model_name` resolves a name of either
 kind. Resolving a name imports nothing heavy (no torch), so alias errors come before any data
 is read.
@@ -27,7 +27,7 @@ __all__ = ["ModelAlias", "MODEL_ALIASES", "HUB_TIMEOUT_S", "aliases_of", "check_
 
 AliasKind = Literal["encoder", "causal-lm"]
 _KIND_USE = {"encoder": "an encoder for classification and regression",
-             "causal-lm": "a causal language model for task llm-sft"}
+             "causal-lm": "a causal language model for LLM fine-tuning"}
 
 
 @dataclass(frozen=True)

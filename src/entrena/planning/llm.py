@@ -23,7 +23,7 @@ V the vocabulary, p the bytes of an activation (2 in 16-bit, 4 in fp32):
   ``20·s·b·h + 4·s·b·k·d + 8·s·b·i``); LoRA dropout keeps a dropped copy of each adapted
   projection's input and its mask, ``(p + 1)`` bytes per input element;
 - logits: ``n·V`` per position whose logits are computed (n = b·s, or the target tokens only
-  where the loss computes no other, as entrena's ``llm-sft`` model does): a 16-bit copy and
+  where the loss computes no other, as entrena's LLM fine-tuning model does): a 16-bit copy and
   the fp32 log-softmax kept for the loss (``p + 4`` bytes), or ``p`` bytes with a fused or
   chunked loss (torchtune's compiled chunked loss, Unsloth's fused cross-entropy);
 - without gradient checkpointing every layer's activations are alive when the logits are
@@ -244,7 +244,7 @@ def llm_memory(shape: LlmShape, *, mode: str = "inference", context: int = 4096,
         activation_bytes: p: 2 (16-bit training) or 4 (fp32, as on a CPU without bf16);
             also the bytes per frozen weight when ``quantization`` is ``fp16``.
         logits_positions: Positions whose logits are computed in training (default b·s;
-            entrena's ``llm-sft`` model computes the target tokens' only).
+            entrena's LLM fine-tuning model computes the target tokens' only).
         fused_loss: The loss keeps no fp32 copy of the logits (fused or chunked
             cross-entropy).
         lora_dropout: LoRA dropout is on (a dropped copy of each adapted input is kept).

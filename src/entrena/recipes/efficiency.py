@@ -69,7 +69,7 @@ def build_monitor(*, plan: dict[str, Any] | None, lengths: np.ndarray, accelerat
         formula = (float(raw["constant"]), float(raw["per_token"]),
                    float(raw["per_token_squared"]))
         if ((plan or {}).get("data") or {}).get("max_length") == 1:
-            # A fixed-size profile (one "token" per example, as llm-sft's one-example
+            # A fixed-size profile (one "token" per example, as the LLM task's one-example
             # profile): every example costs the formula at one token, whatever the real
             # token lengths the monitor counts throughput with.
             formula = (sum(formula), 0.0, 0.0)
