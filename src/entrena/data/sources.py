@@ -27,7 +27,7 @@ from entrena.data.sniffing import FileScan, detect_delimiter, scan_file
 from entrena.errors import DataError
 
 __all__ = ["SUPPORTED_SUFFIXES", "SourceFile", "resolve_source", "open_source", "read_chunks",
-           "read_table", "require_columns"]
+           "read_table", "require_columns", "json_object"]
 
 FORMATS = {".csv": "csv", ".tsv": "csv", ".jsonl": "jsonl", ".json": "jsonl",
            ".parquet": "parquet", ".pq": "parquet"}
@@ -52,6 +52,31 @@ class SourceFile:
     format: str
     scan: FileScan
     delimiter: str | None = None
+
+
+def json_object(line: str, number: int, where: str) -> dict[str, Any] | None:
+    """One line of a JSON Lines file as its object (``None`` for a blank line).
+
+    Args:
+        line: The line as read (a byte-order mark and surrounding spaces are ignored).
+        number: Its line number, from 1, for the error.
+        where: ``"<config key>: <file name>"``, for the error.
+
+    Raises:
+        DataError: The line is not JSON, or is JSON but not an object.
+    """
+    line = line.strip().lstrip("\ufeff")
+    if not line:
+        return None
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{where}: line {number} is not JSON: {exc.msg} "
+                        f"(column {exc.colno}); write one JSON object per line") from None
+    if not isinstance(record, dict):
+        raise DataError(f"{where}: line {number} is a JSON {type(record).__name__}, not an "
+                        "object; write one {\"column\": value, …} object per line")
+    return record
 
 
 def _format_of(name: str, key: str) -> tuple[str, str]:
@@ -257,19 +282,9 @@ def _jsonl_chunks(file: SourceFile, wanted: dict[str, str] | None, key: str, rol
         text = io.TextIOWrapper(raw, encoding=file.scan.encoding, newline="")
         try:
             for number, line in enumerate(text, start=1):
-                line = line.strip().lstrip("\ufeff")
-                if not line:
+                record = json_object(line, number, f"{key}: {file.name}")
+                if record is None:
                     continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{key}: {file.name}: line {number} is not JSON: {exc.msg} "
-                                    f"(column {exc.colno}); write one JSON object per line"
-                                    ) from None
-                if not isinstance(record, dict):
-                    raise DataError(f"{key}: {file.name}: line {number} is a JSON "
-                                    f"{type(record).__name__}, not an object; write one "
-                                    "{\"column\": value, …} object per line")
                 for column, separator in (list_columns or {}).items():
                     value = record.get(column)
                     if isinstance(value, list) and all(

@@ -10,7 +10,7 @@ from typing import Any
 from entrena.core.callback import Callback
 from entrena.core.state import TrainState
 from entrena.tracking.base import STORE_PROBE_TIMEOUT_S, open_within
-from entrena.tracking.scalars import StepScalars
+from entrena.tracking.scalars import StepScalars, flatten
 
 __all__ = ["MLflowTracker", "HTTP_SETTINGS", "STORE_PROBE_TIMEOUT_S", "default_tracking_uri",
            "flatten", "probe_store"]
@@ -79,18 +79,6 @@ def default_tracking_uri(runs_root: Path, configured: str | None) -> str:
     if configured:
         return configured
     return f"sqlite:///{(runs_root / 'mlflow.db').resolve()}"
-
-
-def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` → ``{"a.b": 1}``."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flatten(value, name + "."))
-        else:
-            out[name] = value
-    return out
 
 
 class MLflowTracker(Callback):

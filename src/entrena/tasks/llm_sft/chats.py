@@ -11,7 +11,6 @@ A row becomes ``(prompt messages, response text)``:
 
 from __future__ import annotations
 
-import json
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from entrena.data.sources import json_object
 from entrena.errors import ConfigError, DataError
 
 __all__ = ["ROLES", "SftExample", "template_fields", "read_rows", "data_format",
@@ -83,20 +83,9 @@ def read_rows(path: Path, name: str, fmt: str, *, key: str, encoding: str | None
         rows = []
         with path.open("r", encoding=encoding or "utf-8", newline="") as handle:
             for number, line in enumerate(handle, start=1):
-                line = line.strip().lstrip("\ufeff")
-                if not line:
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{key}: {name}: line {number} is not JSON: {exc.msg} "
-                                    f"(column {exc.colno}); write one JSON object per line"
-                                    ) from None
-                if not isinstance(record, dict):
-                    raise DataError(f"{key}: {name}: line {number} is a JSON "
-                                    f"{type(record).__name__}, not an object; write one "
-                                    "{\"column\": value, …} object per line")
-                rows.append((number, record))
+                record = json_object(line, number, f"{key}: {name}")
+                if record is not None:
+                    rows.append((number, record))
         return rows
     import pandas as pd
 
