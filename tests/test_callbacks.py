@@ -187,10 +187,15 @@ def test_event_log_writes_one_json_record_per_line(tmp_path):
     records = [json.loads(line) for line in path.read_text().splitlines()]
     types = [r["type"] for r in records]
     assert types[0] == "fit_start" and types[-1] == "fit_end"
-    assert types.count("eval") == 2 and types.count("epoch") == 2 and types.count("step") == 4
+    # the first optimizer step, then steps 2, 4, 6, 8
+    assert types.count("eval") == 2 and types.count("epoch") == 2 and types.count("step") == 5
     assert all({"type", "time", "step", "epoch"} <= set(r) for r in records)
-    step = next(r for r in records if r["type"] == "step")
-    assert {"loss", "learning_rate", "throughput_samples_per_s", "padding_fraction"} <= set(step)
+    steps = [r for r in records if r["type"] == "step"]
+    assert [r["step"] for r in steps] == [1, 2, 4, 6, 8]
+    assert {"loss", "learning_rate", "throughput_samples_per_s", "padding_fraction"} <= \
+        set(steps[0])
+    assert steps[0]["since_process_start_s"] > 0  # from the process's start, imports included
+    assert all("since_process_start_s" not in r for r in steps[1:])
     assert records[-1]["stop_reason"] == state.stop_reason
 
 

@@ -334,7 +334,7 @@ def test_tracking_server_down_training_goes_on_and_events_keep_the_numbers(make_
     events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text()
               .splitlines()]
     assert [e["step"] for e in events if e["type"] == "eval"] == [10, 20]
-    assert [e["step"] for e in events if e["type"] == "step"] == [10, 20]
+    assert [e["step"] for e in events if e["type"] == "step"] == [1, 10, 20]
 
 
 def test_draws_between_building_the_model_and_the_loop_do_not_change_results(make_config,

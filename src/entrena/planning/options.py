@@ -236,11 +236,13 @@ def local_option(machine: Machine, catalog: Catalog, profile: ModelProfile, shap
                     total_time_s=None, time_source=None, usd_per_hour=local_price,
                     usd_per_hour_spot=None, cost_usd=None, cost_usd_spot=None, notes=notes)
     _fill_memory(option, estimate, capacity, max_batch)
-    if calibration is not None and calibration.device == device:
+    if calibration is not None and calibration.device == device and calibration.flops_per_s:
         option.epoch_time_s, option.total_time_s = _times(
             shape, profile, calibration.flops_per_s, calibration.step_overhead_s)
-        option.time_source = (f"probe: {calibration.steps} real steps on this machine "
-                              f"({calibration.probe_s:.1f}s)")
+        option.time_source = (
+            f"probe: {calibration.steps} real steps on this machine "
+            f"({calibration.probe_s:.1f}s)" if calibration.source == "probe" else
+            f"the fit's own first steps: {calibration.steps} optimizer steps on this machine")
     elif peak and efficiency:
         per_op = catalog.efficiency.get(f"{device}_seconds_per_op")
         overhead = per_op.value * profile.ops_per_step if per_op else 0.0

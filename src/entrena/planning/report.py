@@ -75,11 +75,13 @@ def render_plan(doc: dict[str, Any]) -> Any:
     lines = [head, table, Text(f"recommendation: {rec['summary']}")]
     lines.extend(Text(f"  - {reason}") for reason in rec["reasons"])
     calibration = doc.get("calibration")
-    if calibration:
+    if calibration and calibration.get("flops_per_s"):
         efficiency = calibration.get("efficiency")
         lines.append(Text(
-            f"probe: {calibration['steps']} steps in {calibration['probe_s']:.1f}s, "
-            f"{calibration['flops_per_s'] / 1e9:.1f} GFLOP/s achieved"
+            (f"probe: {calibration['steps']} steps in {calibration['probe_s']:.1f}s, "
+             if calibration.get("source", "probe") == "probe"
+             else f"timed on the fit's first {calibration['steps']} optimizer steps: ")
+            + f"{calibration['flops_per_s'] / 1e9:.1f} GFLOP/s achieved"
             + (f" ({efficiency:.0%} of nominal peak)" if efficiency else "")
             + f", {calibration['step_overhead_s'] * 1000:.0f} ms fixed per step"))
     return Group(*lines)

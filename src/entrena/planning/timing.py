@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from entrena.planning.model import ModelProfile
 
-__all__ = ["BatchPlan", "epoch_batches", "Calibration", "probe", "FORWARD_SHARE"]
+__all__ = ["BatchPlan", "epoch_batches", "Calibration", "probe", "calibration_from_steps",
+           "FORWARD_SHARE"]
 
 FORWARD_SHARE = 1.0 / 3.0
 """Forward FLOPs as a share of training FLOPs (2N of 6N per token; Kaplan et al. 2020)."""
@@ -99,14 +100,16 @@ def epoch_batches(lengths: Sequence[int], batch_size: int, *, seed: int,
 
 @dataclass
 class Calibration:
-    """What a short real probe measured on this machine.
+    """What a short real probe, or a fit's first steps, measured on this machine.
 
     Attributes:
         device: ``cpu`` or ``cuda``.
         precision: The precision probed.
-        flops_per_s: Achieved training FLOP/s, R.
+        flops_per_s: Achieved training FLOP/s, R; ``None`` when only memory was measured
+            (``entrena train`` times its own first steps instead: :func:`calibration_from_steps`).
         step_overhead_s: Fixed seconds per step, α (≥ 0).
-        probe_s: Wall time of the whole probe, set-up included.
+        probe_s: Wall time of the whole probe, set-up included: the seconds planning cost
+            (with the fit's own steps timed, the memory measurement's alone).
         steps: Timed steps.
         shapes: ``[batch_size, tokens, seconds]`` of each timed step.
         peak_flops: The device's nominal peak for the precision, or ``None``.
@@ -115,11 +118,13 @@ class Calibration:
             added (gradients included; :mod:`entrena.planning.memory_probe`), or ``None``.
         eval_step_bytes: Memory one evaluation batch (no gradients) added, or ``None``.
         memory_shapes: ``{"train": [B, T], "eval": [B, T] | None}`` measured, or ``None``.
+        source: ``"probe"`` (steps of a copy of the model, untimed warm-up first) or
+            ``"training steps"`` (the fit's own optimizer steps after its first).
     """
 
     device: str
     precision: str
-    flops_per_s: float
+    flops_per_s: float | None
     step_overhead_s: float
     probe_s: float
     steps: int
@@ -129,15 +134,35 @@ class Calibration:
     train_step_bytes: float | None = None
     eval_step_bytes: float | None = None
     memory_shapes: dict[str, Any] | None = None
+    source: str = "probe"
+
+    @property
+    def timed(self) -> bool:
+        """Whether steps were timed (else only memory was measured)."""
+        return bool(self.flops_per_s)
 
     def step_time_s(self, flops: np.ndarray | float) -> np.ndarray | float:
-        """Predicted seconds of steps of ``flops`` training FLOPs each."""
+        """Predicted seconds of steps of ``flops`` training FLOPs each.
+
+        Raises:
+            ValueError: No step was timed.
+        """
+        if not self.flops_per_s:
+            raise ValueError("this calibration measured memory only: no step was timed")
         return self.step_overhead_s + np.asarray(flops) / self.flops_per_s
 
     @property
     def efficiency(self) -> float | None:
         """Achieved FLOP/s over the nominal peak (MFU), when the peak is known."""
-        return self.flops_per_s / self.peak_flops if self.peak_flops else None
+        return (self.flops_per_s / self.peak_flops
+                if self.peak_flops and self.flops_per_s else None)
+
+    def with_steps(self, steps: Calibration) -> Calibration:
+        """This calibration's memory figures with the timing of ``steps``."""
+        return replace(self, flops_per_s=steps.flops_per_s,
+                       step_overhead_s=steps.step_overhead_s, steps=steps.steps,
+                       shapes=steps.shapes, source=steps.source,
+                       peak_flops=steps.peak_flops or self.peak_flops)
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "efficiency": self.efficiency}
@@ -157,7 +182,7 @@ def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float],
           device: str, precision: str, repeats: int = 1, peak_flops: float | None = None,
           base_rss_bytes: float | None = None, loss: Any = None,
           eval_batch: dict[str, Any] | None = None,
-          measure_memory: bool = True) -> Calibration:
+          measure_memory: bool = True, timed: bool = True) -> Calibration:
     """Time real training steps (forward, backward, AdamW step) on this machine, and first
     measure the memory of a step at the last (longest) batch and of ``eval_batch``
     (:func:`~entrena.planning.memory_probe.measure_step_memory`).
@@ -185,6 +210,8 @@ def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float],
         eval_batch: The evaluation batch where evaluation memory peaks, or ``None``.
         measure_memory: Measure the step memory (skipped, with ``None`` figures, where the
             resident-memory peak cannot be reset).
+        timed: Time steps; ``False`` measures memory only (``flops_per_s`` ``None``):
+            ``entrena train`` times its own first steps instead, which train the model.
 
     Returns:
         The :class:`Calibration`.
@@ -227,23 +254,56 @@ def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float],
                                              precision=precision, loss=loss)
             except OSError:
                 memory = None
-        # Untimed: the first use of each shape (the memory measurement already ran the last,
-        # longest one forward and backward; the first batch's step creates AdamW's states).
-        warm = batches[:-1] if memory is not None else batches
-        for batch in warm:
-            step(batch)
-        seconds = np.array([min(step(batch) for _ in range(max(1, repeats)))
-                            for batch in batches])
-    flops_arr = np.asarray(flops, dtype=float)
-    alpha, rate = _fit_rate(flops_arr, seconds)
+        warm: Sequence[dict[str, Any]] = []
+        seconds = np.zeros(0)
+        if timed:
+            # Untimed: the first use of each shape (the memory measurement already ran the
+            # last, longest one forward and backward; the first batch's step creates AdamW's
+            # states).
+            warm = batches[:-1] if memory is not None else batches
+            for batch in warm:
+                step(batch)
+            seconds = np.array([min(step(batch) for _ in range(max(1, repeats)))
+                                for batch in batches])
+    alpha, rate = (_fit_rate(np.asarray(flops, dtype=float), seconds) if timed
+                   else (0.0, None))
     shapes = [[int(b["labels"].shape[0]),
                int(b["input_ids"].shape[1]) if "input_ids" in b else 1, float(s)]
-              for b, s in zip(batches, seconds, strict=True)]
+              for b, s in zip(batches, seconds, strict=False)]
     return Calibration(device=device, precision=precision, flops_per_s=rate,
                        step_overhead_s=alpha, probe_s=time.perf_counter() - started,
-                       steps=len(warm) + len(batches) * max(1, repeats), shapes=shapes,
+                       steps=(len(warm) + len(batches) * max(1, repeats)) if timed else 0,
+                       shapes=shapes,
                        peak_flops=peak_flops, base_rss_bytes=base_rss_bytes,
                        train_step_bytes=memory["train_step_bytes"] if memory else None,
                        eval_step_bytes=memory["eval_step_bytes"] if memory else None,
                        memory_shapes=({"train": memory["train_shape"],
                                        "eval": memory["eval_shape"]} if memory else None))
+
+
+def calibration_from_steps(shapes: Sequence[Sequence[float]], flops: Sequence[float], *,
+                           device: str, precision: str,
+                           peak_flops: float | None = None) -> Calibration:
+    """α and R fitted to a fit's own optimizer steps (:func:`_fit_rate`): no step is spent on
+    planning, and the steps are the run's, with its data order, optimizer and callbacks.
+
+    Args:
+        shapes: ``[batch_size, padded tokens, seconds]`` of each step (gradient accumulation:
+            the optimizer step's samples and their mean padded length).
+        flops: Training FLOPs of each step (same order).
+        device: ``cpu`` or ``cuda``.
+        precision: The fit's precision.
+        peak_flops: The device's nominal peak for the precision, for the efficiency figure.
+
+    Raises:
+        ValueError: Fewer than one step, or lengths that differ.
+    """
+    if not shapes or len(shapes) != len(flops):
+        raise ValueError(f"need one FLOP count per timed step ({len(shapes)} steps, "
+                         f"{len(flops)} counts)")
+    seconds = np.array([float(s[2]) for s in shapes])
+    alpha, rate = _fit_rate(np.asarray(flops, dtype=float), seconds)
+    return Calibration(device=device, precision=precision, flops_per_s=rate,
+                       step_overhead_s=alpha, probe_s=0.0, steps=len(shapes),
+                       shapes=[[int(s[0]), int(round(s[1])), float(s[2])] for s in shapes],
+                       peak_flops=peak_flops, source="training steps")

@@ -8,7 +8,8 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,9 @@ from entrena.planning.timing import Calibration
 from entrena.tasks.base import PlanningSpec
 from entrena.tasks.registry import get_task
 
-__all__ = ["plan_for_fit", "plan_run", "plan_vs_actual", "reset_peak_memory",
-           "peak_memory_bytes", "memory_in_use_bytes", "model_profile", "run_shape_of", "calibrate"]
+__all__ = ["FitPlan", "plan_for_fit", "plan_timed", "batch_flops", "plan_run",
+           "plan_vs_actual", "reset_peak_memory", "peak_memory_bytes", "memory_in_use_bytes",
+           "model_profile", "run_shape_of", "calibrate"]
 
 log = logging.getLogger("entrena")
 
@@ -105,8 +107,7 @@ def run_shape_of(cfg: Config, spec: PlanningSpec, profile: Any) -> Any:
 
 def calibrate(model: Any, loaded: LoadedConfig, task: Any, spec: PlanningSpec, profile: Any,
                machine: Machine, catalog: Catalog, device: str, precision: str,
-               base_rss: float | None) -> Calibration:
-    from entrena.planning.options import cpu_peak_flops, peak_for_precision
+               base_rss: float | None, *, timed: bool = True) -> Calibration:
     from entrena.planning.timing import probe
 
     cfg = loaded.config
@@ -115,28 +116,71 @@ def calibrate(model: Any, loaded: LoadedConfig, task: Any, spec: PlanningSpec, p
     eval_batch = spec.eval_batch(eval_size) if spec.eval_batch is not None else None
     # A fixed-size profile counts one example as one "token" (an LLM's is one median-length
     # example profiled whole), whatever the tensors' shapes.
-    flops = [int(b["labels"].shape[0]) * profile.flops_per_sample(
-        int(b["input_ids"].shape[1]) if "input_ids" in b and profile.kind != "fixed" else 1)
-        for b in batches]
-    if device == "cpu":
-        peak, _ = cpu_peak_flops(machine, catalog, cfg.train.num_threads, precision)
-    else:
-        acc = catalog.accelerator_for_device(machine.gpus[0].name) if machine.gpus else None
-        peak = peak_for_precision(acc, precision) if acc else None
+    flops = [batch_flops(profile, int(b["labels"].shape[0]),
+                         int(b["input_ids"].shape[1]) if "input_ids" in b else 1)
+             for b in batches]
+    peak = _device_peak(machine, catalog, cfg.train.num_threads, device, precision)
     # The median and the longest batch: two lengths separate the per-step cost from the FLOP
     # rate. A GPU step is short, so it is timed three times (the fastest counts).
     return probe(model, batches, flops, device=device, precision=precision,
                  repeats=3 if device == "cuda" else 1, peak_flops=peak, base_rss_bytes=base_rss,
-                 loss=task.loss, eval_batch=eval_batch)
+                 loss=task.loss, eval_batch=eval_batch, timed=timed)
+
+
+def batch_flops(profile: Any, batch_size: float, tokens: float) -> float:
+    """Training FLOPs of a batch of ``batch_size`` examples padded to ``tokens`` (a
+    fixed-size profile counts one example as one "token", whatever the tensors' shapes)."""
+    return batch_size * profile.flops_per_sample(tokens if profile.kind != "fixed" else 1)
+
+
+def _device_peak(machine: Machine, catalog: Catalog, threads: int | None, device: str,
+                 precision: str) -> float | None:
+    from entrena.planning.options import cpu_peak_flops, peak_for_precision
+
+    if device == "cpu":
+        return cpu_peak_flops(machine, catalog, threads, precision)[0]
+    acc = catalog.accelerator_for_device(machine.gpus[0].name) if machine.gpus else None
+    return peak_for_precision(acc, precision) if acc else None
+
+
+@dataclass
+class FitPlan:
+    """The plan of a fit: ``document`` (``plan.json``) and, until the fit's own first steps
+    are timed, how to plan again with their timing (:meth:`timed`)."""
+
+    document: dict[str, Any]
+    _replan: Callable[[Calibration], dict[str, Any]] | None = None
+    _batch_flops: Callable[[float, float], float] | None = None
+
+    @property
+    def needs_timing(self) -> bool:
+        """Whether the time figures still come from the catalog (no step timed yet)."""
+        return self._replan is not None
+
+    def flops(self, batch_size: float, tokens: float) -> float:
+        """Training FLOPs of a step of ``batch_size`` examples padded to ``tokens``."""
+        assert self._batch_flops is not None
+        return self._batch_flops(batch_size, tokens)
+
+    def timed(self, steps: Calibration) -> dict[str, Any]:
+        """The plan again with the step timing of ``steps`` (memory figures unchanged)."""
+        assert self._replan is not None
+        self.document = self._replan(steps)
+        self._replan = None
+        return self.document
 
 
 def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
-                 model: Any, *, device: str, precision: str, max_length: int) -> dict[str, Any]:
-    """The plan ``entrena train`` writes to ``plan.json`` before its fit (always calibrated).
+                 model: Any, *, device: str, precision: str, max_length: int) -> FitPlan:
+    """The plan ``entrena train`` writes to ``plan.json`` before its fit.
 
-    The probe trains a deep copy of ``model`` (the run's model and random state are left
-    untouched) with the run's batch size on the run's device. On a CPU, a batch whose
-    estimated peak exceeds the available RAM is refused first.
+    Planning spends no training time: the memory of a step at the epoch's longest batch and
+    of an evaluation batch is measured on a deep copy of ``model`` (forward and backward, no
+    optimizer step; the run's model and random state are left untouched), and the time of a
+    step is fitted to the fit's own first optimizer steps (:class:`FitPlan.timed`, through
+    :class:`~entrena.callbacks.step_timing.StepTiming`); until then the time comes from the
+    catalog. On a CPU, a batch whose estimated peak exceeds the available RAM is refused
+    first.
 
     Args:
         loaded: The loaded config.
@@ -148,7 +192,7 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
         max_length: The truncation length the fit uses (1 for fixed-size inputs).
 
     Returns:
-        The plan document (options: this machine only).
+        The :class:`FitPlan` (options: this machine only).
 
     Raises:
         ResourceError: On a CPU, the batch would not fit in the available RAM (the message
@@ -171,19 +215,24 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
         if refusal is not None:
             raise ResourceError(refusal)
     twin = copy.deepcopy(model).to(device)
-    calibration = calibrate(twin, loaded, task, spec, profile, machine, catalog, device,
-                             precision, base_rss)
+    memory = calibrate(twin, loaded, task, spec, profile, machine, catalog, device,
+                       precision, base_rss, timed=False)
     del twin
-    options, recommendation = make_plan(
-        profile=profile, shape=shape, machine=machine, catalog=catalog, local_only=True,
-        calibration=calibration, base_rss_bytes=base_rss, weights_in_base=device == "cpu")
-    return plan_document(
-        machine=machine, profile=profile, shape=shape, options=options,
-        recommendation=recommendation, max_length=max_length,
-        train_lengths=spec.lengths("train"),
-        model_name=spec.model_name,
-        calibration=calibration, catalog=catalog, deadline_s=None, budget=None,
-        extra={"planning_time_s": time.perf_counter() - started})
+    planning_s = time.perf_counter() - started
+
+    def build(calibration: Calibration) -> dict[str, Any]:
+        options, recommendation = make_plan(
+            profile=profile, shape=shape, machine=machine, catalog=catalog, local_only=True,
+            calibration=calibration, base_rss_bytes=base_rss, weights_in_base=device == "cpu")
+        return plan_document(
+            machine=machine, profile=profile, shape=shape, options=options,
+            recommendation=recommendation, max_length=max_length,
+            train_lengths=spec.lengths("train"), model_name=spec.model_name,
+            calibration=calibration, catalog=catalog, deadline_s=None, budget=None,
+            extra={"planning_time_s": planning_s})
+
+    return FitPlan(build(memory), lambda steps: build(memory.with_steps(steps)),
+                   lambda size, tokens: batch_flops(profile, size, tokens))
 
 
 def plan_vs_actual(plan_document_: dict[str, Any] | None, *, peak_memory_bytes: int | None,
@@ -217,8 +266,8 @@ def plan_vs_actual(plan_document_: dict[str, Any] | None, *, peak_memory_bytes: 
 
 def plan_run(loaded: LoadedConfig, sources: dict[str, str], prepared: Any, model: Any,
              plan_path: Path, *, accelerator: str, precision: str, max_length: int,
-             resumed: bool) -> dict[str, Any] | None:
-    """``entrena train``'s planning step: plan (calibrated on the run's device), write
+             resumed: bool) -> FitPlan | None:
+    """``entrena train``'s planning step: plan (memory measured on the run's device), write
     ``plan.json``, log the prediction. A resumed run keeps the plan it wrote first.
 
     Planning never stops training, but for a batch that would not fit in RAM: another
@@ -228,21 +277,22 @@ def plan_run(loaded: LoadedConfig, sources: dict[str, str], prepared: Any, model
         ResourceError: On a CPU, the batch would not fit in the available RAM.
 
     Returns:
-        The plan document, or ``None``.
+        The :class:`FitPlan` (its time figures to be fitted to the fit's first steps:
+        :func:`plan_timed`), or ``None``.
     """
     import json
 
     if resumed and plan_path.is_file():
         try:
-            return json.loads(plan_path.read_text())
+            return FitPlan(json.loads(plan_path.read_text()))
         except (OSError, ValueError):
             pass
     if accelerator not in ("cpu", "cuda"):
         log.info("no plan on %s: the probe runs on CPU and CUDA devices", accelerator)
         return None
     try:
-        document = plan_for_fit(loaded, sources, prepared, model, device=accelerator,
-                                precision=precision, max_length=max_length)
+        plan = plan_for_fit(loaded, sources, prepared, model, device=accelerator,
+                            precision=precision, max_length=max_length)
     except EntrenaError:
         raise  # a batch that does not fit in RAM: refused before the probe
     except Exception as exc:  # noqa: BLE001 - a planning bug must not cost the user the run
@@ -253,14 +303,44 @@ def plan_run(loaded: LoadedConfig, sources: dict[str, str], prepared: Any, model
     from entrena.core.files import write_json_atomic
     from entrena.units import format_bytes, format_duration
 
+    write_json_atomic(plan_path, plan.document, durable=False)
+    local = plan.document["options"][0]
+    calibration = plan.document.get("calibration") or {}
+    measured = (f"measured at the longest batch in {calibration['probe_s']:.1f}s"
+                if calibration.get("train_step_bytes") is not None else "estimated")
+    epoch = local["epoch_time_s"]
+    log.info("plan: peak memory %s (%s); %s per epoch of training steps%s",
+             format_bytes(local["peak_memory_bytes"] or 0), measured,
+             format_duration(epoch) if epoch is not None else "time unknown",
+             " by the catalog until the first steps are timed" if plan.needs_timing else "")
+    return plan
+
+
+def plan_timed(plan: FitPlan, shapes: list[list[float]], plan_path: Path) -> None:
+    """Plan again with the fit's first optimizer steps' timing; write ``plan.json`` and log.
+
+    Args:
+        plan: The fit's plan (:attr:`FitPlan.needs_timing`).
+        shapes: ``[samples, mean padded tokens, seconds]`` of each timed optimizer step.
+        plan_path: ``plan.json``.
+    """
+    from entrena.core.files import write_json_atomic
+    from entrena.planning.timing import calibration_from_steps
+    from entrena.units import format_duration
+
+    calibration = plan.document.get("calibration") or {}
+    steps = calibration_from_steps(
+        shapes, [plan.flops(size, tokens) for size, tokens, _ in shapes],
+        device=calibration.get("device", "cpu"),
+        precision=calibration.get("precision", "32-true"),
+        peak_flops=calibration.get("peak_flops"))
+    document = plan.timed(steps)
     write_json_atomic(plan_path, document, durable=False)
     local = document["options"][0]
-    calibration = document.get("calibration") or {}
-    log.info("plan: peak memory %s, %s per epoch of training steps (probe: %d steps in %.1fs)",
-             format_bytes(local["peak_memory_bytes"] or 0),
-             format_duration(local["epoch_time_s"] or 0), calibration.get("steps", 0),
-             calibration.get("probe_s", 0.0))
-    return document
+    log.info("plan: %s per epoch of training steps, %s in all (timed on the fit's first %d "
+             "optimizer steps: %.1f GFLOP/s)", format_duration(local["epoch_time_s"] or 0),
+             format_duration(local["total_time_s"] or 0), steps.steps,
+             (steps.flops_per_s or 0) / 1e9)
 
 
 def reset_peak_memory(accelerator: str) -> None:

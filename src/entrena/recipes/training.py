@@ -3,7 +3,8 @@
 
 1. Threads, seed, the task's model (built on the CPU first: ``precision: auto`` on a CPU
    depends on its size), the Fabric backend.
-2. The plan (``plan.json``: a calibration probe on a copy of the model, rank 0 only).
+2. The plan (``plan.json``, rank 0 only: the memory of a step at the longest batch, measured
+   on a copy of the model; its time figures fitted to the fit's own first steps).
 3. The task's batches (sharded under several processes), AdamW, the backend's setup.
 4. Callbacks, in order: LR schedule, early stopping, best weights, periodic checkpoints,
    preemption, time limit, efficiency monitor, ``events.jsonl``, progress bar, the trackers
@@ -39,6 +40,7 @@ from entrena.callbacks.monitor import Monitor
 from entrena.callbacks.preemption import Preemption, TimeLimit
 from entrena.callbacks.progress import ProgressBar
 from entrena.callbacks.registry import build_callbacks
+from entrena.callbacks.step_timing import StepTiming
 from entrena.config import LoadedConfig
 from entrena.core.callback import Callback
 from entrena.core.files import dumps_strict, write_json_atomic
@@ -68,6 +70,7 @@ from entrena.recipes.planning import (
     memory_in_use_bytes,
     peak_memory_bytes,
     plan_run,
+    plan_timed,
     plan_vs_actual,
     reset_peak_memory,
 )
@@ -156,9 +159,15 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     max_length = getattr(prepared, "max_length", None)  # text only: tokens
     plan_length = max_length or 1  # fixed-size inputs (tables, images): one "token" a sample
 
-    plan = plan_run(loaded, sources, prepared, model, paths.plan,
-                    accelerator=backend.accelerator, precision=backend.precision,
-                    max_length=plan_length, resumed=resume is not None) if leader else None
+    fit_plan = plan_run(loaded, sources, prepared, model, paths.plan,
+                        accelerator=backend.accelerator, precision=backend.precision,
+                        max_length=plan_length, resumed=resume is not None) if leader else None
+    plan = fit_plan.document if fit_plan else None
+    # The plan's time model is fitted to the fit's own optimizer steps 2 to 6 (a GPU's short
+    # steps: 2 to 11), so planning costs no training time.
+    step_timing = StepTiming(10 if backend.accelerator == "cuda" else 5,
+                             lambda shapes: plan_timed(fit_plan, shapes, paths.plan)) \
+        if fit_plan is not None and fit_plan.needs_timing else None
 
     eval_batch = tcfg.eval_batch_size or 2 * tcfg.batch_size
 
@@ -208,6 +217,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                      preemption, *([time_limit] if time_limit else []),
                      *([efficiency, event_log, ProgressBar(_console(console))] if leader
                        else []),
+                     *([step_timing] if step_timing else []),
                      *trackers, *build_callbacks(tcfg.callbacks), *callbacks]
 
     state = TrainState()
@@ -327,6 +337,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                        **({"labels": list(getattr(prepared, "tags", splits.labels))}
                           if splits.labels else {})}
     metrics["history"] = state.history
+    plan = fit_plan.document if fit_plan else None  # timed by the fit's first steps
     comparison = plan_vs_actual(plan, peak_memory_bytes=fit_peak_bytes,
                                 train_time_s=state.train_time_s,
                                 samples_seen=state.samples_seen, train_rows=len(splits.train))

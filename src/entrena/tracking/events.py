@@ -10,14 +10,24 @@ from entrena.core.callback import Callback
 from entrena.core.files import dumps_strict
 from entrena.core.state import TrainState
 
-__all__ = ["EventLog"]
+__all__ = ["EventLog", "since_process_start_s"]
+
+
+def since_process_start_s() -> float:
+    """Seconds since this process started, by the kernel's record of its start (psutil's
+    ``create_time``; interpreter start-up and imports included)."""
+    import psutil
+
+    return time.time() - psutil.Process().create_time()
 
 
 class EventLog(Callback):
     """Appends records to ``events.jsonl`` (the report and tests read it).
 
     Record types: ``fit_start`` (planned steps; ``resumes`` > 0 after a resume), ``step``
-    (every ``every_steps`` optimizer steps: loss, learning rate, throughput), ``eval``
+    (the fit's first optimizer step, then every ``every_steps``: loss, learning rate,
+    throughput; the first also ``since_process_start_s``, seconds from the process's start
+    by the kernel's clock, imports included), ``eval``
     (validation metrics), ``epoch``, ``checkpoint`` (file, reason, bytes, write seconds),
     ``nonfinite`` (a NaN/Inf loss or gradient norm: action, example indices),
     ``out_of_memory`` (a step run again with smaller micro-batches: the sizes, the error),
@@ -35,6 +45,7 @@ class EventLog(Callback):
         self.every_steps = every_steps
         self._handle: Any = None
         self._window_start = (0.0, 0, 0)
+        self._first_written = False
 
     def write(self, record_type: str, state: TrainState, **fields: Any) -> None:
         if self._handle is None:
@@ -51,14 +62,20 @@ class EventLog(Callback):
                    steps_per_epoch=state.steps_per_epoch, resumes=state.resumes)
 
     def on_batch_end(self, state: TrainState) -> None:
-        if not state.extras.get("last_micro", True) or state.step % self.every_steps:
+        if not state.extras.get("last_micro", True):
             return
+        first = not self._first_written
+        if state.step % self.every_steps and not first:
+            return
+        self._first_written = True
+        extra = {"since_process_start_s": round(since_process_start_s(), 3)} if first else {}
         t0, s0, k0 = self._window_start
         elapsed = max(1e-9, state.train_time_s - t0)
         self.write("step", state, loss=state.loss, learning_rate=state.learning_rate,
                    throughput_samples_per_s=(state.samples_seen - s0) / elapsed,
                    throughput_tokens_per_s=(state.tokens_seen - k0) / elapsed,
-                   padding_fraction=state.padding_fraction, samples_seen=state.samples_seen)
+                   padding_fraction=state.padding_fraction, samples_seen=state.samples_seen,
+                   **extra)
         self._window_start = (state.train_time_s, state.samples_seen, state.tokens_seen)
 
     def on_eval_end(self, state: TrainState) -> None:
