@@ -316,7 +316,8 @@ def test_a_tracking_store_that_cannot_open_is_one_warning_at_once(tmp_path, capl
     tracker = MLflowTracker("sqlite:////proc/entrena-test/x.db", "e", "r", tmp_path / "art")
     started = time.perf_counter()
     with caplog.at_level(logging.WARNING):
-        tracker.start({"a": 1})
+        tracker.start({"a": 1})  # on a background thread: the fit goes on meanwhile
+        tracker.ready()
     assert time.perf_counter() - started < 5.0 and not tracker.enabled
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and warnings[0].startswith(

@@ -143,6 +143,17 @@ def test_train_writes_plan_json_and_plan_vs_actual(tiny_config, config_file, tmp
     # One full epoch: the actual epoch time is the time in training steps.
     assert comparison["epoch_time_s"]["actual"] == pytest.approx(
         result.metrics["fit"]["train_time_s"])
+    assert not calibration["memory_cached"]
+
+    # Another run of the same model, batches and machine reads the measured step memory from
+    # the cache instead of measuring it again (planning then costs no step at all).
+    again = dict(config, name="tiny-again", train={**config["train"], "max_steps": 2})
+    second = json.loads((Path(train(config_file(again)).run_dir) / "plan.json").read_text())
+    cached = second["calibration"]
+    assert cached["memory_cached"] and cached["probe_s"] == 0
+    assert cached["train_step_bytes"] == calibration["train_step_bytes"]
+    assert cached["eval_step_bytes"] == calibration["eval_step_bytes"]
+    assert cached["source"] == "training steps" and cached["steps"] == 1
 
 
 @pytest.mark.slow

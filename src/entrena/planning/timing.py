@@ -120,6 +120,8 @@ class Calibration:
         memory_shapes: ``{"train": [B, T], "eval": [B, T] | None}`` measured, or ``None``.
         source: ``"probe"`` (steps of a copy of the model, untimed warm-up first) or
             ``"training steps"`` (the fit's own optimizer steps after its first).
+        memory_cached: The memory figures come from an earlier run's measurement of the
+            same model, batch shape, precision and machine (``entrena train``'s cache).
     """
 
     device: str
@@ -135,6 +137,7 @@ class Calibration:
     eval_step_bytes: float | None = None
     memory_shapes: dict[str, Any] | None = None
     source: str = "probe"
+    memory_cached: bool = False
 
     @property
     def timed(self) -> bool:

@@ -214,10 +214,16 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
         refusal = ram_refusal(estimate, cfg.train.gradient_accumulation_steps)
         if refusal is not None:
             raise ResourceError(refusal)
-    twin = copy.deepcopy(model).to(device)
-    memory = calibrate(twin, loaded, task, spec, profile, machine, catalog, device,
-                       precision, base_rss, timed=False)
-    del twin
+    cache = _memory_cache_path(loaded, spec, machine, device, precision, shape)
+    memory = _cached_memory(cache, device, precision, base_rss)
+    if memory is None:
+        twin = copy.deepcopy(model).to(device)
+        memory = calibrate(twin, loaded, task, spec, profile, machine, catalog, device,
+                           precision, base_rss, timed=False)
+        del twin
+        _cache_memory(cache, memory)
+    memory.peak_flops = _device_peak(machine, catalog, cfg.train.num_threads, device,
+                                     precision)
     planning_s = time.perf_counter() - started
 
     def build(calibration: Calibration) -> dict[str, Any]:
@@ -233,6 +239,70 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
 
     return FitPlan(build(memory), lambda steps: build(memory.with_steps(steps)),
                    lambda size, tokens: batch_flops(profile, size, tokens))
+
+
+_MEMORY_FIELDS = ("train_step_bytes", "eval_step_bytes", "memory_shapes")
+
+
+def _memory_cache_path(loaded: LoadedConfig, spec: PlanningSpec, machine: Machine,
+                       device: str, precision: str, shape: Any) -> Path | None:
+    """Where the step-memory measurement of this model, batch shape, precision and machine
+    is kept (``<cache>/profiles/memory-<key>.json``), or ``None`` for a model the task gives
+    no shape key for, or a GPU (whose allocator state other processes share)."""
+    import hashlib
+    import importlib.metadata
+    import json
+
+    from entrena.data.cache import default_cache_dir
+
+    if spec.profile_key is None or device != "cpu":
+        return None
+    cfg = loaded.config
+    eval_lengths = list(spec.lengths("validation"))
+    cpu = machine.cpu
+    blob = json.dumps([
+        1, spec.profile_key, cfg.model.model_dump(mode="json"), precision, device,
+        cfg.train.batch_size, cfg.train.eval_batch_size or 2 * cfg.train.batch_size,
+        shape.train.longest, max(eval_lengths) if eval_lengths else 0,
+        cpu.model, sorted(k for k, v in cpu.features.items() if v), cpu.torch_capability,
+        shape.threads, [importlib.metadata.version(d) for d in ("torch", "transformers")],
+    ], sort_keys=True, default=str)
+    key = hashlib.sha256(blob.encode()).hexdigest()[:20]
+    configured = getattr(cfg.data, "cache_dir", None)
+    root = default_cache_dir(loaded.resolve_path(configured) if configured else None)
+    return root / "profiles" / f"memory-{key}.json"
+
+
+def _cached_memory(path: Path | None, device: str, precision: str,
+                   base_rss: float | None) -> Calibration | None:
+    """The step memory measured by an earlier run of the same model, batch shape, precision
+    and machine (the measurement is the resident set's rise over one step: it does not depend
+    on the process's base), or ``None``."""
+    import json
+
+    if path is None or not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+        return Calibration(device=device, precision=precision, flops_per_s=None,
+                           step_overhead_s=0.0, probe_s=0.0, steps=0, shapes=[],
+                           base_rss_bytes=base_rss, memory_cached=True,
+                           **{k: saved[k] for k in _MEMORY_FIELDS})
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # a damaged or outdated entry is measured again
+
+
+def _cache_memory(path: Path | None, memory: Calibration) -> None:
+    if path is None or memory.train_step_bytes is None:
+        return
+    from entrena.core.files import write_json_atomic
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, {k: getattr(memory, k) for k in _MEMORY_FIELDS},
+                          durable=False)
+    except OSError:
+        log.debug("could not cache the step memory in %s", path, exc_info=True)
 
 
 def plan_vs_actual(plan_document_: dict[str, Any] | None, *, peak_memory_bytes: int | None,
@@ -306,8 +376,10 @@ def plan_run(loaded: LoadedConfig, sources: dict[str, str], prepared: Any, model
     write_json_atomic(plan_path, plan.document, durable=False)
     local = plan.document["options"][0]
     calibration = plan.document.get("calibration") or {}
-    measured = (f"measured at the longest batch in {calibration['probe_s']:.1f}s"
-                if calibration.get("train_step_bytes") is not None else "estimated")
+    measured = ("estimated" if calibration.get("train_step_bytes") is None
+                else "measured at the longest batch by an earlier run, cached"
+                if calibration.get("memory_cached")
+                else f"measured at the longest batch in {calibration['probe_s']:.1f}s")
     epoch = local["epoch_time_s"]
     log.info("plan: peak memory %s (%s); %s per epoch of training steps%s",
              format_bytes(local["peak_memory_bytes"] or 0), measured,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,9 @@ class MLflowTracker(Callback):
     """Logs params, step and validation metrics, final metrics and run files to MLflow.
 
     Step metrics are buffered and sent in batches at each evaluation, so tracking adds no
-    per-step latency.
+    per-step latency. The run is created on a background thread (:meth:`start` returns at
+    once: importing MLflow and opening its store took 3-8 s before the first training step);
+    every later call waits for it first.
 
     Args:
         uri: Tracking URI.
@@ -107,6 +110,13 @@ class MLflowTracker(Callback):
         self.run_id: str | None = None
         self._client: Any = None
         self._buffer: list[Any] = []
+        self._starting: threading.Thread | None = None
+
+    def ready(self) -> None:
+        """Wait for the background start (:meth:`start`) to finish."""
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
 
     def _fail(self, what: str, exc: BaseException) -> None:
         if self.enabled:
@@ -115,10 +125,16 @@ class MLflowTracker(Callback):
         self.enabled = False
 
     def start(self, params: dict[str, Any], tags: dict[str, str] | None = None) -> None:
-        """Create the MLflow run and log the flattened config as params; after a resume
-        (``run_id`` restored by :meth:`load_state_dict`), reopen the same run instead."""
+        """Create the MLflow run and log the flattened config as params, on a background
+        thread; after a resume (``run_id`` restored by :meth:`load_state_dict`), reopen the
+        same run instead."""
         if not self.enabled:
             return
+        self._starting = threading.Thread(target=self._start, args=(params, tags),
+                                          name="entrena-mlflow-start", daemon=True)
+        self._starting.start()
+
+    def _start(self, params: dict[str, Any], tags: dict[str, str] | None) -> None:
         try:
             os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
             for name, value in HTTP_SETTINGS.items():  # the user's own settings win
@@ -159,6 +175,7 @@ class MLflowTracker(Callback):
             self._fail("starting the run", exc)
 
     def _queue(self, metrics: dict[str, Any], step: int) -> None:
+        self.ready()
         if not self.enabled or self.run_id is None:
             return
         import time
@@ -171,6 +188,7 @@ class MLflowTracker(Callback):
                 self._buffer.append(Metric(key, float(value), now, step))
 
     def flush(self) -> None:
+        self.ready()
         if not self.enabled or not self._buffer or self.run_id is None:
             self._buffer.clear()
             return
@@ -191,6 +209,7 @@ class MLflowTracker(Callback):
         self.flush()
 
     def on_fit_end(self, state: TrainState) -> None:
+        self.ready()
         self.flush()
         if state.interrupted and self.enabled and self.run_id is not None:
             try:
@@ -199,6 +218,7 @@ class MLflowTracker(Callback):
                 self._fail("closing the interrupted run", exc)
 
     def state_dict(self) -> dict[str, Any]:
+        self.ready()
         return {"run_id": self.run_id}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -207,6 +227,7 @@ class MLflowTracker(Callback):
     def finish(self, metrics: dict[str, Any], artifacts: list[Path],
                status: str = "FINISHED") -> None:
         """Log final metrics and files, and close the run."""
+        self.ready()
         if not self.enabled or self.run_id is None:
             return
         self._queue(flatten(metrics), step=int(metrics.get("fit", {}).get("steps", 0) or 0))
