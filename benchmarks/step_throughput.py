@@ -19,6 +19,12 @@ clipping at 1.0:
 
 Both arms run once untimed first; then the timed pairs alternate entrena, hand, entrena, hand.
 Throughput = samples / wall time of the arm's loop (set-up excluded). Ratio = entrena / hand.
+
+``--compile``: entrena's arm trains one model compiled in place (``train.compile: true``:
+``entrena.engine.compiling.compile_model``), its weights reset from the same copy and a
+fresh AdamW each time, so the untimed warm-up pays the compilations (reported as the
+warm-up's excess over the eager hand-written arm's) and the timed pairs measure compiled
+steps against the hand-written eager loop.
 """
 
 from __future__ import annotations
@@ -98,8 +104,10 @@ def build(mode: str, folder: Path) -> dict[str, Any]:
             "lengths": np.asarray([len(i) for i in plan])}
 
 
-def entrena_arm(backend: Any, built: dict[str, Any], folder: Path, threads: int) -> float:
-    """Seconds of ``entrena.engine.loop.fit`` over the batches."""
+def entrena_arm(backend: Any, built: dict[str, Any], folder: Path, threads: int,
+                compiled: Any = None) -> float:
+    """Seconds of ``entrena.engine.loop.fit`` over the batches (``compiled``: that model,
+    compiled once, with the copy's weights loaded, instead of a fresh copy)."""
     from entrena.callbacks.lr_schedule import LRSchedule
     from entrena.engine.loop import FitSettings, fit
     from entrena.recipes.efficiency import build_monitor
@@ -108,7 +116,11 @@ def entrena_arm(backend: Any, built: dict[str, Any], folder: Path, threads: int)
     from entrena.tasks.metrics import cross_entropy_loss
     from entrena.tracking.events import EventLog
 
-    model = copy.deepcopy(built["model"])
+    if compiled is not None:
+        compiled.load_state_dict(built["model"].state_dict())
+        model = compiled
+    else:
+        model = copy.deepcopy(built["model"])
     optimizer = build_optimizer(model, built["learning_rate"], built["weight_decay"])
     model, optimizer = backend.setup(model, optimizer)
     events = EventLog(folder / f"events-{time.monotonic_ns()}.jsonl")
@@ -190,7 +202,7 @@ def _synchronize(device: Any) -> None:
 
 
 def run(mode: str, pairs: int, threads: int | None = None,
-        progress: Any = print) -> dict[str, Any]:
+        progress: Any = print, compile_model: bool = False) -> dict[str, Any]:
     """Warm-up of both arms, then ``pairs`` timed pairs (entrena, hand, entrena, hand …);
     ``threads`` torch threads (default: entrena's, the physical cores)."""
     import os
@@ -206,7 +218,12 @@ def run(mode: str, pairs: int, threads: int | None = None,
         backend = create_backend(accelerator="auto", devices=1, precision="auto", seed=0,
                                  deterministic=False,
                                  cpu_bf16=auto_cpu_bf16(built["model"], "auto"))
-        arms = {"entrena": lambda: entrena_arm(backend, built, folder, threads),
+        compiled = None
+        if compile_model:
+            from entrena.engine.compiling import compile_model as compile_in_place
+
+            compiled = compile_in_place(copy.deepcopy(built["model"]))
+        arms = {"entrena": lambda: entrena_arm(backend, built, folder, threads, compiled),
                 "hand": lambda: hand_arm(backend.device, backend.precision, built)}
         warmup = {name: arm() for name, arm in arms.items()}
         progress(f"warm-up: entrena {warmup['entrena']:.1f}s, hand {warmup['hand']:.1f}s "
@@ -221,6 +238,8 @@ def run(mode: str, pairs: int, threads: int | None = None,
     throughput = {name: [samples / s for s in values] for name, values in seconds.items()}
     pair_ratios = ratios(throughput["entrena"], throughput["hand"])
     return {"mode": mode, "pairs": pairs, "threads": threads, "device": str(backend.device),
+            "compiled": compile_model, "warmup_s": warmup,
+            "compile_s": (warmup["entrena"] - warmup["hand"]) if compile_model else None,
             "precision": backend.precision, "seconds": seconds, "throughput": throughput,
             "ratios": pair_ratios, "median_ratio": statistics.median(pair_ratios),
             "load": (load_before, os.getloadavg()[0]),
@@ -233,8 +252,10 @@ def main() -> None:
     parser.add_argument("--mode", choices=list(MODES), default="smoke")
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--compile", action="store_true",
+                        help="entrena's arm compiled (train.compile: true)")
     args = parser.parse_args()
-    result = run(args.mode, args.pairs, args.threads)
+    result = run(args.mode, args.pairs, args.threads, compile_model=args.compile)
     print({k: v for k, v in result.items() if k != "padded_lengths"})
 
 

@@ -287,6 +287,11 @@ class TrainConfig(StrictModel):
     """Batch examples of similar token length together to cut padding."""
     num_threads: Annotated[int, Field(ge=1)] | None = None
     """CPU threads for torch; default: all physical cores."""
+    compile: Literal["auto", True, False] = "auto"
+    """`torch.compile` the model (inductor; the first steps of each new shape pay the
+    compilation): `auto` compiles when the measured speed-up on this kind of device repays
+    the measured compile time within the planned training time
+    (`entrena.engine.compiling.compile_decision`); `true` always, `false` never."""
     log_every_steps: Annotated[int, Field(ge=1)] = 10
     """Write a step record to events.jsonl every this many optimizer steps."""
     checkpoint: CheckpointConfig = CheckpointConfig()

@@ -60,6 +60,7 @@ from entrena.engine.checkpointing import (
     restore_training,
     training_payload,
 )
+from entrena.engine.compiling import compile_decision, compile_model
 from entrena.engine.distributed import ShardedBatches
 from entrena.engine.loop import FitSettings, fit, predict
 from entrena.errors import ConfigError, Interrupted, NonFiniteError
@@ -112,6 +113,12 @@ def _console(console: Any) -> Any:
     from rich.console import Console
 
     return Console(stderr=True)
+
+
+def _planned_train_s(plan: dict[str, Any] | None) -> float | None:
+    """The plan's seconds of training steps on this machine (evaluation excluded)."""
+    local = next((o for o in (plan or {}).get("options", []) if o.get("kind") == "local"), {})
+    return local.get("total_time_s")
 
 
 def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
@@ -184,6 +191,10 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
             backend.global_rank, world)
     validation_data = batches("validation", shuffle=False)
     optimizer = build_optimizer(model, tcfg.learning_rate, tcfg.weight_decay)
+    decision = compile_decision(tcfg.compile, backend.accelerator, _planned_train_s(plan))
+    log.info("compile: %s (%s)", "on" if decision.compile else "off", decision.reason)
+    if decision.compile:  # in place: state_dict keys, checkpoints and exports unchanged
+        compile_model(model)
     model, optimizer = backend.setup(model, optimizer)
 
     def evaluate(current_model: Any) -> dict[str, float]:

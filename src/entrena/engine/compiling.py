@@ -1,0 +1,112 @@
+"""``train.compile``: whether ``torch.compile`` pays for a run, and compiling the model.
+
+Compiling fuses a model's elementwise work (GELU, layer norm, softmax, dropout) around the
+matrix products, which are the same library calls either way; it costs a compilation per
+new graph (the training step, the no-grad evaluation, and one recompile when a second batch
+shape marks the dimensions dynamic: ``torch.compile``'s automatic dynamic shapes, so
+length-grouped batches of many lengths compile a bounded number of times). Whether that pays
+depends on the device and the run's length: ``auto`` compiles when the measured speed-up
+repays the measured compile time within the planned training time, with a margin.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass
+from typing import Any
+
+from entrena.errors import ConfigError
+
+__all__ = ["CompileDecision", "COMPILE_COSTS", "compile_decision", "compile_model",
+           "REPAY_MARGIN"]
+
+log = logging.getLogger("entrena")
+
+REPAY_MARGIN = 2.0
+"""``auto`` compiles when the planned saving is at least this many times the compile time
+(the speed-up and compile time vary with the model and the machine's load)."""
+
+
+@dataclass(frozen=True)
+class CompileCost:
+    """What compiling measured on a kind of device.
+
+    Attributes:
+        speedup: Training-step throughput compiled over eager, same batches.
+        compile_s: Seconds the compilations of a run add (training and evaluation graphs,
+            the dynamic-shape recompile), with inductor's caches cold.
+        source: The measurement behind the figures.
+    """
+
+    speedup: float
+    compile_s: float
+    source: str
+
+
+COMPILE_COSTS: dict[str, CompileCost] = {
+    "cpu": CompileCost(
+        speedup=1.0, compile_s=300.0,
+        source="benchmarks/step_throughput.py --compile (MiniLM-L6, fp32, AMD EPYC AVX2, "
+               "2 cores, 2026-12-02; see docs/benchmarks.md, bench:compile)"),
+    "cuda": CompileCost(
+        speedup=1.43, compile_s=60.0,
+        source="speed-up: PyTorch 2.0 announcement (163 open-source models, A100, AMP, mean "
+               "training speed-up 43%); compile time: an estimate, not measured here"),
+}
+"""Per device kind; a device missing here is never compiled by ``auto``."""
+
+
+@dataclass(frozen=True)
+class CompileDecision:
+    """Whether to compile, and the sentence that says why."""
+
+    compile: bool
+    reason: str
+
+
+def compile_decision(setting: str | bool, device: str,
+                     planned_train_s: float | None) -> CompileDecision:
+    """Decide ``train.compile`` for a run.
+
+    Args:
+        setting: ``"auto"``, ``True`` or ``False``.
+        device: ``"cpu"`` or ``"cuda"`` (other devices are never compiled by ``auto``).
+        planned_train_s: The plan's seconds of training steps, or ``None`` when unknown.
+
+    Returns:
+        The :class:`CompileDecision`.
+
+    Raises:
+        ConfigError: ``true`` on a CPU without a C++ compiler (inductor generates C++).
+    """
+    if setting is False:
+        return CompileDecision(False, "train.compile is false")
+    if device == "cpu" and not (shutil.which("c++") or shutil.which("g++")):
+        if setting is True:
+            raise ConfigError("train.compile: true needs a C++ compiler on a CPU (inductor "
+                              "writes C++ kernels) and none is on PATH: install g++ "
+                              "(`apt-get install g++`) or set train.compile: false")
+        return CompileDecision(False, "auto: no C++ compiler for inductor on this CPU")
+    if setting is True:
+        return CompileDecision(True, "train.compile is true")
+    cost = COMPILE_COSTS.get(device)
+    if cost is None:
+        return CompileDecision(False, f"auto: compiling is not measured on {device}")
+    if planned_train_s is None:
+        return CompileDecision(False, "auto: the planned training time is unknown")
+    saving = planned_train_s * (1.0 - 1.0 / cost.speedup) if cost.speedup > 1 else 0.0
+    pays = saving >= REPAY_MARGIN * cost.compile_s
+    return CompileDecision(
+        pays, f"auto: a {cost.speedup:.2f}x step speed-up would save {saving:.0f}s of "
+              f"{planned_train_s:.0f}s planned against ~{cost.compile_s:.0f}s of compiling "
+              f"({'pays' if pays else 'does not pay'} with a {REPAY_MARGIN:g}x margin; "
+              f"measured: {cost.source})")
+
+
+def compile_model(model: Any) -> Any:
+    """Compile ``model`` in place (``nn.Module.compile``: its ``state_dict`` keys, and so
+    checkpoints, exports and resume, are those of the eager model) with inductor and
+    automatic dynamic shapes. Returns ``model``."""
+    model.compile()
+    return model
