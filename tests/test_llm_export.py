@@ -163,6 +163,7 @@ def test_the_hf_bundle_is_the_merged_model_and_agrees(exported):
     assert hf.report["parity"]["agreement"] == 1.0
 
 
+@pytest.mark.slow  # 110 s on the busy 2-core machine: two CLI processes load torch and llama.cpp
 def test_predict_and_chat_run_the_gguf_bundle(exported):
     work, _, gguf, _ = exported
     write_jsonl(work / "prompts.jsonl", [
@@ -220,7 +221,7 @@ def test_a_missing_runtime_names_what_to_install(exported, tmp_path):
         done = run_cli(*args, cwd=work, PYTHONPATH=os.pathsep.join(
             [str(shim.parent), os.environ.get("PYTHONPATH", "")]))
         assert done.returncode == 2, done.stderr[-2000:]
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and "llama-cpp-python" in lines[0]
-        assert "pip install 'entrena[gguf]'" in lines[0]
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "llama-cpp-python" in errors[0]
+        assert "pip install 'entrena[gguf]'" in errors[0]
     assert not (tmp_path / "b").exists() and not (tmp_path / "o.jsonl").exists()
