@@ -53,7 +53,9 @@ def trained(tmp_path_factory, smol_tokenizer):  # noqa: F811
                  train={"max_epochs": 6, "learning_rate": 3e-2, "evals_per_epoch": 1})
     (work / "config.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
     run_dir = work / "run"
-    entrena.train(work / "config.yaml", run_dir=run_dir)
+    with pytest.MonkeyPatch.context() as patch:  # report.html (matplotlib): not tested here
+        patch.setattr("entrena.recipes.training._write_report", lambda paths: None)
+        entrena.train(work / "config.yaml", run_dir=run_dir)
     return work, run_dir
 
 
