@@ -105,8 +105,12 @@ class GgufRunner:
     def __init__(self, path: Path, *, context_tokens: int = 2048, threads: int | None = None):
         llama_cpp = require_runtime(f"running {path.name}")
         try:
+            # n_threads_batch too: llama-cpp-python's default for prompt processing is every
+            # core, which on a shared machine waits on descheduled threads (several times
+            # slower than the one thread asked for).
             self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=int(context_tokens),
-                                       n_threads=threads, n_batch=512, verbose=False)
+                                       n_threads=threads, n_threads_batch=threads,
+                                       n_batch=512, verbose=False)
         except ValueError as exc:  # llama-cpp-python's "Failed to load model from file"
             raise ResourceError(f"{path}: llama.cpp cannot load it ({exc})") from None
         self.metadata: dict[str, str] = dict(self.llm.metadata)
