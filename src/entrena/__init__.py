@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "doctor", "DoctorReport", "plan", "PlanResult",
            "prepare", "PrepareResult", "train", "TrainResult", "export",
            "ExportResult", "predict", "PredictResult", "tune", "TuneResult", "launch",
-           "LaunchResult", "load_config"]
+           "LaunchResult", "chat", "load_config"]
 
 _LAZY = {
     "doctor": ("entrena.api", "doctor"),
@@ -31,6 +31,7 @@ _LAZY = {
     "TuneResult": ("entrena.api", "TuneResult"),
     "launch": ("entrena.api", "launch"),
     "LaunchResult": ("entrena.api", "LaunchResult"),
+    "chat": ("entrena.api", "chat"),
     "load_config": ("entrena.tasks.registry", "load_config"),
 }
 

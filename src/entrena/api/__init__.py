@@ -1,5 +1,6 @@
 """The verbs: one public function per CLI command."""
 
+from entrena.api.chatting import chat
 from entrena.api.doctoring import DoctorReport, doctor
 from entrena.api.exporting import ExportResult, ParityFailed, export
 from entrena.api.launching import LaunchResult, launch
@@ -10,7 +11,7 @@ from entrena.api.preparing import DataCheckFailed, PrepareResult, prepare
 from entrena.api.training import TrainResult, train
 from entrena.api.tuning import TuneResult, tune
 
-__all__ = ["DoctorReport", "doctor", "PlanResult", "plan", "LlmPlanResult", "plan_llm",
+__all__ = ["chat", "DoctorReport", "doctor", "PlanResult", "plan", "LlmPlanResult", "plan_llm",
            "DataCheckFailed", "ExportResult", "ParityFailed", "PredictResult", "PrepareResult",
            "LaunchResult", "launch", "TrainResult", "TuneResult", "export", "predict", "prepare",
            "train", "tune"]

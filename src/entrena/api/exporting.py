@@ -50,6 +50,13 @@ def _check_options(fmt_name: str, quantize: str | None, opset: int | None) -> An
     from entrena.exporting.onnx_format import check_opset
 
     fmt = get_format(fmt_name)
+    if quantize is not None and quantize not in fmt.quantizations and fmt.quantizations:
+        import difflib
+
+        close = difflib.get_close_matches(quantize, fmt.quantizations, n=1)
+        raise ConfigError(f"--quantize {quantize!r} is not a quantisation of --format "
+                          f"{fmt.name}; use one of: {', '.join(fmt.quantizations)}"
+                          + (f" (did you mean {close[0]!r}?)" if close else ""))
     if quantize is not None and quantize not in fmt.quantizations:
         allowed = [name for name, f in FORMATS.items() if quantize in f.quantizations]
         raise ConfigError(f"--quantize {quantize!r} is not available for --format {fmt.name}; "
@@ -68,7 +75,8 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
            opset: int | None = None, output: str | Path | None = None,
            parity_data: str | Path | None = None, atol: float = 1e-4,
            min_label_agreement: float = 0.99, max_accuracy_drop: float = 0.01,
-           latency_calls: int = 50, threads: int | None = None) -> ExportResult:
+           latency_calls: int = 50, threads: int | None = None,
+           parity_prompts: int = 100) -> ExportResult:
     """Export a finished run's model as a self-contained bundle and check it.
 
     The bundle holds the model file, the tokenizer, the label map and preprocessing
@@ -80,8 +88,11 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
     Args:
         run: The run directory (``runs/<name>``).
         format: ``onnx`` (dynamo exporter, dynamic batch and sequence axes) or
-            ``torchscript`` (``torch.jit.trace``; a ``torch.export`` program when that fails).
-        quantize: ``"int8"``: ONNX Runtime dynamic quantisation (ONNX only).
+            ``torchscript`` (``torch.jit.trace``; a ``torch.export`` program when that fails);
+            for a chat model (``task: llm-sft``) ``gguf`` (llama.cpp, with an Ollama
+            ``Modelfile``) or ``hf`` (the merged model as a Hugging Face folder).
+        quantize: ``"int8"``: ONNX Runtime dynamic quantisation (ONNX only); ``f16``,
+            ``q8_0`` (default) or ``q4_k_m`` for ``gguf`` (llama.cpp's quantiser).
         opset: ONNX opset (default 18); must be one the installed exporter writes.
         output: The bundle folder; default ``<run>/export/<format>[-int8]``.
         parity_data: A file to check parity on instead of the run's test split (the run's
@@ -91,13 +102,17 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
         max_accuracy_drop: … and accuracy drops by at most this (0.01 = one point).
         latency_calls: Timed calls per engine and batch size (1 and 32).
         threads: CPU threads for PyTorch and ONNX Runtime; default PyTorch's current count.
+        parity_prompts: A chat model (``--format gguf`` or ``hf``): held-out prompts whose
+            greedy answers are compared (the first of the run's test file).
 
     Returns:
         The :class:`ExportResult`.
 
     Raises:
         ConfigError: Unknown format, a quantisation or opset the format or the installed
-            exporter does not support (before anything is loaded).
+            exporter does not support (before anything is loaded), a format the run's task
+            does not export to.
+        ResourceError: ``--format gguf`` without llama-cpp-python installed.
         DataError: The run has no finished model (the message says what is missing and which
             command makes it), ``output`` is an existing folder that is not a bundle, or the
             parity data cannot be read.
@@ -111,6 +126,10 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
     from entrena.tracking.base import wants_mlflow_model
 
     fmt = _check_options(format, quantize, opset)
+    quantize = quantize if quantize is not None else fmt.default_quantization
+    if parity_prompts < 1:
+        raise ConfigError(f"--parity-prompts {parity_prompts}: give at least 1 (50 or more for "
+                          "a meaningful agreement)")
     model_run = locate_run(run, model_files=model_files)
     task = get_task(model_run.config.get("task"))
     if fmt.name not in task.export_formats:
@@ -132,7 +151,7 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
     report = task.write_bundle(model_run, ExportRequest(
         format=fmt, quantize=quantize, opset=opset, destination=destination,
         parity_data=parity_data, thresholds=thresholds, latency_calls=latency_calls,
-        threads=threads))
+        threads=threads, parity_prompts=parity_prompts))
     result = ExportResult(destination, report)
     tracking = model_run.config.get("tracking") or {}
     if result.passed and wants_mlflow_model(tracking):  # a failure only warns
@@ -141,6 +160,13 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
         register_model(destination, model_run.paths.root, tracking)
     if not result.passed:
         parity = report["parity"]
+        if "agreement" in parity:  # a chat model: greedy answers compared
+            raise ParityFailed(
+                f"parity check failed ({parity['criteria']}; agreement "
+                f"{parity['agreement']:.3f} on {parity['prompts']} prompts, exact match "
+                f"{parity['exact_match_pytorch']:.3f} (PyTorch) vs "
+                f"{parity[f'exact_match_{fmt.name}']:.3f}); the bundle is in {destination} "
+                f"with parity.passed: false", result)
         figures = (f"max |Δvalue| {parity['max_abs_diff']:.3g} (target units), max relative "
                    f"{parity['max_rel_diff']:.3g}" if "max_rel_diff" in parity else
                    f"max |Δlogit| {parity['max_abs_diff']:.3g}, label agreement "

@@ -207,9 +207,12 @@ def prepare(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
 
 @app.command()
 def export(run: RunArg,
-           format_: Annotated[str, typer.Option("--format", help="onnx or torchscript.")] = "onnx",
+           format_: Annotated[str, typer.Option(
+               "--format", help="onnx or torchscript; a chat model (task llm-sft): gguf "
+               "(llama.cpp / Ollama) or hf (merged Hugging Face folder).")] = "onnx",
            quantize: Annotated[str | None, typer.Option(
-               "--quantize", help="int8: ONNX Runtime dynamic quantisation (ONNX only).")] = None,
+               "--quantize", help="int8: ONNX Runtime dynamic quantisation (ONNX only); "
+               "gguf: f16, q8_0 (default) or q4_k_m.")] = None,
            opset: Annotated[int | None, typer.Option(
                "--opset", help="ONNX opset (default 18).", show_default=False)] = None,
            output: Annotated[Path | None, typer.Option(
@@ -224,6 +227,9 @@ def export(run: RunArg,
                "relative).")] = 1e-4,
            latency_calls: Annotated[int, typer.Option(
                "--latency-calls", help="Timed calls per engine and batch size.")] = 50,
+           parity_prompts: Annotated[int, typer.Option(
+               "--parity-prompts", help="Chat models: held-out prompts whose greedy answers "
+               "are compared.")] = 100,
            json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     """Export RUN's model as a bundle (model, tokenizer, labels, model card) and check parity
     and latency; exits 3 when the parity check fails (the bundle is still written)."""
@@ -235,7 +241,8 @@ def export(run: RunArg,
 
         try:
             return export_fn(run, format=format_, quantize=quantize, opset=opset, output=output,
-                             parity_data=parity_data, atol=atol, latency_calls=latency_calls)
+                             parity_data=parity_data, atol=atol, latency_calls=latency_calls,
+                             parity_prompts=parity_prompts)
         except ParityFailed as exc:
             _print_export(exc.result, json_output)
             raise
@@ -252,6 +259,10 @@ def _print_export(result: Any, json_output: bool) -> None:
 
     report = result.report
     parity = report["parity"]
+    if "agreement" in parity:  # a chat model: one line (scripts read the bundle off its end)
+        _stderr_console().print(_chat_parity_line(result), soft_wrap=True, markup=False,
+                                highlight=False)
+        return
     table = Table(title=f"bundle {result.bundle_dir}", show_header=True)
     table.add_column("figure")
     table.add_column("value", justify="right")
@@ -279,6 +290,19 @@ def _print_export(result: Any, json_output: bool) -> None:
     table.add_row("size: model file / PyTorch weights (MB)",
                   f"{sizes['model_file'] / 1e6:.1f} / {sizes['pytorch_weights'] / 1e6:.1f}")
     _stderr_console().print(table)
+
+
+def _chat_parity_line(result: Any) -> str:
+    report = result.report
+    parity, fmt = report["parity"], report["format"]
+    speed = report["throughput"]
+    what = f"{fmt} {report['quantize']}" if report.get("quantize") else fmt
+    return (f"parity {what}: {'passed' if parity['passed'] else 'FAILED'} "
+            f"({parity['criteria']}): agreement {parity['agreement']:.3f} on "
+            f"{parity['prompts']} prompts, exact match {parity['exact_match_pytorch']:.3f} "
+            f"(PyTorch) / {parity[f'exact_match_{fmt}']:.3f} ({fmt}), "
+            f"{speed['pytorch']['tokens_per_s']:.0f} / {speed[fmt]['tokens_per_s']:.0f} tokens/s, "
+            f"model file {report['size_bytes']['model_file'] / 1e6:.1f} MB: {result.bundle_dir}")
 
 
 @app.command()
@@ -328,6 +352,26 @@ def predict(source: Annotated[Path, typer.Argument(
             f"skipped{f' ({reasons})' if reasons else ''} with "
             f"{summary['backend']}: {result.output}", soft_wrap=True, markup=False,
             highlight=False)
+
+
+@app.command()
+def chat(source: Annotated[Path, typer.Argument(
+             metavar="RUN_OR_BUNDLE", help="A chat model's run directory or export bundle.",
+             show_default=False)],
+         max_new_tokens: Annotated[int, typer.Option(
+             "--max-new-tokens", help="The most tokens of one answer.")] = 256,
+         verbose: VerboseOpt = False) -> None:
+    """Talk with a chat model (task llm-sft): one line per turn on stdin (a terminal or a
+    pipe), answers on stdout; /reset forgets, /exit or end of input stops."""
+    _setup_logging(verbose)
+
+    def call() -> Any:
+        from entrena.api import chat as chat_fn
+
+        return chat_fn(source, input=sys.stdin, output=sys.stdout,
+                       max_new_tokens=max_new_tokens)
+
+    _call_verb(call, verbose)
 
 
 @app.command()

@@ -79,6 +79,7 @@ class ExportRequest:
         thresholds: The :class:`~entrena.exporting.checks.Thresholds` parity must meet.
         latency_calls: Timed calls per engine and batch size.
         threads: CPU threads for PyTorch and ONNX Runtime (``None``: PyTorch's current).
+        parity_prompts: Held-out prompts a generative model's parity check runs.
     """
 
     format: Any
@@ -89,6 +90,7 @@ class ExportRequest:
     thresholds: Any
     latency_calls: int = 50
     threads: int | None = None
+    parity_prompts: int = 100
 
 
 @dataclass
@@ -223,7 +225,7 @@ def read_manifest(bundle: str | Path) -> dict[str, Any]:
 
 
 def bundle_name(fmt: str, quantize: str | None) -> str:
-    """``onnx``, ``onnx-int8``, ``torchscript``."""
+    """``onnx``, ``onnx-int8``, ``torchscript``, ``gguf-q8_0``."""
     return f"{fmt}-{quantize}" if quantize else fmt
 
 

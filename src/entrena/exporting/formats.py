@@ -45,6 +45,8 @@ class ExportFormat:
         quantizations: ``--quantize`` values it supports.
         takes_opset: Whether ``--opset`` applies.
         runs_on: The ``--backend`` of ``entrena predict`` that runs it.
+        default_quantization: ``--quantize`` when none is given (the bundle is named after
+            it: ``gguf-q8_0``), or ``None``.
     """
 
     name: str
@@ -52,6 +54,7 @@ class ExportFormat:
     quantizations: tuple[str, ...]
     takes_opset: bool
     runs_on: str
+    default_quantization: str | None = None
 
 
 FORMATS: dict[str, ExportFormat] = {
@@ -62,6 +65,10 @@ FORMATS: dict[str, ExportFormat] = {
         (Attempt("torchscript", "model.pt", torch_format.export_torchscript),
          Attempt("torch.export", "model.pt2", torch_format.export_program)),
         quantizations=(), takes_opset=False, runs_on="torch"),
+    # Written by the task itself (a generative model: merged adapters, no traced graph).
+    "gguf": ExportFormat("gguf", (), quantizations=("f16", "q8_0", "q4_k_m"), takes_opset=False,
+                         runs_on="llama.cpp", default_quantization="q8_0"),
+    "hf": ExportFormat("hf", (), quantizations=(), takes_opset=False, runs_on="torch"),
 }
 
 

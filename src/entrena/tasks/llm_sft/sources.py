@@ -22,12 +22,13 @@ from pathlib import Path
 
 from entrena.errors import ConfigError
 
-__all__ = ["check_llm_source", "resolve_llm_source", "converted_dir"]
+__all__ = ["check_llm_source", "resolve_llm_source", "converted_dir", "file_digest"]
 
 log = logging.getLogger("entrena")
 
 
-def _sha256(path: Path) -> str:
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file, hex (its first 16 digits name the cache folder)."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -51,7 +52,7 @@ def converted_dir(gguf: Path, alias: str, cache_root: Path, *,
         A Hugging Face folder (``config.json``, ``model.safetensors`` and the tokenizer files
         with the chat template; or the tokenizer files alone).
     """
-    stem = f"{alias}-{_sha256(gguf)[:16]}"
+    stem = f"{alias}-{file_digest(gguf)[:16]}"
     target = cache_root / "models" / stem
     if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
         return target

@@ -50,8 +50,9 @@ class LlmSftTask:
     """The config class (the common sections plus this task's keys)."""
     model_files = ("entrena_model.json", "tokenizer_config.json")
     """Files every saved model folder holds (plus ``adapter/`` or ``model.safetensors``)."""
-    export_formats: tuple[str, ...] = ()
-    """No export format yet: the model folder is a PEFT adapter or a Hugging Face model."""
+    export_formats: tuple[str, ...] = ("gguf", "hf")
+    """GGUF for llama.cpp / Ollama, or the merged Hugging Face folder
+    (:mod:`entrena.tasks.llm_sft.export`)."""
     mlflow_model = False
     """Not yet an MLflow pyfunc model: a chat's ``messages`` column holds lists, which the
     CSV that the pyfunc model hands to ``predict`` does not carry (and it is untried)."""
@@ -238,10 +239,19 @@ class LlmSftTask:
         return spec
 
     def write_bundle(self, run: Any, request: Any) -> dict[str, Any]:
-        """Not available yet for this task."""
-        raise ConfigError("entrena export: task llm-sft has no export format yet; the run's "
-                          "model/ folder is a PEFT adapter (or a Hugging Face model) that "
-                          "entrena predict and PEFT load directly")
+        """The merged model as GGUF or a Hugging Face folder, with its parity check
+        (:func:`entrena.tasks.llm_sft.export.write_llm_bundle`)."""
+        from entrena.tasks.llm_sft.export import write_llm_bundle
+
+        return write_llm_bundle(run, request)
+
+    @property
+    def chat_session(self) -> Any:
+        """The class ``entrena chat`` talks through
+        (:class:`~entrena.tasks.llm_sft.chat.ChatSession`)."""
+        from entrena.tasks.llm_sft.chat import ChatSession
+
+        return ChatSession
 
     def predict(self, location: Any, data: Path, output: Path, options: Any) -> dict[str, Any]:
         """Generate a response for each row of ``data`` into ``output``
