@@ -41,6 +41,12 @@ class LlmDataConfig(DataConfig):
     give `\\n` escapes)."""
     response_column: str | None = None
     """Column holding the response to learn (format `template`)."""
+    packing: Literal["auto"] | bool = "auto"
+    """Pack each training batch's examples end to end into fewer rows (as wide as its
+    longest example), each example attending to itself only; the examples of a batch, the
+    loss per target token and resume are unchanged, only padding slots are saved. `auto`
+    packs when that saves at least 5% of the epoch's token slots (see docs/benchmarks.md,
+    "Packing"); evaluation batches are never packed."""
     system_prompt: str | None = None
     """A system turn put before every prompt of the `prompt_completion` and `template`
     formats (default: none; the chat template may add its own)."""

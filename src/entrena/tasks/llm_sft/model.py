@@ -149,25 +149,38 @@ class SftModel(nn.Module):
         return get() if get is not None else self.lm
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                target_mask: torch.Tensor) -> torch.Tensor:
-        """Per-example losses, and greedy generations in eval mode.
+                target_mask: torch.Tensor, position_ids: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        """Per-example (or, packed, per-row) losses, and greedy generations in eval mode.
 
         Args:
             input_ids: Prompt + response + EOS, right-padded, (B, T) int64.
             attention_mask: 1 on real tokens, (B, T) int64.
             target_mask: 1 on the tokens to learn (response and EOS), (B, T) int64.
+            position_ids: Packed rows only (train mode): each example's positions from 0,
+                (B, T) int64. The padding mask is then left out, so that transformers builds
+                the block-diagonal causal mask from the restarting positions (its
+                ``find_packed_sequence_indices``): every example attends to itself only.
 
         Returns:
             (B, 2) float32 in train mode: the summed negative log-likelihood (nats) of each
-            example's target tokens and their count; (B, 2 + G) in eval mode, the generated
-            ids after them (EOS included, :data:`IGNORE` after the end).
+            row's target tokens and their count (a row is one example unless packed);
+            (B, 2 + G) in eval mode, the generated ids after them (EOS included,
+            :data:`IGNORE` after the end).
+
+        Raises:
+            ValueError: Packed rows (``position_ids``) in eval mode.
         """
         lm = self.causal_lm
+        if position_ids is not None and not self.training:
+            raise ValueError("packed rows (position_ids) are for training only: evaluation "
+                             "generates per example")
         # On the meta device (the planner's shape-only pass) the padding mask is left out:
         # building it reads values, and a causal mask has the same cost.
-        mask = None if input_ids.is_meta else attention_mask
-        hidden = lm.get_decoder()(input_ids=input_ids,
-                                  attention_mask=mask).last_hidden_state  # (B, T, H)
+        mask = None if input_ids.is_meta or position_ids is not None else attention_mask
+        hidden = lm.get_decoder()(input_ids=input_ids, attention_mask=mask,
+                                  position_ids=position_ids,
+                                  use_cache=False).last_hidden_state  # (B, T, H)
         targets = target_mask[:, 1:].bool()  # token t is predicted at position t - 1
         if targets.is_meta:  # the planner's shape-only pass: every position (an upper bound)
             rows, cols = (torch.arange(n, device="meta") for n in targets.shape)
