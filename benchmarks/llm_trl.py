@@ -269,6 +269,9 @@ def main() -> None:
                         choices=["random", "group_by_length"])
     parser.add_argument("--quick", action="store_true",
                         help="32 training chats, 32 validation chats; no doc section")
+    parser.add_argument("--set", action="append", default=[], dest="extra",
+                        metavar="KEY=VALUE", help="an entrena --set value for both sides' data "
+                        "and entrena's run (model.shared_prefix=false, data.packing=true)")
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -279,7 +282,8 @@ def main() -> None:
         args.train, args.validation = 32, 32
     command = "python " + " ".join(["benchmarks/llm_trl.py", *sys.argv[1:]])
     spec = {"train": args.train, "validation": args.validation, "batch_size": args.batch_size,
-            "threads": args.threads, "trl_sampler": args.trl_sampler, "command": command}
+            "threads": args.threads, "trl_sampler": args.trl_sampler, "command": command,
+            "extra": args.extra}
     load = [os.getloadavg()[0]]
     pairs = []
     for index in range(args.pairs):

@@ -1,6 +1,7 @@
-"""Packing of ``task: llm-sft`` training batches: rows without cross-contamination (each
-example attends to itself only), the same loss and gradients as padded batches, and the
-``data.packing: auto`` rule."""
+"""How ``task: llm-sft`` lays out training batches: packing (rows without
+cross-contamination: each example attends to itself only; the same loss and gradients as
+padded batches; the ``data.packing: auto`` rule) and the shared prompt prefix decoded once
+per batch (the same loss and gradients as decoding every row whole)."""
 
 from __future__ import annotations
 
@@ -127,3 +128,41 @@ def test_packing_auto_packs_only_when_it_saves_slots(tmp_path, smol_tokenizer):
     assert not packing_decision("auto", np.full(8, 30), [[0, 1, 2, 3], [4, 5, 6, 7]])
     assert not packing_decision(False, lengths, [list(range(len(lengths)))])
     assert not task.batches(loaded, prepared, "validation", batch_size=6, shuffle=False).pack
+
+
+def test_the_shared_prompt_prefix_decoded_once_gives_the_same_loss_and_gradients(
+        tmp_path, smol_tokenizer):
+    from entrena.tasks.llm_sft.model import build_sft_model, shared_prefix_length
+
+    write_jsonl(tmp_path / "train.jsonl", _mixed_lengths(12))
+    loaded, task, prepared = prepare(tmp_path, smol_tokenizer,
+                                     data={"packing": False, "validation_fraction": 0.2},
+                                     model={"max_length": 160})
+    source = task.batches(loaded, prepared, "train", batch_size=6, shuffle=True)
+    batch = source.collate(source.plan(0)[0])
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    prefix = shared_prefix_length(batch["input_ids"], batch["target_mask"])
+    # The chat template's system turn and "Review: the coffee was", not the varying words.
+    assert 20 < prefix < int(batch["target_mask"].argmax(1).min())
+    single = {k: v[:1] for k, v in inputs.items()}
+    assert shared_prefix_length(single["input_ids"], single["target_mask"]) == 0
+
+    torch.manual_seed(0)
+    model = build_sft_model(pretrained=None, architecture=ARCH, tokenizer=prepared.tokenizer,
+                            finetuning="lora", lora={"r": 4, "alpha": 8, "dropout": 0.0,
+                                                     "target_modules": "all-linear"},
+                            dropout=0.0, max_new_tokens=2, gradient_checkpointing=False)
+    results = []
+    for share in (True, False):
+        model.share_prefix = share
+        model.zero_grad()
+        out = model(**inputs)
+        (out[:, 0].sum() / out[:, 1].sum()).backward()
+        results.append((out.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+                                       if p.grad is not None}))
+    (shared, shared_grads), (whole, whole_grads) = results
+    torch.testing.assert_close(shared, whole, rtol=1e-5, atol=1e-5)
+    assert shared_grads.keys() == whole_grads.keys() and shared_grads
+    for name in whole_grads:
+        torch.testing.assert_close(shared_grads[name], whole_grads[name], rtol=1e-4,
+                                   atol=1e-6, msg=name)

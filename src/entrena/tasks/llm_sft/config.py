@@ -120,6 +120,11 @@ class LlmModelConfig(ModelConfig):
     max_new_tokens: Literal["auto"] | Annotated[int, Field(ge=1)] = "auto"
     """Tokens generated per prompt in evaluation and prediction: `auto` takes the longest
     training response (EOS included)."""
+    shared_prefix: bool = True
+    """In training, decode the prompt prefix every example of a batch shares (the chat
+    template's system turn, the template's opening words) once per batch instead of once
+    per example: the same loss and gradients with less compute (LoRA dropout on the prefix
+    draws one mask per batch). Off under gradient checkpointing and for packed batches."""
     gradient_checkpointing: bool = False
     """Recompute each layer's activations in backward instead of keeping them (less memory,
     about a third more compute)."""

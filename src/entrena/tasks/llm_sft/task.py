@@ -120,7 +120,8 @@ class LlmSftTask:
             tokenizer=prepared.tokenizer, finetuning=model.finetuning,
             lora=model.lora.model_dump(), dropout=model.dropout,
             max_new_tokens=prepared.max_new_tokens,
-            gradient_checkpointing=model.gradient_checkpointing)
+            gradient_checkpointing=model.gradient_checkpointing,
+            shared_prefix=model.shared_prefix)
 
     def batches(self, loaded: Any, prepared: PreparedSft, role: str, *, batch_size: int,
                 shuffle: bool) -> Any:
