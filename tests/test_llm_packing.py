@@ -166,3 +166,41 @@ def test_the_shared_prompt_prefix_decoded_once_gives_the_same_loss_and_gradients
     for name in whole_grads:
         torch.testing.assert_close(shared_grads[name], whole_grads[name], rtol=1e-4,
                                    atol=1e-6, msg=name)
+
+
+# --- the task's plan uses the LLM formulas and agrees with `entrena plan --llm` --------------
+
+def test_the_llm_sft_plan_and_plan_llm_agree_for_the_same_settings(tmp_path, smol_tokenizer):
+    import json
+
+    from entrena.api import plan_llm
+    from entrena.api.planning import plan
+    from entrena.tasks.llm_sft.model import build_tokenizer
+    from test_llm_sft import config
+
+    write_jsonl(tmp_path / "train.jsonl", _mixed_lengths(24))
+    document = plan(config(tmp_path, smol_tokenizer, model={"max_length": 160}),
+                    local_only=True).as_dict()
+    assert document["model"]["kind"] == "llm"
+    llm = document["llm"]
+    settings = llm["settings"]
+    assert settings["activation_bytes"] == 4 and settings["logits_positions"] > 0
+    shape = {**ARCH, "vocab_size": len(build_tokenizer(smol_tokenizer)), "model_type": "llama",
+             "tie_word_embeddings": True}
+    (tmp_path / "config.json").write_text(json.dumps(shape), encoding="utf-8")
+    same = plan_llm(tmp_path / "config.json", mode=settings["mode"],
+                    context=settings["context"], batch_size=settings["batch_size"],
+                    lora_rank=settings["lora_rank"],
+                    gradient_checkpointing=settings["gradient_checkpointing"],
+                    activation_bytes=settings["activation_bytes"],
+                    logits_positions=settings["logits_positions"],
+                    lora_dropout=settings["lora_dropout"]).as_dict()
+    assert same["memory"] == llm["memory"]
+    # This machine's plan holds the same activations, weights and adapter states at the
+    # longest batch (its other terms are the process, the best-weights copy, temporaries).
+    local = document["options"][0]["memory"]
+    assert local["tokens"] == settings["context"]
+    assert local["activations_bytes"] == pytest.approx(llm["memory"]["activations_bytes"])
+    assert (local["weights_bytes"] + local["gradients_bytes"] + local["optimizer_bytes"]
+            == pytest.approx(llm["memory"]["weights_bytes"]
+                             + llm["memory"]["adapter_and_optimizer_bytes"]))

@@ -224,23 +224,15 @@ class LlmSftTask:
 
     def planning(self, loaded: Any, sources: dict[str, str],
                  prepared: PreparedSft) -> PlanningSpec:
-        """One training example of median length profiled on a copy of the model; every
-        example counted as one "token" of that cost (the LLM planner of ``entrena plan
-        --llm`` models lengths; this profile calibrates the run's own plan)."""
-        import numpy as np
+        """Token lengths per split; the model's profile from the LLM formulas
+        (:func:`~entrena.planning.llm_profile.llm_profile`, the shape read from the
+        weights' ``config.json`` or ``model.architecture``); probed on the median-length and
+        the longest batch of epoch 0; evaluation memory at the longest evaluation batch.
+        The plan document gets ``llm``: :func:`~entrena.planning.llm.llm_memory`'s terms at
+        the run's settings and the ``entrena plan --llm`` command that gives the same."""
+        from entrena.tasks.llm_sft.planning import sft_planning
 
-        from entrena.tasks.base import fixed_input_planning
-
-        spec = fixed_input_planning(self, loaded, prepared, str(loaded.config.model.name))
-        lengths = prepared.splits.train.lengths
-        median = int(np.argsort(lengths)[len(lengths) // 2])
-
-        def example_batch() -> dict[str, Any]:
-            return self.batches(loaded, prepared, "train", batch_size=1,
-                                shuffle=False).collate([median])
-
-        spec.example_batch = example_batch
-        return spec
+        return sft_planning(self, loaded, sources, prepared)
 
     def write_bundle(self, run: Any, request: Any) -> dict[str, Any]:
         """Not available yet for this task."""
