@@ -23,7 +23,7 @@ so that load from other jobs hits both; the figures are medians of per-pair rati
 Usage::
 
     python benchmarks/llm_trl.py                  # 3 pairs, 160 chats: about 10 minutes
-    python benchmarks/llm_trl.py --quick          # 3 pairs, 32 chats, no doc section
+    python benchmarks/llm_trl.py --quick          # 3 pairs, 32 chats
     python benchmarks/llm_trl.py --trl-sampler group_by_length
 """
 
@@ -181,7 +181,7 @@ def run_trl(spec: dict[str, Any]) -> dict[str, Any]:
         args = SFTConfig(
             output_dir=folder_out, per_device_train_batch_size=cfg.train.batch_size,
             num_train_epochs=cfg.train.max_epochs, learning_rate=cfg.train.learning_rate,
-            lr_scheduler_type="linear", warmup_steps=cfg.train.warmup_fraction,
+            lr_scheduler_type="linear", warmup_steps=warmup_steps(cfg, len(train)),
             weight_decay=cfg.train.weight_decay, max_grad_norm=cfg.train.gradient_clip_norm,
             bf16=False, fp16=False, use_cpu=True, gradient_checkpointing=False,
             max_length=cfg.model.max_length, completion_only_loss=True, packing=False,
@@ -200,6 +200,15 @@ def run_trl(spec: dict[str, Any]) -> dict[str, Any]:
         loss = validation_loss(trainer.model, prepared.splits.validation, _pad_id(tokenizer))
     return {"train_wall_s": clock.end - clock.start, "steps": trainer.state.global_step,
             "validation_loss": loss, **token_counts(train)}
+
+
+def warmup_steps(cfg: Any, examples: int) -> int:
+    """Warmup steps as entrena counts them (``round(fraction x steps)``; a fractional
+    ``warmup_steps`` makes TRL round up instead)."""
+    import math
+
+    steps = math.ceil(examples / cfg.train.batch_size) * cfg.train.max_epochs
+    return int(round(cfg.train.warmup_fraction * steps))
 
 
 def child(side: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -268,7 +277,7 @@ def main() -> None:
     parser.add_argument("--trl-sampler", default="random",
                         choices=["random", "group_by_length"])
     parser.add_argument("--quick", action="store_true",
-                        help="32 training chats, 32 validation chats; no doc section")
+                        help="32 training chats, 32 validation chats")
     parser.add_argument("--set", action="append", default=[], dest="extra",
                         metavar="KEY=VALUE", help="an entrena --set value for both sides' data "
                         "and entrena's run (model.shared_prefix=false, data.packing=true)")
@@ -296,8 +305,8 @@ def main() -> None:
                   f"loss {pair[side]['validation_loss']:.4f}", flush=True)
         pairs.append(pair)
     line, body = report(spec, pairs, load)
-    print(line)
-    if not (args.quick or args.no_write):
+    print(body, "", line, sep="\n")
+    if not args.no_write:
         write_section("llm-trl", "## entrena against TRL's SFTTrainer (LoRA, SmolLM2-135M)\n\n"
                       + body)
 
