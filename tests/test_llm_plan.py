@@ -87,9 +87,8 @@ def test_cli_llm_json_and_bad_input(tmp_path):
     workload = json.loads(fp32.stdout)["workload"]
     assert (workload["activation_bytes"], workload["logits_positions"],
             workload["lora_dropout"], workload["lora_targets"]) == (4, 8, True, "q_proj,v_proj")
-    bad = run_cli("plan", "--llm", "llama-3-8b", "--for", "lora", "--activation-bytes", "3",
-                  cwd=tmp_path)
-    assert bad.returncode == 2 and "--activation-bytes: 3 is not 2" in bad.stderr
+    with pytest.raises(ConfigError, match="--activation-bytes: 3 is not 2"):
+        plan_llm("llama-3-8b", mode="lora", activation_bytes=3)
 
 
 # --- published figures (Done-when of issue 21: within +-20% with gradient checkpointing) ----
