@@ -235,7 +235,8 @@ def report(spec: dict[str, Any], pairs: list[dict[str, dict[str, Any]]],
     tokens, targets = first["tokens"], first["target_tokens"]
 
     def rate(side: str, count: int) -> str:
-        return summary([count / p[side]["train_wall_s"] for p in pairs], "{:,.0f}")
+        return summary([count / p[side]["train_wall_s"] for p in pairs],
+                       "{:,.0f}" if count > 100 * len(pairs) else "{:,.2f}")
 
     def wall(side: str) -> str:
         return summary([p[side]["train_wall_s"] for p in pairs], unit=" s")
