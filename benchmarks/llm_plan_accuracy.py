@@ -68,7 +68,8 @@ def _rss_bytes(field: str) -> int:
 
 
 def measure_one(folder: str, mode: str, batch: int, sequence: int, rank: int,
-                checkpointing: bool, steps: int, targets: int, threads: int) -> dict:
+                checkpointing: bool, steps: int, targets: int, threads: int,
+                default_allocator: bool = False) -> dict:
     """One configuration, in this process (the parent runs each in a fresh one)."""
     import peft  # noqa: F401 - imported before the baseline RSS is read
     import torch
@@ -78,6 +79,10 @@ def measure_one(folder: str, mode: str, batch: int, sequence: int, rank: int,
 
     torch.manual_seed(0)
     torch.set_num_threads(threads)
+    if not default_allocator:  # as a fit's CPU backend does (hardware/allocator.py)
+        from entrena.hardware.allocator import configure_allocator
+
+        configure_allocator()
     tokenizer = build_tokenizer(folder)
     before = _rss_bytes("VmRSS")
     model = build_sft_model(pretrained=folder, architecture=None, tokenizer=tokenizer,
@@ -133,6 +138,10 @@ def main() -> None:
                         help="torch threads (1: on a shared machine two threads wait on "
                              "each other, see the demo section)")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--only", help="configurations whose name contains this (implies "
+                        "--no-write; the first one is the probe)")
+    parser.add_argument("--default-allocator", action="store_true",
+                        help="leave glibc's adaptive mmap threshold (a fit fixes it)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # child: a JSON configuration
     args = parser.parse_args()
     if args.one:
@@ -145,9 +154,13 @@ def main() -> None:
     folder = smollm2_folder()
     load = [os.getloadavg()[0]]
     rows = []
-    for name, mode, batch, sequence, rank, checkpointing in CONFIGS:
+    configs = [c for c in CONFIGS if not args.only or args.only in c[0]]
+    if args.only:
+        args.no_write = True
+    for name, mode, batch, sequence, rank, checkpointing in configs:
         spec = {"folder": folder, "mode": mode, "batch": batch, "sequence": sequence,
-                "rank": rank, "checkpointing": checkpointing}
+                "rank": rank, "checkpointing": checkpointing,
+                "default_allocator": args.default_allocator}
         done = subprocess.run([sys.executable, __file__, "--one", json.dumps(spec),
                                "--steps", str(args.steps), "--targets", str(args.targets),
                                "--threads", str(args.threads)],

@@ -158,13 +158,14 @@ def test_each_task_lists_the_keys_it_adds():
         "llm-sft": {
             "task", "data.format", "data.messages_column", "data.prompt_column",
             "data.completion_column", "data.prompt_template", "data.response_column",
-            "data.system_prompt", "model.name", "model.architecture",
+            "data.system_prompt", "data.packing", "model.name", "model.architecture",
             "model.architecture.num_hidden_layers", "model.architecture.hidden_size",
             "model.architecture.num_attention_heads", "model.architecture.num_key_value_heads",
             "model.architecture.intermediate_size", "model.architecture.max_position_embeddings",
             "model.tokenizer", "model.dropout", "model.finetuning", "model.lora", "model.lora.r",
             "model.lora.alpha", "model.lora.dropout", "model.lora.target_modules",
             "model.max_length", "model.max_new_tokens", "model.gradient_checkpointing",
+            "model.shared_prefix",
             "train.batch_size", "train.learning_rate", "train.max_epochs"}}
     text = config_reference_markdown(schemas)
     assert "### `task: tabular-classification`" in text

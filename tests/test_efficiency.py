@@ -21,8 +21,8 @@ def test_useful_flops_counts_real_lengths():
 
 
 def test_a_fixed_size_profile_counts_each_example_once_whatever_its_tokens(tmp_path):
-    """llm-sft profiles one median example (plan data.max_length 1) while its batches
-    report real token lengths for throughput: FLOPs must not grow with those lengths."""
+    """A fixed-size profile counts one example as one "token" (plan data.max_length 1)
+    while a batch may report token lengths for throughput: FLOPs must not grow with them."""
     from entrena.recipes.efficiency import build_monitor
 
     plan = {"data": {"max_length": 1},

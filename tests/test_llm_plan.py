@@ -75,9 +75,20 @@ def test_cli_llm_json_and_bad_input(tmp_path):
     doc = json.loads(result.stdout)
     assert doc["workload"] == {"mode": "lora", "context": 1024, "batch_size": 1,
                                "quantization": "fp16", "lora_rank": 16,
-                               "lora_targets": "all-linear", "gradient_checkpointing": True}
+                               "lora_targets": "all-linear", "gradient_checkpointing": True,
+                               "activation_bytes": 2, "logits_positions": None,
+                               "lora_dropout": False}
     bad = run_cli("plan", "--llm", "llama-3-8b", "--for", "pretrain", cwd=tmp_path)
     assert bad.returncode == 2 and "'pretrain' is not one of inference, lora" in bad.stderr
+    fp32 = run_cli("plan", "--llm", "qwen2.5-7b", "--for", "lora", "--context", "1024",
+                   "--activation-bytes", "4", "--logits-positions", "8", "--lora-dropout",
+                   "--lora-targets", "q_proj,v_proj", "--json", cwd=tmp_path)
+    assert fp32.returncode == 0, fp32.stderr
+    workload = json.loads(fp32.stdout)["workload"]
+    assert (workload["activation_bytes"], workload["logits_positions"],
+            workload["lora_dropout"], workload["lora_targets"]) == (4, 8, True, "q_proj,v_proj")
+    with pytest.raises(ConfigError, match="--activation-bytes: 3 is not 2"):
+        plan_llm("llama-3-8b", mode="lora", activation_bytes=3)
 
 
 # --- published figures (Done-when of issue 21: within +-20% with gradient checkpointing) ----

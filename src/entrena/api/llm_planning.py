@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from entrena.errors import ConfigError
 from entrena.hardware.catalog import Accelerator, Offer, load_catalog
 from entrena.planning.llm import devices_needed, llm_memory, load_llm_shape
 from entrena.planning.memory import GPU_MEMORY_RESERVE
@@ -66,7 +67,9 @@ class LlmPlanResult:
 def plan_llm(model: str | Path, *, mode: str = "inference", context: int = 4096,
              batch_size: int = 1, quantization: str = "fp16", lora_rank: int = 16,
              hardware: list[str] | None = None, catalog: str | Path | None = None,
-             gradient_checkpointing: bool = True) -> LlmPlanResult:
+             gradient_checkpointing: bool = True, activation_bytes: int = 2,
+             logits_positions: int | None = None, lora_dropout: bool = False,
+             lora_targets: str | tuple[str, ...] = "all-linear") -> LlmPlanResult:
     """Plan a language model's memory and the catalog hardware that holds it.
 
     Args:
@@ -77,9 +80,15 @@ def plan_llm(model: str | Path, *, mode: str = "inference", context: int = 4096,
         batch_size: Sequences at once.
         quantization: Weights as ``fp16``, ``int8`` or ``int4`` (QLoRA is always NF4).
         lora_rank: Adapter rank for ``lora``/``qlora`` (on every linear projection).
-        gradient_checkpointing: Training keeps each layer's input only (the LLM default);
-            the plan assumes 16-bit activations, logits at every position with an fp32
-            copy for the loss, and LoRA dropout off (:func:`~entrena.planning.llm.llm_memory`).
+        gradient_checkpointing: Training keeps each layer's input only (the LLM default).
+        activation_bytes: Bytes per activation: 2 (16-bit, the default) or 4 (fp32, a CPU
+            without bf16).
+        logits_positions: Positions whose logits are computed (default every one, b·s;
+            entrena's LLM fine-tuning computes its target tokens' only), each with an fp32
+            copy for the loss.
+        lora_dropout: LoRA dropout is on (default off).
+        lora_targets: ``all-linear`` or projection names
+            (:func:`~entrena.planning.llm.llm_memory` has the terms).
         hardware: Only these catalog names (offers or accelerators).
         catalog: A user catalog file.
 
@@ -94,9 +103,18 @@ def plan_llm(model: str | Path, *, mode: str = "inference", context: int = 4096,
 
     shape = load_llm_shape(model)
     merged = load_catalog(catalog)
+    if activation_bytes not in (2, 4):
+        raise ConfigError(f"--activation-bytes: {activation_bytes} is not 2 (16-bit) or 4 "
+                          "(fp32)")
+    if logits_positions is not None and logits_positions < 1:
+        raise ConfigError(f"--logits-positions: {logits_positions} is not a positive count "
+                          "of positions; leave it out for every position (b·s)")
     memory = llm_memory(shape, mode=mode, context=context, batch_size=batch_size,
                         quantization=quantization, lora_rank=lora_rank,
-                        gradient_checkpointing=gradient_checkpointing)
+                        lora_targets=lora_targets,
+                        gradient_checkpointing=gradient_checkpointing,
+                        activation_bytes=activation_bytes, logits_positions=logits_positions,
+                        lora_dropout=lora_dropout)
     entries: list[Offer | Accelerator] = []
     if hardware:
         entries = [e for e in resolve_hardware(hardware, merged) if not isinstance(e, str)]
@@ -147,8 +165,11 @@ def plan_llm(model: str | Path, *, mode: str = "inference", context: int = 4096,
                   "head_dim": shape.head_dim, "vocab_size": shape.vocab_size},
         "workload": {"mode": mode, "context": context, "batch_size": batch_size,
                      "quantization": memory.quantization, "lora_rank": lora_rank,
-                     "lora_targets": "all-linear",
-                     "gradient_checkpointing": gradient_checkpointing and mode != "inference"},
+                     "lora_targets": lora_targets if isinstance(lora_targets, str)
+                     else ",".join(lora_targets),
+                     "gradient_checkpointing": gradient_checkpointing and mode != "inference",
+                     "activation_bytes": activation_bytes,
+                     "logits_positions": logits_positions, "lora_dropout": lora_dropout},
         "memory": memory.as_dict(),
         "options": options,
         "recommendation": {"option": best["name"] if best else None, "summary": summary},

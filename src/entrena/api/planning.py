@@ -20,6 +20,7 @@ from entrena.errors import ConfigError
 from entrena.hardware.catalog import Accelerator, Catalog, Offer, closest_names, load_catalog
 from entrena.hardware.detection import Machine, detect_machine
 from entrena.hardware.memory import current_rss_bytes
+from entrena.planning.llm_profile import llm_plan_details
 from entrena.planning.options import Option
 from entrena.planning.planner import LOCAL, make_plan, plan_document
 from entrena.planning.recommend import Recommendation
@@ -160,7 +161,8 @@ def plan(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | 
         train_lengths=spec.lengths("train"),
         model_name=spec.model_name, calibration=calibration, catalog=merged,
         deadline_s=deadline_limit.seconds if deadline_limit else None, budget=budget_limit,
-        extra={"planning_time_s": time.perf_counter() - started})
+        extra={**(llm_plan_details(spec.llm) if spec.llm else {}),
+               "planning_time_s": time.perf_counter() - started})
     return PlanResult(document, options, recommendation)
 
 

@@ -430,6 +430,19 @@ def plan(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
              "--gradient-checkpointing/--no-gradient-checkpointing",
              help="--llm: training keeps each layer's input only and recomputes its "
              "activations in backward.")] = True,
+         activation_bytes: Annotated[int, typer.Option(
+             "--activation-bytes", help="--llm: bytes per activation, 2 (16-bit) or 4 "
+             "(fp32).")] = 2,
+         logits_positions: Annotated[int | None, typer.Option(
+             "--logits-positions", help="--llm: positions whose logits are computed in "
+             "training (default: every one; LLM fine-tuning computes its target tokens' only).",
+             show_default=False)] = None,
+         lora_dropout: Annotated[bool, typer.Option(
+             "--lora-dropout/--no-lora-dropout", help="--llm: LoRA dropout is on (a dropped "
+             "copy of each adapted input is kept).")] = False,
+         lora_targets: Annotated[str, typer.Option(
+             "--lora-targets", help="--llm: all-linear or projection names, comma-separated "
+             "(q_proj,v_proj).")] = "all-linear",
          json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     """Plan CONFIG: parameters, FLOPs, memory, time and cost on this machine and on catalog
     hardware (cloud GPUs, TPUs), and a recommendation. With --llm: a language model's memory
@@ -442,7 +455,11 @@ def plan(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
 
             return plan_llm(str(config), mode=for_, context=context, batch_size=batch_size,
                             quantization=quantization, lora_rank=lora_rank, hardware=hardware,
-                            catalog=catalog, gradient_checkpointing=gradient_checkpointing)
+                            catalog=catalog, gradient_checkpointing=gradient_checkpointing,
+                            activation_bytes=activation_bytes,
+                            logits_positions=logits_positions, lora_dropout=lora_dropout,
+                            lora_targets=lora_targets if lora_targets == "all-linear"
+                            else tuple(t.strip() for t in lora_targets.split(",")))
         from entrena.api import plan as plan_fn
 
         return plan_fn(config, run_dir=run_dir, overrides=set_ or [], deadline=deadline,

@@ -2,7 +2,8 @@
 
 ``group_by_length`` is the technique (a pure function on lists); ``entrena.data.loaders`` only
 decides when it runs (each epoch, seeded by the epoch, so any epoch's plan can be rebuilt on
-resume); ``pad_batch`` pads one batch.
+resume); ``pad_batch`` pads one batch. ``pack_rows`` packs one batch's sequences into fewer
+rows (no cross-contamination is the model's business: position ids restart per sequence).
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 __all__ = ["group_by_length", "sequential_batches", "random_batches", "epoch_batches",
-           "pad_batch",
-           "padding_fraction"]
+           "pad_batch", "pack_rows", "padding_fraction", "packed_padding_fraction"]
 
 
 def group_by_length(lengths: Sequence[int], batch_size: int, seed: int,
@@ -110,3 +110,54 @@ def pad_batch(sequences: Sequence[np.ndarray], pad_id: int) -> tuple[np.ndarray,
         ids[row, :len(seq)] = seq
         mask[row, :len(seq)] = 1
     return ids, mask
+
+
+def pack_rows(lengths: Sequence[int], capacity: int | None = None) -> list[list[int]]:
+    """Sequences packed into rows of at most ``capacity`` tokens, first-fit decreasing.
+
+    First-fit decreasing uses at most 11/9 of the optimal number of rows plus one (Johnson,
+    1973); with ``capacity`` the longest sequence (the default), a batch packed this way never
+    has wider rows than the same batch padded, so only padding slots are saved.
+
+    Args:
+        lengths: Tokens per sequence of one batch, (B,).
+        capacity: Tokens per row; default the longest sequence.
+
+    Returns:
+        The rows: positions into ``lengths``, each row in decreasing length (ties by position).
+
+    Raises:
+        ValueError: A sequence is longer than ``capacity``.
+    """
+    if not len(lengths):
+        return []
+    capacity = int(max(lengths)) if capacity is None else int(capacity)
+    if max(lengths) > capacity:
+        raise ValueError(f"a sequence of {max(lengths)} tokens does not fit rows of {capacity}")
+    rows: list[list[int]] = []
+    free: list[int] = []
+    for position in sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i)):
+        size = int(lengths[position])
+        for row, room in enumerate(free):
+            if size <= room:
+                rows[row].append(position)
+                free[row] -= size
+                break
+        else:
+            rows.append([position])
+            free.append(capacity - size)
+    return rows
+
+
+def packed_padding_fraction(lengths: Sequence[int],
+                            batches: Sequence[Sequence[int]]) -> float:
+    """Share of token slots that are padding when each batch is packed by :func:`pack_rows`
+    into rows as wide as its longest member (compare :func:`padding_fraction`)."""
+    lengths = np.asarray(lengths)
+    real = slots = 0
+    for batch in batches:
+        if len(batch):
+            sizes = lengths[list(batch)]
+            real += int(sizes.sum())
+            slots += int(sizes.max()) * len(pack_rows(sizes))
+    return 1.0 - real / slots if slots else 0.0

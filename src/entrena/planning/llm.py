@@ -58,7 +58,8 @@ import yaml
 
 from entrena.errors import ConfigError
 
-__all__ = ["LlmShape", "LlmMemory", "load_llm_shape", "llm_memory", "llm_step_flops",
+__all__ = ["LlmShape", "LlmMemory", "load_llm_shape", "shape_from_config",
+            "llm_memory", "llm_step_flops",
            "llm_step_time_s", "KNOWN_LLMS_FILE", "MODES", "QUANTIZATIONS", "LORA_TARGETS"]
 
 KNOWN_LLMS_FILE = Path(__file__).resolve().parents[1] / "hardware" / "llm_configs.yaml"
@@ -181,6 +182,15 @@ def load_llm_shape(name_or_path: str | Path) -> LlmShape:
                           f"known: {', '.join(known)}"
                           + (f" (did you mean {close[0]!r}?)" if close else "")
                           + "; or give the path of a Hugging Face config.json")
+    return shape_from_config(config, text, source)
+
+
+def shape_from_config(config: Any, name: str, source: str) -> LlmShape:
+    """An :class:`LlmShape` from a ``config.json``'s mapping.
+
+    Raises:
+        ConfigError: Not a mapping, or required fields are missing (they are named).
+    """
     if not isinstance(config, dict):
         raise ConfigError(f"{source}: a model config is a JSON object")
     config = {**config, **(config.get("text_config") or {})}
@@ -191,7 +201,7 @@ def load_llm_shape(name_or_path: str | Path) -> LlmShape:
                           "num_key_value_heads and head_dim are optional")
     heads = int(config["num_attention_heads"])
     return LlmShape(
-        name=text, hidden_size=int(config["hidden_size"]),
+        name=name, hidden_size=int(config["hidden_size"]),
         intermediate_size=int(config["intermediate_size"]),
         layers=int(config["num_hidden_layers"]), heads=heads,
         kv_heads=int(config.get("num_key_value_heads") or heads),

@@ -46,8 +46,11 @@ class ModelProfile:
             with it).
         saved_linear: Bytes autograd saves per sample per token on this CPU (fp32), b1.
         saved_quadratic: Bytes saved per sample per token², b2 (attention probabilities).
+        saved_per_sample: Bytes saved per sample whatever its length (an LLM's logits at
+            its target tokens; 0 for a measured profile).
         profile_s: Seconds spent building and measuring on the meta device.
-        kind: ``transformer`` (the GPU activation formula of Korthikanti et al. applies) or
+        kind: ``transformer`` (the GPU activation formula of Korthikanti et al. applies),
+            ``llm`` (a decoder LLM's formulas, :mod:`entrena.planning.llm_profile`) or
             ``fixed`` (a model whose inputs have one size, an MLP or a CNN: one "token" per
             sample, its measured saved bytes used on every device; see
             :mod:`entrena.planning.fixed`).
@@ -67,6 +70,7 @@ class ModelProfile:
     saved_quadratic: float
     flops_constant: float = 0.0
     saved_constant: float = 0.0
+    saved_per_sample: float = 0.0
     ops_per_step: int = 0
     profile_s: float = 0.0
     kind: str = "transformer"
@@ -79,7 +83,8 @@ class ModelProfile:
     def cpu_saved_bytes(self, tokens: float, batch_size: int = 1) -> float:
         """Bytes autograd keeps for backward for a batch of ``tokens`` on CPU in fp32 (the
         constant part — buffers such as the token-type ids — is per batch, not per sample)."""
-        return (self.saved_constant + batch_size * (self.saved_linear * tokens
+        return (self.saved_constant + batch_size * (self.saved_per_sample
+                                                    + self.saved_linear * tokens
                                                     + self.saved_quadratic * tokens * tokens))
 
     def as_dict(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from entrena.errors import EntrenaError, ResourceError
 from entrena.hardware.catalog import Catalog, load_catalog
 from entrena.hardware.detection import Machine, detect_machine
 from entrena.hardware.memory import current_rss_bytes
+from entrena.planning.llm_profile import llm_plan_details, llm_run_profile
 from entrena.planning.options import local_option
 from entrena.planning.planner import make_plan, plan_document, run_shape
 from entrena.planning.recommend import ram_refusal
@@ -36,7 +37,9 @@ def model_profile(loaded: LoadedConfig, task: Any, spec: PlanningSpec,
                    sources: dict[str, str], prepared: Any, model: Any = None) -> Any:
     """The task's model profile: a sequence model measured on the meta device at three
     lengths (cached); a fixed-size one on a copy of ``model`` (default: one the task builds)
-    at one training example."""
+    at one training example; an LLM's (``spec.llm``) from the formulas."""
+    if spec.llm is not None:
+        return llm_run_profile(spec.llm)
     if spec.meta_model is not None:
         return _profile(loaded, spec, task)
     from entrena.planning.fixed import profile_fixed
@@ -235,7 +238,8 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
             recommendation=recommendation, max_length=max_length,
             train_lengths=spec.lengths("train"), model_name=spec.model_name,
             calibration=calibration, catalog=catalog, deadline_s=None, budget=None,
-            extra={"planning_time_s": planning_s})
+            extra={**(llm_plan_details(spec.llm) if spec.llm else {}),
+                   "planning_time_s": planning_s})
 
     return FitPlan(build(memory), lambda steps: build(memory.with_steps(steps)),
                    lambda size, tokens: batch_flops(profile, size, tokens))

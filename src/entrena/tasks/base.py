@@ -76,6 +76,11 @@ class PlanningSpec:
         profile_key: JSON-able material identifying the model's shape, for the profile cache
             (``None``: no cache).
         example_batch: For fixed-size inputs: one training example's batch.
+        llm: A decoder LLM's run as plain data, for the formulas of
+            :mod:`entrena.planning.llm_profile` (used instead of ``meta_model`` or
+            ``example_batch``): ``shape`` (a ``config.json`` path or its mapping), ``name``,
+            ``memory`` (:func:`~entrena.planning.llm.llm_memory`'s keyword arguments at the
+            longest training batch) and ``target_tokens`` (mean per example).
         eval_batch: ``batch_size -> batch``: the evaluation batch where evaluation memory
             peaks (sequences: the longest batch of validation and test in evaluation order;
             fixed-size inputs: a whole validation batch), for the probe's memory measurement.
@@ -90,6 +95,7 @@ class PlanningSpec:
     profile_key: Any = None
     example_batch: Callable[[], dict[str, Any]] | None = None
     eval_batch: Callable[[int], dict[str, Any]] | None = None
+    llm: dict[str, Any] | None = None
 
 
 def fixed_input_planning(task: Task, loaded: Any, prepared: Any,

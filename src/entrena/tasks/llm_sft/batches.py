@@ -9,6 +9,15 @@ A batch (B batch, T tokens, R the widest response of the data, EOS included):
   token *is* EOS, and masking by id would hide the EOS the model must learn (TRL #1623);
 - ``labels`` (B, 1 + R) int64: the example's index in its split, then its reference
   response ids (EOS included), -1 after (what evaluation compares generations with).
+
+Packed (training batches with ``pack``): the batch's B examples are laid end to end in
+P <= B rows as wide as its longest example (:func:`~entrena.data.batching.pack_rows`), so
+``input_ids``, ``attention_mask`` and ``target_mask`` are (P, T), and ``position_ids``
+(P, T) int64 restarts at 0 with every example (and with the padding at a row's end). The
+model then attends within each example only (a block-diagonal causal mask, which
+transformers builds from restarting position ids when no padding mask is passed); the
+examples, their order in the epoch and ``labels`` are those of the unpacked batch, so the
+loss per target token and the data position of a resume do not change.
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from entrena.data.batching import epoch_batches, pad_batch
+from entrena.data.batching import epoch_batches, pack_rows, pad_batch
 from entrena.tasks.llm_sft.data import SftSplit
 
 __all__ = ["SftBatches"]
@@ -35,10 +44,13 @@ class SftBatches:
         shuffle: Training order (seeded ``seed + epoch``) or evaluation order (by length).
         group_by_length: With ``shuffle``, batches of similar length.
         seed: Base seed.
+        pack: Pack training batches (see the module docstring); evaluation batches (not
+            ``shuffle``) are never packed: their generations are per example.
     """
 
     def __init__(self, split: SftSplit, *, batch_size: int, pad_id: int, reference_width: int,
-                 shuffle: bool, group_by_length: bool = True, seed: int = 0):
+                 shuffle: bool, group_by_length: bool = True, seed: int = 0,
+                 pack: bool = False):
         self.split = split
         self.batch_size = batch_size
         self.pad_id = pad_id
@@ -46,6 +58,7 @@ class SftBatches:
         self.shuffle = shuffle
         self.group = group_by_length
         self.seed = seed
+        self.pack = pack and shuffle
         self.lengths = split.lengths
         self.target_lengths = split.response_lengths
         self._plans: dict[int, list[list[int]]] = {}
@@ -69,13 +82,40 @@ class SftBatches:
     def collate(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
         """The batch's tensors (see the module docstring)."""
         rows = list(indices)
-        ids, mask = pad_batch([self.split.input_ids[i] for i in rows], self.pad_id)
-        target = np.zeros_like(mask)
         labels = np.full((len(rows), 1 + self.reference_width), -1, dtype=np.int64)
         for row, i in enumerate(rows):
             start, end = int(self.split.prompt_lengths[i]), len(self.split.input_ids[i])
-            target[row, start:end] = 1
             labels[row, 0] = i
             labels[row, 1:1 + end - start] = self.split.input_ids[i][start:end]
+        if self.pack:
+            return {**self._packed(rows), "labels": torch.from_numpy(labels)}
+        ids, mask = pad_batch([self.split.input_ids[i] for i in rows], self.pad_id)
+        target = np.zeros_like(mask)
+        for row, i in enumerate(rows):
+            target[row, int(self.split.prompt_lengths[i]):len(self.split.input_ids[i])] = 1
         return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
                 "target_mask": torch.from_numpy(target), "labels": torch.from_numpy(labels)}
+
+    def _packed(self, rows: list[int]) -> dict[str, torch.Tensor]:
+        """``input_ids``, ``attention_mask``, ``target_mask``, ``position_ids``, (P, T)."""
+        sequences = [self.split.input_ids[i] for i in rows]
+        packing = pack_rows([len(s) for s in sequences])
+        width = max(len(s) for s in sequences)
+        shape = (len(packing), width)
+        ids = np.full(shape, self.pad_id, dtype=np.int64)
+        mask, target = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)
+        positions = np.zeros(shape, dtype=np.int64)
+        for row, members in enumerate(packing):
+            at = 0
+            for member in members:
+                ids_i = sequences[member]
+                end = at + len(ids_i)
+                ids[row, at:end] = ids_i
+                mask[row, at:end] = 1
+                target[row, at + int(self.split.prompt_lengths[rows[member]]):end] = 1
+                positions[row, at:end] = np.arange(len(ids_i))
+                at = end
+            positions[row, at:] = np.arange(width - at)  # the padding: one more "example"
+        return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
+                "target_mask": torch.from_numpy(target),
+                "position_ids": torch.from_numpy(positions)}

@@ -41,6 +41,12 @@ class LlmDataConfig(DataConfig):
     give `\\n` escapes)."""
     response_column: str | None = None
     """Column holding the response to learn (format `template`)."""
+    packing: Literal["auto"] | bool = "auto"
+    """Pack each training batch's examples end to end into fewer rows (as wide as its
+    longest example), each example attending to itself only; the examples of a batch, the
+    loss per target token and resume are unchanged, only padding slots are saved. `auto`
+    packs when that saves at least 5% of the epoch's token slots (see docs/benchmarks.md,
+    "Packing"); evaluation batches are never packed."""
     system_prompt: str | None = None
     """A system turn put before every prompt of the `prompt_completion` and `template`
     formats (default: none; the chat template may add its own)."""
@@ -114,6 +120,11 @@ class LlmModelConfig(ModelConfig):
     max_new_tokens: Literal["auto"] | Annotated[int, Field(ge=1)] = "auto"
     """Tokens generated per prompt in evaluation and prediction: `auto` takes the longest
     training response (EOS included)."""
+    shared_prefix: bool = True
+    """In training, decode the prompt prefix every example of a batch shares (the chat
+    template's system turn, the template's opening words) once per batch instead of once
+    per example: the same loss and gradients with less compute (LoRA dropout on the prefix
+    draws one mask per batch). Off under gradient checkpointing and for packed batches."""
     gradient_checkpointing: bool = False
     """Recompute each layer's activations in backward instead of keeping them (less memory,
     about a third more compute)."""

@@ -28,7 +28,7 @@ from torch import nn
 
 __all__ = ["SftModel", "build_tokenizer", "build_language_model", "build_sft_model",
            "greedy_generate", "save_sft_model", "load_sft_model", "META_FILE", "ADAPTER_DIR",
-           "BASE_DIR"]
+           "BASE_DIR", "shared_prefix_length"]
 
 log = logging.getLogger("entrena")
 
@@ -131,11 +131,15 @@ class SftModel(nn.Module):
         max_new_tokens: Tokens generated per prompt in eval mode (G).
         adapters_only: ``state_dict`` holds the trained parameters only (LoRA: the base is
             frozen, so checkpoints and best-weight copies hold megabytes, not the model).
+        share_prefix: In training, decode the prompt prefix that every example of a batch
+            shares (a chat template's system turn, a template's opening words) once, and
+            the rest of each example after it (:func:`shared_prefix_length`).
     """
 
     def __init__(self, lm: Any, *, eos_token_id: int, pad_token_id: int, max_new_tokens: int,
-                 adapters_only: bool):
+                 adapters_only: bool, share_prefix: bool = True):
         super().__init__()
+        self.share_prefix = share_prefix
         self.lm = lm
         self.eos_token_id = int(eos_token_id)
         self.pad_token_id = int(pad_token_id)
@@ -149,25 +153,45 @@ class SftModel(nn.Module):
         return get() if get is not None else self.lm
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                target_mask: torch.Tensor) -> torch.Tensor:
-        """Per-example losses, and greedy generations in eval mode.
+                target_mask: torch.Tensor, position_ids: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        """Per-example (or, packed, per-row) losses, and greedy generations in eval mode.
 
         Args:
             input_ids: Prompt + response + EOS, right-padded, (B, T) int64.
             attention_mask: 1 on real tokens, (B, T) int64.
             target_mask: 1 on the tokens to learn (response and EOS), (B, T) int64.
+            position_ids: Packed rows only (train mode): each example's positions from 0,
+                (B, T) int64. The padding mask is then left out, so that transformers builds
+                the block-diagonal causal mask from the restarting positions (its
+                ``find_packed_sequence_indices``): every example attends to itself only.
 
         Returns:
             (B, 2) float32 in train mode: the summed negative log-likelihood (nats) of each
-            example's target tokens and their count; (B, 2 + G) in eval mode, the generated
-            ids after them (EOS included, :data:`IGNORE` after the end).
+            row's target tokens and their count (a row is one example unless packed);
+            (B, 2 + G) in eval mode, the generated ids after them (EOS included,
+            :data:`IGNORE` after the end).
+
+        Raises:
+            ValueError: Packed rows (``position_ids``) in eval mode.
         """
         lm = self.causal_lm
+        if position_ids is not None and not self.training:
+            raise ValueError("packed rows (position_ids) are for training only: evaluation "
+                             "generates per example")
         # On the meta device (the planner's shape-only pass) the padding mask is left out:
         # building it reads values, and a causal mask has the same cost.
-        mask = None if input_ids.is_meta else attention_mask
-        hidden = lm.get_decoder()(input_ids=input_ids,
-                                  attention_mask=mask).last_hidden_state  # (B, T, H)
+        mask = None if input_ids.is_meta or position_ids is not None else attention_mask
+        prefix = (shared_prefix_length(input_ids, target_mask)
+                  if self.share_prefix and self.training and position_ids is None
+                  and not input_ids.is_meta and not getattr(lm, "is_gradient_checkpointing",
+                                                            False) else 0)
+        if prefix:
+            hidden = _decode_with_shared_prefix(lm, input_ids, attention_mask, prefix)
+        else:
+            hidden = lm.get_decoder()(input_ids=input_ids, attention_mask=mask,
+                                      position_ids=position_ids,
+                                      use_cache=False).last_hidden_state  # (B, T, H)
         targets = target_mask[:, 1:].bool()  # token t is predicted at position t - 1
         if targets.is_meta:  # the planner's shape-only pass: every position (an upper bound)
             rows, cols = (torch.arange(n, device="meta") for n in targets.shape)
@@ -238,6 +262,58 @@ class SftModel(nn.Module):
         return result
 
 
+MIN_SHARED_PREFIX = 4
+"""Shortest common prefix (tokens) decoded once per batch; shorter ones are not worth the
+extra decoder call."""
+
+
+def shared_prefix_length(input_ids: torch.Tensor, target_mask: torch.Tensor) -> int:
+    """Tokens at the start that every row of a batch shares, within every row's prompt.
+
+    Args:
+        input_ids: (B, T) int64, right-padded.
+        target_mask: (B, T), 1 on the response tokens.
+
+    Returns:
+        The length P of the common prefix, at most the shortest prompt (so that no target
+        token is in it), or 0 when there is one row or P < :data:`MIN_SHARED_PREFIX`.
+    """
+    if input_ids.shape[0] < 2:
+        return 0
+    shortest_prompt = int(target_mask.argmax(1).min())
+    same = (input_ids[:, :shortest_prompt] == input_ids[:1, :shortest_prompt]).all(0)
+    length = int(same.long().cumprod(0).sum())
+    return length if length >= MIN_SHARED_PREFIX else 0
+
+
+def _decode_with_shared_prefix(lm: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                               prefix: int) -> torch.Tensor:
+    """The decoder's last hidden states (B, T, H), the shared prefix decoded once.
+
+    The prefix's keys and values (one row) are broadcast to the batch as a cache, and the
+    rest of every row is decoded after them at positions P.., so each example's states are
+    those of decoding it alone (causal attention: the prefix never sees what follows it);
+    the gradients through the broadcast cache add up over the rows, as the rows' own
+    gradients through their copies of the prefix would. LoRA dropout on the prefix then
+    draws one mask for the batch instead of one per example.
+    """
+    from transformers.cache_utils import DynamicCache
+
+    decoder = lm.get_decoder()
+    batch = input_ids.shape[0]
+    cache = DynamicCache(config=decoder.config)
+    head = decoder(input_ids=input_ids[:1, :prefix], cache=cache,
+                   use_cache=True).last_hidden_state  # (1, P, H)
+    for layer in cache.layers:
+        layer.keys = layer.keys.expand(batch, -1, -1, -1)
+        layer.values = layer.values.expand(batch, -1, -1, -1)
+    positions = torch.arange(prefix, input_ids.shape[1], device=input_ids.device)
+    rest = decoder(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, cache=cache,
+                   position_ids=positions.unsqueeze(0).expand(batch, -1),
+                   use_cache=True).last_hidden_state  # (B, T - P, H)
+    return torch.cat([head.expand(batch, -1, -1), rest], dim=1)
+
+
 @torch.no_grad()
 def greedy_generate(lm: Any, prompts: list[torch.Tensor], *, max_new_tokens: int,
                     eos_token_id: int, pad_token_id: int) -> torch.Tensor:
@@ -275,7 +351,8 @@ def greedy_generate(lm: Any, prompts: list[torch.Tensor], *, max_new_tokens: int
 
 def build_sft_model(*, pretrained: str | None, architecture: dict[str, Any] | None,
                     tokenizer: Any, finetuning: str, lora: dict[str, Any], dropout: float,
-                    max_new_tokens: int, gradient_checkpointing: bool) -> SftModel:
+                    max_new_tokens: int, gradient_checkpointing: bool,
+                    shared_prefix: bool = True) -> SftModel:
     """The model to train: base + LoRA adapters (base frozen), or the whole base trainable.
 
     Args:
@@ -287,6 +364,7 @@ def build_sft_model(*, pretrained: str | None, architecture: dict[str, Any] | No
         dropout: Attention dropout of the base.
         max_new_tokens: G of evaluation generations.
         gradient_checkpointing: Recompute activations in backward.
+        shared_prefix: Decode a batch's common prompt prefix once (:class:`SftModel`).
     """
     lm = build_language_model(pretrained=pretrained, architecture=architecture,
                               tokenizer=tokenizer, dropout=dropout,
@@ -304,7 +382,8 @@ def build_sft_model(*, pretrained: str | None, architecture: dict[str, Any] | No
                 lm, use_gradient_checkpointing=gradient_checkpointing)
         lm = get_peft_model(lm, lora_config(lora))
     model = SftModel(lm, eos_token_id=tokenizer.eos_token_id, pad_token_id=_pad_id(tokenizer),
-                     max_new_tokens=max_new_tokens, adapters_only=finetuning != "full")
+                     max_new_tokens=max_new_tokens, adapters_only=finetuning != "full",
+                     share_prefix=shared_prefix)
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
     log.info("%s: %s of %s parameters trained (%.2f%%)", finetuning, f"{trained:,}",

@@ -121,7 +121,8 @@ class LlmSftTask:
             tokenizer=prepared.tokenizer, finetuning=model.finetuning,
             lora=model.lora.model_dump(), dropout=model.dropout,
             max_new_tokens=prepared.max_new_tokens,
-            gradient_checkpointing=model.gradient_checkpointing)
+            gradient_checkpointing=model.gradient_checkpointing,
+            shared_prefix=model.shared_prefix)
 
     def batches(self, loaded: Any, prepared: PreparedSft, role: str, *, batch_size: int,
                 shuffle: bool) -> Any:
@@ -130,10 +131,14 @@ class LlmSftTask:
         from entrena.tasks.llm_sft.model import _pad_id
 
         tcfg = loaded.config.train
-        return SftBatches(getattr(prepared.splits, role), batch_size=batch_size,
-                          pad_id=_pad_id(prepared.tokenizer),
-                          reference_width=_reference_width(prepared), shuffle=shuffle,
-                          group_by_length=tcfg.group_by_length, seed=tcfg.seed)
+        split = getattr(prepared.splits, role)
+        source = SftBatches(split, batch_size=batch_size, pad_id=_pad_id(prepared.tokenizer),
+                            reference_width=_reference_width(prepared), shuffle=shuffle,
+                            group_by_length=tcfg.group_by_length, seed=tcfg.seed)
+        if shuffle:
+            source.pack = packing_decision(loaded.config.data.packing, split.lengths,
+                                           source.plan(0))
+        return source
 
     @staticmethod
     def loss(outputs: Any, batch: dict[str, Any]) -> tuple[Any, int]:
@@ -220,23 +225,15 @@ class LlmSftTask:
 
     def planning(self, loaded: Any, sources: dict[str, str],
                  prepared: PreparedSft) -> PlanningSpec:
-        """One training example of median length profiled on a copy of the model; every
-        example counted as one "token" of that cost (the LLM planner of ``entrena plan
-        --llm`` models lengths; this profile calibrates the run's own plan)."""
-        import numpy as np
+        """Token lengths per split; the model's profile from the LLM formulas
+        (:func:`~entrena.planning.llm_profile.llm_profile`, the shape read from the
+        weights' ``config.json`` or ``model.architecture``); probed on the median-length and
+        the longest batch of epoch 0; evaluation memory at the longest evaluation batch.
+        The plan document gets ``llm``: :func:`~entrena.planning.llm.llm_memory`'s terms at
+        the run's settings and the ``entrena plan --llm`` command that gives the same."""
+        from entrena.tasks.llm_sft.planning import sft_planning
 
-        from entrena.tasks.base import fixed_input_planning
-
-        spec = fixed_input_planning(self, loaded, prepared, str(loaded.config.model.name))
-        lengths = prepared.splits.train.lengths
-        median = int(np.argsort(lengths)[len(lengths) // 2])
-
-        def example_batch() -> dict[str, Any]:
-            return self.batches(loaded, prepared, "train", batch_size=1,
-                                shuffle=False).collate([median])
-
-        spec.example_batch = example_batch
-        return spec
+        return sft_planning(self, loaded, sources, prepared)
 
     def write_bundle(self, run: Any, request: Any) -> dict[str, Any]:
         """The merged model as GGUF or a Hugging Face folder, with its parity check
@@ -278,6 +275,37 @@ def weights_source(loaded: Any, sources: dict[str, str]) -> str | None:
     if "weights" not in sources:
         return None
     return resolve_llm_source(sources["weights"], loaded.base_dir, _cache_root(loaded))
+
+
+PACKING_MIN_SAVING = 0.05
+"""``data.packing: auto`` packs when packing saves at least this share of the epoch's token
+slots. A packed batch costs about what a padded batch of the same shape does (both pass a
+mask to attention; docs/benchmarks.md, "Packing", measured the difference on SmolLM2-135M),
+so any saving pays; 5% keeps plain batches where the gain is within step-time noise."""
+
+
+def packing_decision(setting: str | bool, lengths: Any, plan: list[list[int]]) -> bool:
+    """Whether training batches are packed: ``data.packing`` as given, or for ``auto``
+    whether packing the first epoch's batches saves at least :data:`PACKING_MIN_SAVING`
+    of their token slots (logged with the figures).
+
+    Args:
+        setting: ``data.packing`` (``"auto"``, ``True`` or ``False``).
+        lengths: Tokens per training example, (N,).
+        plan: The first epoch's batches (example indices).
+    """
+    from entrena.data.batching import packed_padding_fraction, padding_fraction
+
+    if setting != "auto":
+        return bool(setting)
+    padded = padding_fraction(lengths, plan)
+    packed = packed_padding_fraction(lengths, plan)
+    saving = 1.0 - (1.0 - padded) / (1.0 - packed)  # slots saved / slots when padded
+    chosen = saving >= PACKING_MIN_SAVING
+    log.info("data.packing auto: %s (padding %.1f%% of the token slots padded, %.1f%% "
+             "packed: %.1f%% fewer slots; packs from %.0f%%)", "packing" if chosen else
+             "not packing", 100 * padded, 100 * packed, 100 * saving, 100 * PACKING_MIN_SAVING)
+    return chosen
 
 
 def _reference_width(prepared: PreparedSft) -> int:
