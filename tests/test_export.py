@@ -395,11 +395,14 @@ def test_opset_the_exporter_does_not_support(tiny_run, tmp_path):
 
 @pytest.mark.parametrize("options, message", [
     ({"format": "onx"}, "--format 'onx' is not an export format; available formats are: "
-                        "onnx, torchscript; did you mean 'onnx'?"),
+                        "onnx, torchscript, gguf, hf; did you mean 'onnx'?"),
     ({"format": "torchscript", "quantize": "int8"},
      "--quantize 'int8' is not available for --format torchscript; use --format onnx"),
     ({"format": "torchscript", "opset": 18}, "--opset applies to --format onnx only"),
-    ({"quantize": "int4"}, "--quantize 'int4' is not available for --format onnx"),
+    ({"quantize": "int4"}, "--quantize 'int4' is not a quantisation of --format onnx; use one "
+                           "of: int8"),
+    ({"format": "gguf", "quantize": "q3"}, "--quantize 'q3' is not a quantisation of --format "
+                                          "gguf; use one of: f16, q8_0, q4_k_m"),
 ])
 def test_bad_export_options_fail_before_reading_the_run(tmp_path, options, message):
     import re
