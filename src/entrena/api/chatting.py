@@ -37,7 +37,11 @@ def chat(source: str | Path, *, input: IO[str], output: IO[str], max_new_tokens:
         ResourceError: A GGUF bundle without llama-cpp-python installed.
     """
     from entrena.exporting.prediction import locate_model, model_task_name
-    from entrena.tasks.registry import get_task, model_files
+    from entrena.tasks.registry import get_task, model_files, task_names
+
+    def chat_tasks() -> list[str]:
+        return [name for name in task_names()
+                if getattr(get_task(name), "chat_session", None) is not None]
 
     if max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens {max_new_tokens}: give at least 1")
@@ -45,7 +49,8 @@ def chat(source: str | Path, *, input: IO[str], output: IO[str], max_new_tokens:
     session_class = getattr(task, "chat_session", None)
     if session_class is None:
         raise ConfigError(f"{source}: a {task.name} model does not chat; entrena chat takes a "
-                          f"run (or bundle) of a chat model such as task llm-sft")
+                          f"run (or bundle) of a chat model (a task with a chat session: "
+                          f"{', '.join(chat_tasks()) or 'none installed'})")
     location = locate_model(source, None, model_files=model_files, formats=task.export_formats)
     session = session_class(location, max_new_tokens=max_new_tokens, threads=threads)
     interactive = input.isatty()

@@ -89,7 +89,7 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
         run: The run directory (``runs/<name>``).
         format: ``onnx`` (dynamo exporter, dynamic batch and sequence axes) or
             ``torchscript`` (``torch.jit.trace``; a ``torch.export`` program when that fails);
-            for a chat model (``task: llm-sft``) ``gguf`` (llama.cpp, with an Ollama
+            for a chat model (a task whose model generates text) ``gguf`` (llama.cpp, with an Ollama
             ``Modelfile``) or ``hf`` (the merged model as a Hugging Face folder).
         quantize: ``"int8"``: ONNX Runtime dynamic quantisation (ONNX only); ``f16``,
             ``q8_0`` (default) or ``q4_k_m`` for ``gguf`` (llama.cpp's quantiser).

@@ -50,6 +50,20 @@ def _stderr_console() -> Any:
     return Console(stderr=True)
 
 
+class _StderrHandler(logging.StreamHandler):
+    """A stream handler writing to whatever ``sys.stderr`` is when a record is emitted: a
+    caller that swaps stderr (a test runner invoking the CLI in process, a notebook) and
+    closes its stream does not leave this process's later messages writing to a closed file."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass  # always sys.stderr
+
+
 def _setup_logging(verbose: bool) -> None:
     from rich.logging import RichHandler
 
@@ -62,7 +76,7 @@ def _setup_logging(verbose: bool) -> None:
                                                    rich_tracebacks=False)
             handler.setFormatter(logging.Formatter("%(message)s"))
         else:  # CI logs and files: one unwrapped line per message
-            handler = logging.StreamHandler(sys.stderr)
+            handler = _StderrHandler()
             handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
         handler._entrena_console = True  # type: ignore[attr-defined]
         handler.setLevel(logging.DEBUG if verbose else logging.INFO)
@@ -208,7 +222,7 @@ def prepare(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
 @app.command()
 def export(run: RunArg,
            format_: Annotated[str, typer.Option(
-               "--format", help="onnx or torchscript; a chat model (task llm-sft): gguf "
+               "--format", help="onnx or torchscript; a chat model (a language-model task): gguf "
                "(llama.cpp / Ollama) or hf (merged Hugging Face folder).")] = "onnx",
            quantize: Annotated[str | None, typer.Option(
                "--quantize", help="int8: ONNX Runtime dynamic quantisation (ONNX only); "
@@ -361,7 +375,7 @@ def chat(source: Annotated[Path, typer.Argument(
          max_new_tokens: Annotated[int, typer.Option(
              "--max-new-tokens", help="The most tokens of one answer.")] = 256,
          verbose: VerboseOpt = False) -> None:
-    """Talk with a chat model (task llm-sft): one line per turn on stdin (a terminal or a
+    """Talk with a chat model (a language-model run): one line per turn on stdin (a terminal or a
     pipe), answers on stdout; /reset forgets, /exit or end of input stops."""
     _setup_logging(verbose)
 
