@@ -345,6 +345,7 @@ def test_unreachable_tracking_server_fails_fast(tmp_path):
               "from entrena.tracking.mlflow_tracker import MLflowTracker\n"
               "t = MLflowTracker('http://127.0.0.1:9', 'e', 'r', Path('art'))\n"
               "t.start({'a': 1})\n"
+              "t.ready()  # the run starts on a background thread\n"
               "assert not t.enabled\n")
     env = {k: v for k, v in clean_env().items() if not k.startswith("MLFLOW_HTTP")}
     try:
