@@ -48,15 +48,21 @@ def _mixed_lengths(n: int) -> list[dict]:
     return rows
 
 
+def _training_batches(tmp_path, smol_tokenizer, packing: bool):
+    """12 chats of mixed lengths, prepared: ``(loaded, task, prepared, training batches)``."""
+    write_jsonl(tmp_path / "train.jsonl", _mixed_lengths(12))
+    loaded, task, prepared = prepare(tmp_path, smol_tokenizer,
+                                     data={"packing": packing, "validation_fraction": 0.2},
+                                     model={"max_length": 160})
+    return (loaded, task, prepared,
+            task.batches(loaded, prepared, "train", batch_size=6, shuffle=True))
+
+
 def test_a_packed_batch_gives_each_example_its_unpacked_states_loss_and_gradients(
         tmp_path, smol_tokenizer):
     from entrena.tasks.llm_sft.model import build_sft_model
 
-    write_jsonl(tmp_path / "train.jsonl", _mixed_lengths(12))
-    loaded, task, prepared = prepare(tmp_path, smol_tokenizer,
-                                     data={"packing": True, "validation_fraction": 0.2},
-                                     model={"max_length": 160})
-    source = task.batches(loaded, prepared, "train", batch_size=6, shuffle=True)
+    loaded, task, prepared, source = _training_batches(tmp_path, smol_tokenizer, True)
     assert source.pack
     indices = source.plan(0)[0]
     packed = source.collate(indices)
@@ -134,11 +140,7 @@ def test_the_shared_prompt_prefix_decoded_once_gives_the_same_loss_and_gradients
         tmp_path, smol_tokenizer):
     from entrena.tasks.llm_sft.model import build_sft_model, shared_prefix_length
 
-    write_jsonl(tmp_path / "train.jsonl", _mixed_lengths(12))
-    loaded, task, prepared = prepare(tmp_path, smol_tokenizer,
-                                     data={"packing": False, "validation_fraction": 0.2},
-                                     model={"max_length": 160})
-    source = task.batches(loaded, prepared, "train", batch_size=6, shuffle=True)
+    _, _, prepared, source = _training_batches(tmp_path, smol_tokenizer, False)
     batch = source.collate(source.plan(0)[0])
     inputs = {k: v for k, v in batch.items() if k != "labels"}
     prefix = shared_prefix_length(batch["input_ids"], batch["target_mask"])
