@@ -225,8 +225,9 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
                            precision, base_rss, timed=False)
         del twin
         _cache_memory(cache, memory)
-    memory.peak_flops = _device_peak(machine, catalog, cfg.train.num_threads, device,
-                                     precision)
+    else:  # read from the cache: the peak (a fresh measurement has it from calibrate)
+        memory.peak_flops = _device_peak(machine, catalog, cfg.train.num_threads, device,
+                                         precision)
     planning_s = time.perf_counter() - started
 
     def build(calibration: Calibration) -> dict[str, Any]:
