@@ -3,9 +3,9 @@
 Same model (SmolLM2-135M-Instruct, the fp32 copy entrena converts into its cache), same
 examples (the reviews-chat example's chats: ``examples/reviews-chat/config.yaml`` with a
 training subsample, tokenized once by entrena's preparation and handed to TRL as token ids
-with a completion mask, so both sides see identical tokens), same LoRA settings (r 16,
-alpha 32, dropout 0.05, all linear layers), sequence limit (``model.max_length``), fp32,
-batch size, AdamW (learning rate, linear schedule with 10% warmup, weight decay 0.01,
+with a completion mask, so both sides see identical tokens), same LoRA settings (the
+config's: r 16, alpha 32, dropout 0, all linear layers), sequence limit
+(``model.max_length``), fp32, batch size, AdamW (learning rate, linear schedule with 10% warmup, weight decay 0.01,
 gradient clipping at 1.0), one epoch, no gradient checkpointing, loss on the response and
 its EOS only in both. TRL otherwise runs with its defaults (random batches, padding to the
 longest of the batch, no packing); ``--trl-sampler group_by_length`` gives it length

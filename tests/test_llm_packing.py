@@ -169,6 +169,27 @@ def test_the_shared_prompt_prefix_decoded_once_gives_the_same_loss_and_gradients
         torch.testing.assert_close(shared_grads[name], whole_grads[name], rtol=1e-4,
                                    atol=1e-6, msg=name)
 
+    # Evaluation (teacher-forced losses, then greedy generation of the rows whose argmax
+    # left the reference) and greedy generation from the prompts alone share it too.
+    from entrena.tasks.llm_sft.model import _common_prefix, greedy_generate
+
+    model.eval()
+    evaluated = []
+    for share in (True, False):
+        model.share_prefix = share
+        with torch.no_grad():
+            evaluated.append(model(**inputs))
+    torch.testing.assert_close(evaluated[0][:, :2], evaluated[1][:, :2], rtol=1e-5, atol=1e-5)
+    assert torch.equal(evaluated[0][:, 2:], evaluated[1][:, 2:])
+    prompts = [row[:int(start)] for row, start in
+               zip(inputs["input_ids"], inputs["target_mask"].argmax(1), strict=True)]
+    assert _common_prefix(prompts) == prefix and _common_prefix(prompts[:1]) == 0
+    generated = [greedy_generate(model.lm, prompts, max_new_tokens=4,
+                                 eos_token_id=model.eos_token_id,
+                                 pad_token_id=model.pad_token_id, share_prefix=share)
+                 for share in (True, False)]
+    assert torch.equal(generated[0], generated[1])
+
 
 # --- the task's plan uses the LLM formulas and agrees with `entrena plan --llm` --------------
 

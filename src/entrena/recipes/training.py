@@ -197,8 +197,11 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         compile_model(model)
     model, optimizer = backend.setup(model, optimizer)
 
+    last_evaluation: list[tuple[Any, Any, float]] = []  # this process's latest, for reuse
+
     def evaluate(current_model: Any) -> dict[str, float]:
         outputs, targets, loss = predict(backend, current_model, validation_data, task.loss)
+        last_evaluation[:] = [(outputs, targets, loss)]
         return {"loss": loss, **task.evaluate(outputs, targets, prepared)}
 
     es = tcfg.early_stopping
@@ -303,7 +306,13 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
 
     metrics: dict[str, Any] = {}
     scored: dict[str, tuple[Any, Any]] = {}  # role -> (outputs, targets), for predictions/
-    outputs, targets, loss = predict(backend, model, validation_data, task.loss)
+    # The fit's last evaluation saw these very weights when it was at the step they are
+    # from (the restored best step, or the final one): its outputs are reused, not recomputed.
+    weights_step = state.best_step if checkpoint.restored else state.step
+    if last_evaluation and state.history and state.history[-1]["step"] == weights_step:
+        outputs, targets, loss = last_evaluation[0]
+    else:
+        outputs, targets, loss = predict(backend, model, validation_data, task.loss)
     metrics["validation"] = {"loss": loss, **task.evaluate(outputs, targets, prepared)}
     scored["validation"] = (outputs, targets)  # with the restored best weights
     _refuse_nonfinite_model(model, metrics["validation"], state, checkpoint.restored)

@@ -59,8 +59,10 @@ class LoraSettings(StrictModel):
     """Rank of each adapter (A is r × d_in, B is d_out × r)."""
     alpha: Annotated[float, Field(gt=0.0)] = 32.0
     """Scale numerator: the adapter's output is multiplied by alpha / r."""
-    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.05
-    """Dropout on the adapter's input."""
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    """Dropout on the adapter's input (0, PEFT's default: a rate above 0 draws a random mask
+    per adapted layer and step, which took about an eighth of a LoRA step on a 2-core CPU,
+    `bench:llm-demo-costs`; it regularises long runs on little data)."""
     target_modules: Literal["all-linear"] | list[str] = "all-linear"
     """Which linear layers get adapters: `all-linear` (every linear layer but the output
     head, PEFT's shorthand) or module names (`[q_proj, v_proj]`)."""
@@ -121,10 +123,11 @@ class LlmModelConfig(ModelConfig):
     """Tokens generated per prompt in evaluation and prediction: `auto` takes the longest
     training response (EOS included)."""
     shared_prefix: bool = True
-    """In training, decode the prompt prefix every example of a batch shares (the chat
-    template's system turn, the template's opening words) once per batch instead of once
-    per example: the same loss and gradients with less compute (LoRA dropout on the prefix
-    draws one mask per batch). Off under gradient checkpointing and for packed batches."""
+    """Decode the prompt prefix every example of a batch shares (the chat template's system
+    turn, the template's opening words) once per batch instead of once per example, in
+    training, evaluation and greedy generation: the same loss, gradients and generations
+    with less compute (LoRA dropout on the prefix draws one mask per batch). Off under
+    gradient checkpointing and for packed batches."""
     gradient_checkpointing: bool = False
     """Recompute each layer's activations in backward instead of keeping them (less memory,
     about a third more compute)."""
