@@ -6,7 +6,9 @@
 One process, one model (MiniLM-L6 from the package with entrena's mean-pooling head), one list
 of pre-built batches (the reviews' first training batches as entrena's length-grouped loader
 cuts them). Each arm starts from a copy of the same weights with a fresh AdamW
-(``entrena.recipes.training.build_optimizer``: no decay on 1-D tensors), the same precision
+(``entrena.recipes.training.build_optimizer``: no decay on 1-D tensors; entrena's arm fused
+on a CPU as ``entrena train`` makes it, the hand-written arm PyTorch's default
+implementation, as a user's ``torch.optim.AdamW`` is), the same precision
 (``train.precision: auto`` on this device), a linear schedule with 10% warmup and gradient
 clipping at 1.0:
 
@@ -112,7 +114,7 @@ def entrena_arm(backend: Any, built: dict[str, Any], folder: Path, threads: int,
     from entrena.engine.loop import FitSettings, fit
     from entrena.recipes.efficiency import build_monitor
     from entrena.recipes.planning import peak_memory_bytes
-    from entrena.recipes.training import build_optimizer
+    from entrena.recipes.training import build_optimizer, fused_optimizer
     from entrena.tasks.metrics import cross_entropy_loss
     from entrena.tracking.events import EventLog
 
@@ -121,7 +123,8 @@ def entrena_arm(backend: Any, built: dict[str, Any], folder: Path, threads: int,
         model = compiled
     else:
         model = copy.deepcopy(built["model"])
-    optimizer = build_optimizer(model, built["learning_rate"], built["weight_decay"])
+    optimizer = build_optimizer(model, built["learning_rate"], built["weight_decay"],
+                                fused=fused_optimizer(backend.accelerator))
     model, optimizer = backend.setup(model, optimizer)
     events = EventLog(folder / f"events-{time.monotonic_ns()}.jsonl")
     monitor = build_monitor(plan=None, lengths=built["lengths"], accelerator=backend.accelerator,

@@ -87,17 +87,27 @@ __all__ = ["run_fit", "build_optimizer"]
 log = logging.getLogger("entrena")
 
 
-def build_optimizer(model: torch.nn.Module, learning_rate: float,
-                    weight_decay: float) -> torch.optim.Optimizer:
+def fused_optimizer(accelerator: str) -> bool:
+    """Whether AdamW runs fused (one kernel over all parameters) on ``accelerator``: on a
+    CPU, where PyTorch's default is a loop over the parameters and the fused step measured
+    19 ms against 136 ms for MiniLM-L6's 22.7 M parameters on 2 AVX2 cores
+    (``bench:step-profile``). Elsewhere PyTorch's default stays (multi-tensor on CUDA,
+    whose memory the planner's AdamW temporary models)."""
+    return accelerator == "cpu"
+
+
+def build_optimizer(model: torch.nn.Module, learning_rate: float, weight_decay: float, *,
+                    fused: bool = False) -> torch.optim.Optimizer:
     """AdamW with no weight decay on biases and normalisation weights (1-D tensors), as in
-    BERT (Devlin et al., 2019) and the Hugging Face Trainer."""
+    BERT (Devlin et al., 2019) and the Hugging Face Trainer; ``fused`` as
+    :func:`fused_optimizer` decides (the same update and the same ``state_dict``)."""
     decay, no_decay = [], []
     for _, param in model.named_parameters():
         if param.requires_grad:
             (no_decay if param.ndim < 2 else decay).append(param)
     groups = [{"params": decay, "weight_decay": weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=learning_rate)
+    return torch.optim.AdamW(groups, lr=learning_rate, fused=fused or None)
 
 
 def _cache_dir(loaded: LoadedConfig) -> Any:
@@ -190,7 +200,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                          batch_size=tcfg.batch_size * world),
             backend.global_rank, world)
     validation_data = batches("validation", shuffle=False)
-    optimizer = build_optimizer(model, tcfg.learning_rate, tcfg.weight_decay)
+    optimizer = build_optimizer(model, tcfg.learning_rate, tcfg.weight_decay,
+                                fused=fused_optimizer(backend.accelerator))
     decision = compile_decision(tcfg.compile, backend.accelerator, _planned_train_s(plan))
     log.info("compile: %s (%s)", "on" if decision.compile else "off", decision.reason)
     if decision.compile:  # in place: state_dict keys, checkpoints and exports unchanged
