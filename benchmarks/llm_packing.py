@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import machine, today, write_section  # noqa: E402
+from _report import load_text, machine, today, write_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "examples" / "reviews-chat" / "config.yaml"
@@ -96,8 +96,7 @@ def main() -> None:
                 model.share_prefix = share
                 timings.setdefault(f"{kind}: {name}", []).append(step_time(model, batch))
         load.append(os.getloadavg()[0])
-    lines = [f"{today()}, {machine()}; load average {min(load):.1f}–{max(load):.1f} during the "
-             "runs (other sessions' jobs: a busy machine).", "",
+    lines = [f"{today()}, {machine()}; {load_text(load)}.", "",
              f"`python benchmarks/llm_packing.py --repeats {args.repeats}`: the reviews-chat "
              "example's 400 training chats, batch 8, `model.max_length` 128; "
              f"{args.threads} torch thread(s).", "",

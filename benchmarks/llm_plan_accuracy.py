@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import machine, today, write_section  # noqa: E402
+from _report import load_text, machine, today, write_section  # noqa: E402
 
 GIB = 2**30
 CONFIGS = [  # (name, mode, batch, sequence, rank, gradient checkpointing)
@@ -177,8 +177,7 @@ def main() -> None:
     probe = rows[0]
     fixed = probe["plan_bytes"] - probe["plan_activations"]  # weights and optimizer states
     factor = (probe["peak_bytes"] - fixed) / probe["plan_activations"]
-    lines = [f"{today()}, {machine()}; load average {min(load):.1f}–{max(load):.1f} during "
-             f"the runs (other sessions' jobs: a busy machine).",
+    lines = [f"{today()}, {machine()}; {load_text(load)}.",
              "",
              f"`python benchmarks/llm_plan_accuracy.py` (SmolLM2-135M, fp32, {args.threads} "
              f"torch thread(s), {args.steps} AdamW steps per configuration in a fresh process, "

@@ -5,8 +5,8 @@ examples (the reviews-chat example's chats: ``examples/reviews-chat/config.yaml`
 training subsample, tokenized once by entrena's preparation and handed to TRL as token ids
 with a completion mask, so both sides see identical tokens), same LoRA settings (the
 config's: r 16, alpha 32, dropout 0, all linear layers), sequence limit
-(``model.max_length``), fp32, batch size, AdamW (learning rate, linear schedule with 10% warmup, weight decay 0.01,
-gradient clipping at 1.0), one epoch, no gradient checkpointing, loss on the response and
+(``model.max_length``), fp32, batch size, AdamW (learning rate, linear schedule with 10%
+warmup, weight decay 0.01, gradient clipping at 1.0), one epoch, no gradient checkpointing, loss on the response and
 its EOS only in both. TRL otherwise runs with its defaults (random batches, padding to the
 longest of the batch, no packing); ``--trl-sampler group_by_length`` gives it length
 grouping too.
@@ -22,7 +22,7 @@ so that load from other jobs hits both; the figures are medians of per-pair rati
 
 Usage::
 
-    python benchmarks/llm_trl.py                  # 3 pairs, 160 chats: about 10 minutes
+    python benchmarks/llm_trl.py                  # 3 pairs, 160 chats: 35 min, 2 AVX2 cores
     python benchmarks/llm_trl.py --quick          # 3 pairs, 32 chats
     python benchmarks/llm_trl.py --trl-sampler group_by_length
 """
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import machine, today, write_section  # noqa: E402
+from _report import load_text, machine, today, write_section  # noqa: E402
 from _stats import goal_text, ratios, summary  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -246,8 +246,7 @@ def report(spec: dict[str, Any], pairs: list[dict[str, dict[str, Any]]],
             f"{statistics.median(e_loss):.4f}, TRL {statistics.median(t_loss):.4f}; goal "
             f"{goal_text(statistics.median(speed), GOAL, 'x')}; load "
             f"{min(load):.1f}-{max(load):.1f}")
-    body = [f"{today()}, {machine()}; load average {min(load):.1f}–{max(load):.1f} during the "
-            "runs (other sessions' jobs: a busy machine).", "",
+    body = [f"{today()}, {machine()}; {load_text(load)}.", "",
             f"`{spec['command']}`: {spec['train']} training chats ({tokens:,} tokens, "
             f"{targets:,} of them targets: response + EOS), {spec['validation']} validation "
             f"chats, batch {spec['batch_size']}, {first['steps']} steps, "

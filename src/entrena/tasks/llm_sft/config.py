@@ -61,7 +61,7 @@ class LoraSettings(StrictModel):
     """Scale numerator: the adapter's output is multiplied by alpha / r."""
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
     """Dropout on the adapter's input (0, PEFT's default: a rate above 0 draws a random mask
-    per adapted layer and step, which took about an eighth of a LoRA step on a 2-core CPU,
+    per adapted layer and step, which made a LoRA step 1.2× slower on a 2-core CPU,
     `bench:llm-demo-costs`; it regularises long runs on little data)."""
     target_modules: Literal["all-linear"] | list[str] = "all-linear"
     """Which linear layers get adapters: `all-linear` (every linear layer but the output

@@ -235,7 +235,7 @@ class SftModel(nn.Module):
             generated[again] = greedy_generate(
                 self.lm, [input_ids[i, :int(prompt_lengths[i])] for i in again],
                 max_new_tokens=budget, eos_token_id=self.eos_token_id,
-                pad_token_id=self.pad_token_id)
+                pad_token_id=self.pad_token_id, share_prefix=self.share_prefix)
         return generated
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
