@@ -334,8 +334,8 @@ def greedy_generate(lm: Any, prompts: list[torch.Tensor], *, max_new_tokens: int
 
     The tokens all prompts start with (a chat template's system turn) are decoded once and
     their keys and values shared by the rows (``share_prefix``): the same generations as
-    decoding each prompt whole, about 0.8× the time for the demo's 26-token prefix of
-    ~115-token prompts.
+    decoding each prompt whole, 0.85× the time for the demo's 26-token prefix of
+    ~115-token prompts (`bench:llm-demo-costs`).
 
     Args:
         lm: A causal LM (or PEFT model) with ``generate``.
