@@ -54,9 +54,15 @@ def test_killed_runs_always_resume_exactly(reviews_data):
     assert all(r["unreadable"] == 0 for r in records)
     assert records[-1]["kind"] == "finish" and records[-1]["exit_code"] == 0
     restarts = records[1:]
-    # every restart after a checkpoint existed resumed from the newest one
+    # every restart after a checkpoint existed resumed from the newest one, except one stopped
+    # by an early SIGTERM before it got that far (its signal at the process start, CI's stop
+    # 29), or one after the late SIGTERM landed once the run was marked finished
     for before, after in zip(records, restarts, strict=False):
-        if before["newest_checkpoint"] is not None:
-            assert after["resumed_from"] == before["newest_checkpoint"]
+        if before["status_after"] == "finished":
+            assert after["start"] == "already finished" and after["resumed_from"] is None
+        elif before["newest_checkpoint"] is not None:
+            assert after["resumed_from"] == before["newest_checkpoint"] or (
+                after["phase"] == "early" and after["exit_code"] == 143
+                and after["resumed_from"] is None)
     term = next(r for r in records if r["kind"] == "term")
     assert term["exit_code"] == 143 and 0 <= term["signal_to_saved_s"] < 60
