@@ -147,7 +147,7 @@ def create_backend(*, accelerator: str, devices: int | str, precision: str, seed
     re-running this command (Fabric's subprocess launcher; under torchrun or SLURM it joins
     the processes already started); ranks above 0 continue from here too. On a CPU it first
     fixes the C allocator's mmap threshold (:func:`entrena.hardware.allocator.
-    configure_allocator`), so the fit's resident memory follows its live tensors.
+    configure_allocator`): the largest tensors go back to the system when freed.
 
     Raises:
         ResourceError: The requested accelerator is not present, or fewer devices than
@@ -165,7 +165,7 @@ def create_backend(*, accelerator: str, devices: int | str, precision: str, seed
     if resolved == "cpu":
         from entrena.hardware.allocator import configure_allocator
 
-        configure_allocator()  # large tensors go back to the system when freed (no climb)
+        configure_allocator()  # the largest tensors go back to the system when freed
     chosen = resolve_precision(precision, resolved,
                                bf16=(torch.cuda.is_bf16_supported() if resolved == "cuda"
                                      else cpu_bf16))

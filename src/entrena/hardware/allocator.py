@@ -9,7 +9,9 @@ batch to batch (length-grouped batches), so after the first large frees they lan
 whose free blocks rarely fit the next shapes exactly: the resident set climbs over the fit
 although the live tensors do not (benchmarks/memory_climb.py; docs/benchmarks.md, section
 "memory climb"). Fixing the threshold (any ``mallopt`` of it turns the adaptation off) keeps
-large tensors mapped, so the resident set follows the live tensors.
+the tensors above it mapped, returned when freed. Too low a threshold costs time: a mapped
+block is zero-filled by the kernel, page by page, at each new use (see
+:data:`MMAP_THRESHOLD_BYTES`).
 """
 
 from __future__ import annotations
@@ -26,11 +28,15 @@ log = logging.getLogger("entrena")
 M_MMAP_THRESHOLD = -3
 """``mallopt`` parameter number of the mmap threshold (glibc ``malloc.h``)."""
 
-MMAP_THRESHOLD_BYTES = 1 * 2**20
-"""Blocks of at least this size are mapped (and unmapped when freed): 1 MiB, far above the
-many small blocks a step allocates (their heap reuse stays fast) and below the activations
-of any batch worth measuring (B·T·H·4 bytes: 8 × 64 × 384 × 4 = 0.75 MiB is the smallest
-demo-like layer output)."""
+MMAP_THRESHOLD_BYTES = 16 * 2**20
+"""Blocks of at least this size are mapped (and unmapped when freed): 16 MiB. At 1 MiB a
+MiniLM-L6 step (batch 32 × 160 tokens, 2 threads, AMD EPYC with AVX-512 BF16) took 2.60 s in
+bf16 and 3.91 s in fp32 with ~1.1 M page faults, against 1.50 s and 2.91 s at 16 MiB and
+1.37 s and 2.73 s with glibc's adaptive threshold (0.07–0.15 M faults;
+``benchmarks/allocator_faults.py``). At 16 MiB the largest activations (a MiniLM feed-forward
+layer's 32 × 272 × 1536 × 4 bytes = 51 MiB) stay mapped and the peak still climbs ~11% over a
+60-step fit (12.5% adaptive, 0.3% at 1 MiB; docs/benchmarks.md, "The allocator's page
+faults")."""
 
 _configured: bool | None = None
 
