@@ -162,10 +162,10 @@ def run(mode: str, pairs: int, best: bool, threads: int | None = None,
                   "threads": threads or _threads(), "seed": split["seed"]}
         hf_spec = {**common, "max_length": settings["hf_max_length"],
                    "epochs": settings["hf_epochs"], "stop_after_epochs": 1}
-        if trainer == "best":
+        if trainer == "best":  # all its epochs: its time is its first point at the target
             ours = entrena_settings(mode)
             hf_spec.update(max_length=split["entrena_max_length"], epochs=ours["epochs"],
-                           at_its_best=ours)
+                           at_its_best=ours, stop_after_epochs=None)
         entrena_spec = {**common, "max_length": split["entrena_max_length"],
                         "overrides": {**settings["data"], **settings["entrena"],
                                       **({"train.num_threads": threads} if threads else {})}}
@@ -181,7 +181,7 @@ def run(mode: str, pairs: int, best: bool, threads: int | None = None,
             runs.append(result)
             partial = Path(tempfile.gettempdir()) / f"bench-tta-{mode}.partial.json"
             partial.write_text(json.dumps(runs, default=str))  # kept if a later run fails
-            if role == "hf" and spec["stop_after_epochs"] is None:
+            if role == "hf" and best and pair == 0:
                 best_runs["hf"] = result
             progress(f"pair {pair + 1} {role}: points "
                      + ", ".join(f"{p['epoch']:.2f}ep {p['accuracy']:.3f} @{p['time_s']:.0f}s"
@@ -207,8 +207,13 @@ def analyse(result: dict[str, Any]) -> dict[str, Any]:
     first_epoch = [next(p for p in r["points"] if p["epoch"] >= 1 - 1e-6) for r in hf]
     target = statistics.median(p["accuracy"] for p in first_epoch)
     hf_times = [p["time_s"] for p in first_epoch]
+    censored: list[bool] = [False] * len(hf)
     if result.get("trainer") == "best":  # same cadence: the first point at or above it
-        hf_times = [first_reaching(r["points"], target)["time_s"] for r in hf]
+        # A Trainer run that never reached the target within its training counts at its last
+        # point, a lower bound on its time (censored: that pair's ratio is a lower bound too).
+        firsts = [first_reaching(r["points"], target) for r in hf]
+        censored = [p is None for p in firsts]
+        hf_times = [(p or r["points"][-1])["time_s"] for p, r in zip(firsts, hf, strict=True)]
     reached = [first_reaching(r["points"], target) for r in ours]
     speedups = [h / p["time_s"] for h, p in zip(hf_times, reached, strict=True)
                 if p is not None]
@@ -217,7 +222,7 @@ def analyse(result: dict[str, Any]) -> dict[str, Any]:
                             if result.get("trainer") == "best" else
                             "the Trainer at its 1-epoch point; entrena at its first point at "
                             "or above the target"),
-            "entrena_reached": reached, "speedups": speedups,
+            "hf_censored": censored, "entrena_reached": reached, "speedups": speedups,
             "all_reached": all(p is not None for p in reached)}
 
 
