@@ -96,6 +96,22 @@ def test_analyse_targets_the_trainers_first_epoch_and_pairs_the_runs():
     assert "**2.75× (2.50–3.00×)**" in text and "met (2.75× ≥ 2.5×)" in text
 
 
+def test_the_trainer_at_its_best_is_timed_at_its_first_point_at_the_target():
+    # Target 0.83 (median of 0.82, 0.83, 0.84 at one epoch). The first Trainer run never
+    # reaches it: timed at its last point, marked censored (its ratio is a lower bound).
+    hf = [_points((50.0, 0.81), (100.0, 0.82)), _points((50.0, 0.80), (100.0, 0.83)),
+          _points((50.0, 0.84), (100.0, 0.84))]
+    ours = _points((40.0, 0.85), (80.0, 0.86))
+    runs = [r for pair in range(3) for r in (_run("hf", pair, hf[pair]),
+                                             _run("entrena", pair, ours))]
+    analysis = tta.analyse({**_result(runs), "trainer": "best"})
+    assert analysis["target"] == pytest.approx(0.83)
+    assert analysis["hf_times"] == [100.0, 100.0, 50.0]
+    assert analysis["hf_censored"] == [True, False, False]
+    assert analysis["speedups"] == [2.5, 2.5, 1.25]
+    assert "first evaluation point at or above" in analysis["timing_rule"]
+
+
 def test_a_target_never_reached_is_reported_as_missed():
     runs = [_run("hf", 0, [{"time_s": 50.0, "accuracy": 0.9, "epoch": 1.0}]),
             _run("entrena", 0, _points((20.0, 0.80), (40.0, 0.85)))]
