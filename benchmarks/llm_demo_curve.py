@@ -78,11 +78,11 @@ def main() -> None:
                 load.append(os.getloadavg()[0])
                 print(json.dumps(result), flush=True)
     lines = ["| training chats | seed | validation (100) | test (300) | test EOS | zero-shot "
-             "test | wall (s) |", "|---:|---:|---:|---:|---:|---:|---:|"]
+             "test | training steps (s) | wall (s) |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(runs, key=lambda r: (r["samples"], r["seed"])):
         lines.append(f"| {r['samples']} | {r['seed']} | {r['validation']:.3f} | "
                      f"{r['test']:.3f} | {r['test_eos']:.2f} | {r['zero_shot_test']:.3f} | "
-                     f"{r['wall_s']:.0f} |")
+                     f"{r['train_s']:.0f} | {r['wall_s']:.0f} |")
     summary = []
     for samples in args.samples:
         tests = [r["test"] for r in runs if r["samples"] == samples]
