@@ -8,9 +8,12 @@
     .venv/bin/python benchmarks/bench.py --threads 1   # on a shared machine: 1 torch thread
                                                      # for every competitor
 
-Items, each writing its section of docs/benchmarks.md (date, machine, command, mode):
+Items, each writing its section of docs/benchmarks.md (date, machine, command, mode); the
+summary table keeps, marked, the earlier rows of items a run leaves out (``--only``):
 1. ``tta``: time to the Trainer's 1-epoch test accuracy on the reviews (``tta.py``), and in
-   full mode the best test accuracy within 3 epochs;
+   full mode the best test accuracy within 3 epochs; ``tta-best``: the same against the
+   Trainer at its best (``tta.py --trainer best``; ~35 min in full mode: with it ``make
+   bench`` takes about 2 h 15 min on 2 cores, ``--only tta-best`` runs it alone);
 2. ``step``: step throughput against a hand-written loop on identical batches
    (``step_throughput.py``);
 3. ``plan``: the planner accuracy table (``plan_accuracy.py``; quick: its smallest setting);
@@ -36,7 +39,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-ITEMS = ("startup", "data", "step", "plan", "tta", "gpu")
+ITEMS = ("startup", "data", "step", "plan", "tta", "tta-best", "gpu")
 SIZES: dict[str, dict[str, Any]] = {
     "full": {"tta_pairs": 3, "best": True, "step_pairs": 5, "data_rows": 1_000_000,
              "data_runs": 3, "startup_runs": 5, "plan": []},
@@ -71,8 +74,8 @@ def main() -> None:
     size.add_argument("--quick", action="store_true", help="the subsample of make bench-quick")
     size.add_argument("--smoke", action="store_true", help="a plumbing check (figures mean "
                       f"nothing); writes {SMOKE_DOC} unless --doc is given")
-    parser.add_argument("--only", nargs="+", choices=ITEMS, default=list(ITEMS),
-                        help="run only these items")
+    parser.add_argument("--only", nargs="+", choices=ITEMS, default=None,
+                        help="run only these items (default: all; tta-best in full mode only)")
     parser.add_argument("--doc", type=Path, default=None, help="write the sections here "
                         "(default docs/benchmarks.md)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads of every "
@@ -80,6 +83,9 @@ def main() -> None:
                         "machine's contention from stalling both threads at every sync")
     args = parser.parse_args()
     mode = "quick" if args.quick else "smoke" if args.smoke else "full"
+    default_items = [i for i in ITEMS if mode == "full" or i != "tta-best"]
+    named = args.only is not None
+    args.only = args.only or default_items
     doc = args.doc or (SMOKE_DOC if mode == "smoke" else None)
     if doc is not None:
         if not doc.exists():
@@ -96,13 +102,13 @@ def main() -> None:
 
     sizes = SIZES[mode]
     flag = {"full": "", "quick": " --quick", "smoke": " --smoke"}[mode]
-    only = "" if set(args.only) == set(ITEMS) else " --only " + " ".join(args.only)
+    only = "" if not named else " --only " + " ".join(args.only)
     only += f" --threads {args.threads}" if args.threads else ""
     target = {"full": "make bench", "quick": "make bench-quick"}.get(mode)
     command = (f"{target}" if target and not only else
                f".venv/bin/python benchmarks/bench.py{flag}{only}")
     ctx = {"date": today(), "machine": machine(), "command": command, "mode": mode,
-           "all_items": set(args.only) == set(ITEMS)}
+           "all_items": set(args.only) >= set(default_items)}
     started = time.perf_counter()
     done: dict[str, Any] = {}
     say(f"mode {mode}; items {', '.join(args.only)}; sections go to {_report.BENCHMARKS_MD}")
@@ -143,6 +149,17 @@ def main() -> None:
         raw = Path(tempfile.gettempdir()) / f"bench-tta-{mode}.json"
         raw.write_text(json.dumps(result, indent=1, default=str))
         say(f"raw time-to-accuracy runs: {raw}")
+    if "tta-best" in args.only:
+        import tta
+
+        result = tta.run(mode, sizes["tta_pairs"], False, threads=args.threads,
+                         progress=say, trainer="best")
+        done["tta-best"] = tta.analyse(result)
+        write_section("bench-tta-best", sections.tta_best_section(ctx, result,
+                                                                  done["tta-best"]))
+        raw = Path(tempfile.gettempdir()) / f"bench-tta-best-{mode}.json"
+        raw.write_text(json.dumps(result, indent=1, default=str))
+        say(f"raw runs against the Trainer at its best: {raw}")
     if "gpu" in args.only:
         import torch
 
@@ -151,7 +168,9 @@ def main() -> None:
             say("a CUDA device is present: run benchmarks/gpu_check.py for the GPU figures")
         write_section("bench-gpu", sections.gpu_section(ctx, cuda))
     elapsed = time.perf_counter() - started
-    write_section("bench-summary", sections.summary_section(ctx, done, elapsed))
+    earlier = (sections.earlier_rows(_report.BENCHMARKS_MD.read_text())
+               if _report.BENCHMARKS_MD.is_file() else {})
+    write_section("bench-summary", sections.summary_section(ctx, done, elapsed, earlier))
     say(f"done in {elapsed / 60:.1f} min; sections written to {_report.BENCHMARKS_MD}")
     if done.get("startup", {}).get("torch_imported"):
         sys.exit("FAILED: `import entrena` imports torch (section 5)")

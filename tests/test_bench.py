@@ -110,6 +110,38 @@ def test_the_trainer_at_its_best_is_timed_at_its_first_point_at_the_target():
     assert analysis["hf_censored"] == [True, False, False]
     assert analysis["speedups"] == [2.5, 2.5, 1.25]
     assert "first evaluation point at or above" in analysis["timing_rule"]
+    ctx = {"date": "d", "machine": "m", "command": "c", "mode": "full", "all_items": True}
+    result = {**_result(runs), "trainer": "best"}
+    text = _sections.tta_best_section(ctx, result, analysis)
+    assert "**Speed-up (Trainer time / entrena time, per pair): 2.50× (1.25–2.50×)**" in text
+    assert "| 1 | 100 (censored: never reached; its last point) | 40 (epoch 0.50) | " \
+        "2.50× (lower bound) |" in text
+    assert "Timing rule: both sides at their first evaluation point" in text
+    summary = _sections.summary_section(ctx, {"tta-best": analysis}, 60.0)
+    assert "| 1b. Trainer at its best" in summary
+    assert "| ≥ 1.5× | met (2.50× ≥ 1.5×) |" in summary
+
+
+def test_the_summary_keeps_the_rows_of_items_a_run_leaves_out():
+    ctx = {"date": "2026-12-01", "machine": "m", "command": "c", "mode": "full",
+           "all_items": True}
+    startup = {"seconds": {"entrena --help": [0.1]}, "torch_imported": False}
+    first = _sections.summary_section(ctx, {"startup": startup,
+                                            "plan": "memory 6 of 6"}, 60.0)
+    doc = f"<!-- bench:bench-summary:start -->\n{first}<!-- bench:bench-summary:end -->"
+    earlier = _sections.earlier_rows(doc)
+    assert set(earlier) == {"3.", "5.", "6."}
+    again = _sections.summary_section({**ctx, "date": "2026-12-02", "all_items": False},
+                                      {"startup": startup}, 60.0, earlier)
+    lines = [line for line in again.splitlines()
+             if line.startswith("| ") and not line.startswith("| item")]
+    assert [line.split(" ")[1] for line in lines] == ["3.", "5.", "6."]
+    assert lines[0].endswith("see the section (earlier: the summary of 2026-12-01; "
+                             "not re-measured) |")
+    assert "earlier" not in lines[1]  # measured now
+    kept = _sections.earlier_rows(
+        f"<!-- bench:bench-summary:start -->\n{again}<!-- bench:bench-summary:end -->")
+    assert kept["3."] == lines[0]  # marked once, with the date it was measured
 
 
 def test_a_target_never_reached_is_reported_as_missed():

@@ -148,3 +148,66 @@ def test_open_within_bounds_any_trackers_store(monkeypatch):
         base.open_within(refused)
     base.open_within(lambda: None)  # opens: no error
     assert base.STORE_PROBE_TIMEOUT_S == 5.0
+
+
+# --- MLflow in a process of its own ------------------------------------------------------
+
+def test_a_tracked_run_never_imports_mlflow_in_the_training_process(reviews_data, tmp_path):
+    # MLflow's import and store took ~2 s of the interpreter's lock from the first steps.
+    import json
+    import subprocess
+    import sys
+
+    from conftest import clean_env
+
+    script = ("import sys, entrena\n"
+              f"entrena.train({str(TINY)!r}, run_dir={str(tmp_path / 'run')!r}, "
+              f"overrides={[*QUICK, 'tracking.log_model=false']!r})\n"
+              "assert 'mlflow' not in sys.modules, 'imported MLflow'\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=clean_env(),
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("entrena").experiment_id])
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["test.accuracy"] == pytest.approx(metrics["test"]["accuracy"])
+    assert run.data.params["data.max_train_samples"] == "64"
+
+
+def test_the_mlflow_worker_outlives_a_stop_signal_and_exits_with_its_input(tmp_path):
+    import os
+    import signal
+
+    from entrena.tracking.mlflow_tracker import MLflowWorker
+
+    worker = MLflowWorker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    reply = worker.request({"op": "start", "experiment": "e", "run_name": "r",
+                            "artifact_root": str(tmp_path / "art"), "params": {"a": 1}})
+    assert reply["ok"] and reply["run_id"]
+    os.kill(worker._process.pid, signal.SIGTERM)  # a stop for the run is not for the worker
+    os.kill(worker._process.pid, signal.SIGINT)
+    assert worker.request({"op": "log", "metrics": [["loss", 0.5, 0, 1]],
+                           "status": "KILLED"}) == {"ok": True}
+    worker.close()
+    assert worker._process.wait(timeout=30) == 0
+
+
+def test_a_dead_mlflow_worker_is_one_warning_and_training_goes_on(tmp_path, caplog):
+    import logging
+
+    from entrena.tracking.mlflow_tracker import MLflowTracker
+
+    tracker = MLflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "e", "r", tmp_path / "art")
+    tracker.start({"a": 1})
+    tracker._worker._process.kill()
+    with caplog.at_level(logging.WARNING):
+        tracker._queue({"loss": 1.0}, 1)
+        tracker.flush()
+        tracker.finish({"test": {"accuracy": 0.5}}, [])
+    assert not tracker.enabled
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "MLflow tracking off: the MLflow worker process failed (exited with code -9")

@@ -33,6 +33,7 @@ from entrena.errors import ConfigError, DataError, EntrenaError, Interrupted
 from entrena.hardware.catalog import load_catalog
 from entrena.hardware.cost import hourly_price
 from entrena.tasks.registry import load_config
+from entrena.tracking.base import prestart as prestart_trackers
 from entrena.units import format_duration
 
 __all__ = ["TrainResult", "train", "resolve_run_dir"]
@@ -320,6 +321,8 @@ def _train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path 
                         "checkpoint; starting it over", paths.root)
             shutil.rmtree(paths.root)
 
+    tracking = loaded.config.tracking  # MLflow's process starts on an idle core meanwhile
+    prestart_trackers(tracking.enabled, tracking.backends, paths.runs_root, tracking.uri)
     where["phase"] = "preparing the data"
     prepared = prepare_data(loaded, sources)  # data errors come before anything is written
     _announce_table(console, report_table(prepared.report))

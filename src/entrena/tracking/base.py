@@ -22,7 +22,7 @@ from entrena.errors import ConfigError
 
 __all__ = ["Tracker", "TrackingContext", "TRACKERS", "STORE_PROBE_TIMEOUT_S", "open_within",
            "register_tracker", "check_trackers", "build_trackers", "guard",
-           "wants_mlflow_model"]
+           "wants_mlflow_model", "prestart"]
 
 log = logging.getLogger("entrena")
 
@@ -208,3 +208,19 @@ def wants_mlflow_model(tracking: dict[str, Any]) -> bool:
     as the schema does, for runs written before the key existed)."""
     return bool(tracking.get("enabled", True) and tracking.get("log_model", True)
                 and "mlflow" in tracking.get("backends", ["mlflow"]))
+
+
+def prestart(enabled: bool, backends: Sequence[str], runs_root: Path, uri: str | None) -> None:
+    """Start what a run's trackers can start before the run: MLflow's worker process
+    (:func:`entrena.tracking.mlflow_tracker.prestart`), which imports MLflow and opens the
+    store on an idle core while the training process loads its data and model. A failure
+    here is silent: the tracker tries again when the run starts, and warns then."""
+    if not enabled or "mlflow" not in backends:
+        return
+    from entrena.tracking.mlflow_tracker import default_tracking_uri
+    from entrena.tracking.mlflow_tracker import prestart as start_worker
+
+    try:
+        start_worker(default_tracking_uri(runs_root, uri))
+    except (OSError, ValueError) as exc:
+        log.debug("MLflow worker not started ahead of the run: %s", exc)

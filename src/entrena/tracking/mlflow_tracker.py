@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +12,8 @@ from entrena.core.state import TrainState
 from entrena.tracking.base import STORE_PROBE_TIMEOUT_S, open_within
 from entrena.tracking.scalars import StepScalars, flatten
 
-__all__ = ["MLflowTracker", "HTTP_SETTINGS", "STORE_PROBE_TIMEOUT_S", "default_tracking_uri",
-           "flatten", "probe_store"]
+__all__ = ["MLflowTracker", "MLflowWorker", "HTTP_SETTINGS", "STORE_PROBE_TIMEOUT_S",
+           "default_tracking_uri", "flatten", "prestart", "probe_store"]
 
 log = logging.getLogger("entrena")
 
@@ -82,13 +81,107 @@ def default_tracking_uri(runs_root: Path, configured: str | None) -> str:
     return f"sqlite:///{(runs_root / 'mlflow.db').resolve()}"
 
 
+class MLflowWorker:
+    """A process running :mod:`entrena.tracking.mlflow_worker` for one tracking URI: it
+    imports MLflow and opens the store as soon as it is spawned, then serves requests.
+
+    Args:
+        uri: Tracking URI.
+
+    Raises:
+        OSError: The process could not be started.
+    """
+
+    def __init__(self, uri: str):
+        import subprocess
+        import sys
+        import tempfile
+
+        self.uri = uri
+        self._stderr = tempfile.TemporaryFile()  # its last line explains an early exit
+        env = dict(os.environ)
+        package_root = str(Path(__file__).resolve().parents[2])  # the folder holding entrena/
+        env["PYTHONPATH"] = os.pathsep.join(
+            [package_root, *filter(None, [env.get("PYTHONPATH")])])
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "entrena.tracking.mlflow_worker", uri],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env,
+            text=True, encoding="utf-8", bufsize=1,
+            start_new_session=True)  # a terminal's Ctrl-C is for the training process
+
+    def send(self, request: dict[str, Any]) -> None:
+        """Write one request (the worker reads at once: this does not wait for it)."""
+        import json
+
+        assert self._process.stdin is not None
+        self._process.stdin.write(json.dumps(request) + "\n")
+        self._process.stdin.flush()
+
+    def reply(self) -> dict[str, Any]:
+        """Wait for the reply to the oldest unanswered request. A worker that exited
+        answers ``{"ok": false, ...}`` with the last line it wrote to its standard error."""
+        import json
+
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline()
+        if line:
+            return json.loads(line)
+        code = self._process.wait()
+        self._stderr.seek(0)
+        lines = self._stderr.read().decode("utf-8", "replace").strip().splitlines()
+        return {"ok": False, "what": "the MLflow worker process",
+                "error": f"exited with code {code}" + (f": {lines[-1]}" if lines else "")}
+
+    def request(self, request: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`send`, then :meth:`reply`; a broken pipe is a failed reply."""
+        try:
+            self.send(request)
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # the reply says why
+        return self.reply()
+
+    def close(self) -> None:
+        """Close its standard input: it exits once it has answered what it was sent."""
+        try:
+            if self._process.stdin is not None:
+                self._process.stdin.close()
+        except OSError:
+            pass
+
+
+_spare: list[MLflowWorker] = []
+"""At most one started, idle worker: :func:`prestart`'s, or a finished run's, for the next
+run of this process on the same URI (``entrena tune``'s trials, the Python API)."""
+
+
+def prestart(uri: str) -> None:
+    """Start a worker for ``uri`` now, so that MLflow is imported and the store opened while
+    this process loads data and models; the run's :class:`MLflowTracker` takes it over."""
+    if not any(worker.uri == uri for worker in _spare):
+        _keep(MLflowWorker(uri))
+
+
+def _keep(worker: MLflowWorker) -> None:
+    for old in _spare:
+        old.close()
+    _spare[:] = [worker]
+
+
+def _take(uri: str) -> MLflowWorker:
+    for worker in _spare:
+        if worker.uri == uri:
+            _spare.remove(worker)
+            return worker
+    return MLflowWorker(uri)
+
+
 class MLflowTracker(Callback):
     """Logs params, step and validation metrics, final metrics and run files to MLflow.
 
-    Step metrics are buffered and sent in batches at each evaluation, so tracking adds no
-    per-step latency. The run is created on a background thread (:meth:`start` returns at
-    once: importing MLflow and opening its store took 3-8 s before the first training step);
-    every later call waits for it first.
+    MLflow runs in a process of its own (:class:`MLflowWorker`, :func:`prestart`): this
+    process never imports it. Step metrics are buffered and sent in batches at each
+    evaluation, so tracking adds no per-step latency; :meth:`start` returns at once and every
+    later call that needs the run waits for it first.
 
     Args:
         uri: Tracking URI.
@@ -108,96 +201,84 @@ class MLflowTracker(Callback):
         self.scalars = StepScalars(every_steps)
         self.enabled = True
         self.run_id: str | None = None
-        self._client: Any = None
-        self._buffer: list[Any] = []
-        self._starting: threading.Thread | None = None
+        self._worker: MLflowWorker | None = None
+        self._buffer: list[list[Any]] = []
+        self._starting = False
 
     def ready(self) -> None:
-        """Wait for the background start (:meth:`start`) to finish."""
-        if self._starting is not None:
-            self._starting.join()
-            self._starting = None
+        """Wait for the run that :meth:`start` asked for."""
+        if not self._starting:
+            return
+        self._starting = False
+        assert self._worker is not None
+        asked = self.run_id
+        reply = self._worker.reply()
+        if not reply.get("ok"):
+            self._fail_with(reply)
+            return
+        self.run_id = reply["run_id"]
+        if asked is not None and not reply.get("reopened"):
+            log.info("MLflow run %s not found in %s; starting a new one", asked, self.uri)
 
     def _fail(self, what: str, exc: BaseException) -> None:
+        self._fail_with({"what": what, "error": f"{type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}"})
+
+    def _fail_with(self, reply: dict[str, Any]) -> None:
         if self.enabled:
-            log.warning("MLflow tracking off: %s failed (%s: %s); training goes on",
-                        what, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+            log.warning("MLflow tracking off: %s failed (%s); training goes on",
+                        reply.get("what", "tracking"), reply.get("error", ""))
         self.enabled = False
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
 
     def start(self, params: dict[str, Any], tags: dict[str, str] | None = None) -> None:
-        """Create the MLflow run and log the flattened config as params, on a background
-        thread; after a resume (``run_id`` restored by :meth:`load_state_dict`), reopen the
+        """Create the MLflow run and log the flattened config as params, in the worker
+        process; after a resume (``run_id`` restored by :meth:`load_state_dict`), reopen the
         same run instead."""
         if not self.enabled:
             return
-        self._starting = threading.Thread(target=self._start, args=(params, tags),
-                                          name="entrena-mlflow-start", daemon=True)
-        self._starting.start()
-
-    def _start(self, params: dict[str, Any], tags: dict[str, str] | None) -> None:
         try:
-            os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-            for name, value in HTTP_SETTINGS.items():  # the user's own settings win
-                os.environ.setdefault(name, value)
-            from mlflow.tracking import MlflowClient
-
-            for name in ("mlflow", "alembic"):
-                logging.getLogger(name).setLevel(logging.WARNING)
-            try:
-                probe_store(self.uri)
-            except Exception as exc:  # noqa: BLE001
-                self._fail(f"opening the tracking store {self.uri}", exc)
-                return
-
-            self._client = MlflowClient(tracking_uri=self.uri)
-            found = self._client.get_experiment_by_name(self.experiment)
-            if found is None:
-                self.artifact_root.mkdir(parents=True, exist_ok=True)
-                experiment_id = self._client.create_experiment(
-                    self.experiment, artifact_location=self.artifact_root.resolve().as_uri())
-            else:
-                experiment_id = found.experiment_id
-            if self.run_id is not None:  # resumed: continue the same MLflow run
-                try:
-                    self._client.update_run(self.run_id, status="RUNNING")
-                    return
-                except Exception:  # noqa: BLE001 - another store: start a new run
-                    log.info("MLflow run %s not found in %s; starting a new one",
-                             self.run_id, self.uri)
-            run = self._client.create_run(experiment_id, run_name=self.run_name, tags=tags or {})
-            self.run_id = run.info.run_id
-            from mlflow.entities import Param
-
-            items = [Param(k, str(v)[:6000]) for k, v in flatten(params).items()]
-            for start in range(0, len(items), 100):
-                self._client.log_batch(self.run_id, params=items[start:start + 100])
-        except Exception as exc:  # noqa: BLE001 - tracking must never stop training
+            self._worker = _take(self.uri)
+            self._worker.send({"op": "start", "experiment": self.experiment,
+                               "run_name": self.run_name,
+                               "artifact_root": str(self.artifact_root), "run_id": self.run_id,
+                               "params": {k: v if isinstance(v, int | float | bool | None)
+                                          else str(v) for k, v in flatten(params).items()},
+                               "tags": tags or {}})
+            self._starting = True
+        except (OSError, ValueError) as exc:
             self._fail("starting the run", exc)
 
     def _queue(self, metrics: dict[str, Any], step: int) -> None:
-        self.ready()
-        if not self.enabled or self.run_id is None:
+        if not self.enabled:
             return
         import time
-
-        from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         for key, value in metrics.items():
             if isinstance(value, int | float) and not isinstance(value, bool) and value == value:
-                self._buffer.append(Metric(key, float(value), now, step))
+                self._buffer.append([key, float(value), now, step])
+
+    def _log(self, artifacts: list[str] | None = None, status: str | None = None) -> bool:
+        self.ready()
+        if not self.enabled or self.run_id is None or self._worker is None:
+            self._buffer.clear()
+            return False
+        reply = self._worker.request({"op": "log", "metrics": self._buffer,
+                                      "artifacts": artifacts or [], "status": status})
+        self._buffer.clear()
+        if not reply.get("ok"):
+            self._fail_with(reply)
+            return False
+        return True
 
     def flush(self) -> None:
-        self.ready()
-        if not self.enabled or not self._buffer or self.run_id is None:
-            self._buffer.clear()
-            return
-        try:
-            for start in range(0, len(self._buffer), 1000):
-                self._client.log_batch(self.run_id, metrics=self._buffer[start:start + 1000])
-        except Exception as exc:  # noqa: BLE001
-            self._fail("logging metrics", exc)
-        self._buffer.clear()
+        if self._buffer:
+            self._log()
+        else:
+            self.ready()
 
     def on_batch_end(self, state: TrainState) -> None:
         found = self.scalars.at_batch_end(state)  # loss, learning rate, efficiency window
@@ -209,13 +290,10 @@ class MLflowTracker(Callback):
         self.flush()
 
     def on_fit_end(self, state: TrainState) -> None:
-        self.ready()
-        self.flush()
-        if state.interrupted and self.enabled and self.run_id is not None:
-            try:
-                self._client.set_terminated(self.run_id, status="KILLED")
-            except Exception as exc:  # noqa: BLE001
-                self._fail("closing the interrupted run", exc)
+        if state.interrupted:
+            self._log(status="KILLED")
+        else:
+            self.flush()
 
     def state_dict(self) -> dict[str, Any]:
         self.ready()
@@ -226,18 +304,10 @@ class MLflowTracker(Callback):
 
     def finish(self, metrics: dict[str, Any], artifacts: list[Path],
                status: str = "FINISHED") -> None:
-        """Log final metrics and files, and close the run."""
-        self.ready()
-        if not self.enabled or self.run_id is None:
-            return
+        """Log final metrics and files, and close the run; the worker is kept for a next run
+        of this process."""
         self._queue(flatten(metrics), step=int(metrics.get("fit", {}).get("steps", 0) or 0))
-        self.flush()
-        try:
-            for path in artifacts:
-                if path.is_file():
-                    self._client.log_artifact(self.run_id, str(path))
-                elif path.is_dir():
-                    self._client.log_artifacts(self.run_id, str(path), artifact_path=path.name)
-            self._client.set_terminated(self.run_id, status=status)
-        except Exception as exc:  # noqa: BLE001
-            self._fail("logging artifacts", exc)
+        if self._log([str(path) for path in artifacts], status=status):
+            assert self._worker is not None
+            _keep(self._worker)
+            self._worker = None
