@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Time to the first training step of `entrena train examples/reviews/config.yaml` (warm data
-# cache, tracking at its default), and time to the fit's start against an older checkout.
+# cache, tracking at its default), alone or against an older checkout.
 #
 #   benchmarks/first_step.sh [RUNS]                 # since_process_start_s of step 1, RUNS times
-#   benchmarks/first_step.sh --against DIR [PAIRS]  # seconds to fit_start: DIR/src vs ./src,
-#                                                   # alternated (DIR: a checkout, e.g. a worktree)
+#   benchmarks/first_step.sh --against DIR [PAIRS]  # DIR/src vs ./src, alternated: seconds from
+#                                                   # the process start to the fit's start and
+#                                                   # to step 1 (DIR: a checkout, e.g. a worktree)
 # Each run is stopped with SIGTERM once its record is written (a checkpoint is saved).
 set -u
 cd "$(dirname "$0")/.."
@@ -21,13 +22,21 @@ wait_for() {  # $1 record type, $2 pid
 if [ "${1:-}" = "--against" ]; then
   old=$2; pairs=${3:-2}
   one() {  # $1 label, $2 PYTHONPATH
-    rm -rf "$RUN"; start=$(date +%s.%N)
+    rm -rf "$RUN"
     PYTHONPATH=$2 $PY -m entrena.cli train examples/reviews/config.yaml --run-dir "$RUN" \
       > /dev/null 2>&1 & pid=$!
-    wait_for fit_start $pid || return
-    t=$($PY -c "import json,sys;print(next(json.loads(l)['time'] for l in open(sys.argv[1]) if '\"fit_start\"' in l))" "$RUN/events.jsonl")
+    wait_for step $pid || return
     kill -TERM $pid; wait $pid
-    echo "$1 $($PY -c "print(round($t - $start, 1))") s to fit_start (load $(cut -d' ' -f1 /proc/loadavg))"
+    $PY - "$RUN/events.jsonl" "$1" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
+import json, sys
+events = [json.loads(line) for line in open(sys.argv[1])]
+fit = next(e for e in events if e["type"] == "fit_start")
+step = next(e for e in events if e["type"] == "step")
+start = step["time"] - step["since_process_start_s"]
+print(f"{sys.argv[2]}: fit_start at {fit['time'] - start:.2f} s, step 1 at "
+      f"{step['since_process_start_s']:.2f} s (the step itself {step['time'] - fit['time']:.2f}"
+      f" s; load {sys.argv[3]})")
+PY
   }
   for _ in $(seq "$pairs"); do one before "$old/src"; one after "$PWD/src"; done
 else

@@ -32,6 +32,18 @@ def test_auto_compiles_only_when_the_saving_repays_the_compile_time():
     assert not compile_decision("auto", "tpu", 1e9).compile  # not measured there
 
 
+def test_a_bf16_cpu_has_its_own_measurement(monkeypatch):
+    monkeypatch.setattr(compiling.shutil, "which", lambda name: "/usr/bin/c++")
+    bf16, fp32 = COMPILE_COSTS["cpu-bf16"], COMPILE_COSTS["cpu"]
+    planned = REPAY_MARGIN * bf16.compile_s / (1 - 1 / bf16.speedup) * 1.1
+    decision = compile_decision("auto", "cpu", planned, "bf16-mixed")
+    assert decision.compile and f"a {bf16.speedup:.2f}x step speed-up" in decision.reason
+    fp32_decision = compile_decision("auto", "cpu", planned, "32-true")
+    assert f"a {fp32.speedup:.2f}x step speed-up" in fp32_decision.reason
+    assert compile_decision("auto", "cuda", planned, "bf16-mixed").reason == \
+        compile_decision("auto", "cuda", planned).reason  # no cuda-bf16 entry: cuda's
+
+
 def test_a_cpu_without_a_cpp_compiler(monkeypatch):
     monkeypatch.setattr(compiling.shutil, "which", lambda name: None)
     assert not compile_decision("auto", "cpu", 1e9).compile

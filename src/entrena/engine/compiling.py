@@ -53,15 +53,25 @@ COMPILE_COSTS: dict[str, CompileCost] = {
                "fp32, batch 16 x <=128 tokens, compiled entrena 1.10x (1.07-1.20x) the eager "
                "hand-written loop; 319 s of compiling the training graph alone (cold inductor "
                "cache); AMD EPYC AVX2, 2 cores, load 2-3, 2026-12-02 (docs/benchmarks.md, "
-               "bench:compile)",
-        reference="docs/benchmarks.md, bench:compile"),
+               "bench:first-step)",
+        reference="docs/benchmarks.md, bench:first-step"),
+    "cpu-bf16": CompileCost(
+        speedup=1.25, compile_s=80.0,
+        source="benchmarks/step_throughput.py --mode full --pairs 3 [--compile]: MiniLM-L6 "
+               "bf16-mixed, batch 32, 20 length-grouped batches up to 272 tokens; against the "
+               "eager hand-written loop, compiled entrena 1.30x (1.19-1.38x), eager entrena "
+               "1.04x (1.04-1.10x), one run after the other: compiled over eager 1.25x; 80 s "
+               "of compiling (cold inductor cache, quick mode); AMD EPYC AVX-512 BF16, 2 "
+               "cores, 2026-12-02 (docs/benchmarks.md, bench:first-step)",
+        reference="docs/benchmarks.md, bench:first-step"),
     "cuda": CompileCost(
         speedup=1.43, compile_s=60.0,
         source="speed-up: PyTorch 2.0 announcement (163 open-source models, A100, AMP, mean "
                "training speed-up 43%); compile time: an estimate, not measured here",
         reference="PyTorch 2.0 announcement; compile time not measured"),
 }
-"""Per device kind; a device missing here is never compiled by ``auto``."""
+"""Per device kind (``cpu-bf16``: a CPU training in bf16-mixed, with native bf16 such as
+AVX-512 BF16 or AMX; ``cpu``: in fp32); a device missing here is never compiled by ``auto``."""
 
 
 @dataclass(frozen=True)
@@ -73,13 +83,16 @@ class CompileDecision:
 
 
 def compile_decision(setting: str | bool, device: str,
-                     planned_train_s: float | None) -> CompileDecision:
+                     planned_train_s: float | None, precision: str | None = None
+                     ) -> CompileDecision:
     """Decide ``train.compile`` for a run.
 
     Args:
         setting: ``"auto"``, ``True`` or ``False``.
         device: ``"cpu"`` or ``"cuda"`` (other devices are never compiled by ``auto``).
         planned_train_s: The plan's seconds of training steps, or ``None`` when unknown.
+        precision: The run's resolved precision (``"bf16-mixed"`` …): on a CPU, bf16 and fp32
+            have their own measurements (:data:`COMPILE_COSTS`).
 
     Returns:
         The :class:`CompileDecision`.
@@ -97,7 +110,9 @@ def compile_decision(setting: str | bool, device: str,
         return CompileDecision(False, "auto: no C++ compiler for inductor on this CPU")
     if setting is True:
         return CompileDecision(True, "train.compile is true")
-    cost = COMPILE_COSTS.get(device)
+    kind = (f"{device}-bf16" if precision and precision.startswith("bf16")
+            and f"{device}-bf16" in COMPILE_COSTS else device)
+    cost = COMPILE_COSTS.get(kind)
     if cost is None:
         return CompileDecision(False, f"auto: compiling is not measured on {device}")
     if planned_train_s is None:

@@ -202,7 +202,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     validation_data = batches("validation", shuffle=False)
     optimizer = build_optimizer(model, tcfg.learning_rate, tcfg.weight_decay,
                                 fused=fused_optimizer(backend.accelerator))
-    decision = compile_decision(tcfg.compile, backend.accelerator, _planned_train_s(plan))
+    decision = compile_decision(tcfg.compile, backend.accelerator, _planned_train_s(plan),
+                                backend.precision)
     log.info("compile: %s (%s)", "on" if decision.compile else "off", decision.reason)
     if decision.compile:  # in place: state_dict keys, checkpoints and exports unchanged
         compile_model(model)
