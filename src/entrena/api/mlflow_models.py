@@ -277,8 +277,13 @@ def register_model(source: str | Path, run_dir: str | Path, tracking: dict[str, 
 
     if not wants_mlflow_model(tracking):
         return None
-    from entrena.tracking.mlflow_tracker import default_tracking_uri, probe_store
+    from entrena.tracking.mlflow_tracker import (
+        default_tracking_uri,
+        probe_store,
+        use_bounded_http_settings,
+    )
 
+    use_bounded_http_settings()  # a server that is down costs seconds, not MLflow's 255 s
     run_dir = Path(run_dir).resolve()
     paths = RunPaths(run_dir)
     name = _run_name(paths)

@@ -181,8 +181,6 @@ def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Any
         accelerator=cfg.train.accelerator, devices=1, precision=cfg.train.precision,
         seed=cfg.train.seed, deterministic=False,
         cpu_bf16=cpu_bf16_pays(machine.cpu.bf16_fast, profile.linear_parameters))
-    if cfg.tracking.enabled:
-        import mlflow  # noqa: F401 - the fit imports it: its memory belongs to the base
     device = backend.accelerator if backend.accelerator in ("cpu", "cuda") else "cpu"
     precision = backend.precision if device == backend.accelerator else "32-true"
     base_rss = current_rss_bytes()

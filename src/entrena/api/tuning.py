@@ -79,9 +79,13 @@ def _parent_run(study_dir: Path, cfg: Config, study: str) -> str | None:
     if marker.is_file():
         return marker.read_text().strip() or None
     try:
-        from mlflow.tracking import MlflowClient
+        from entrena.tracking.mlflow_tracker import (
+            default_tracking_uri,
+            use_bounded_http_settings,
+        )
 
-        from entrena.tracking.mlflow_tracker import default_tracking_uri
+        use_bounded_http_settings()
+        from mlflow.tracking import MlflowClient
 
         client = MlflowClient(tracking_uri=default_tracking_uri(study_dir, cfg.tracking.uri))
         found = client.get_experiment_by_name(cfg.tracking.experiment)
@@ -135,9 +139,13 @@ def _close_pruned_run(study_dir: Path, cfg: Config, trial_dir: Path) -> None:
     if not cfg.tracking.enabled:
         return
     try:
-        from mlflow.tracking import MlflowClient
+        from entrena.tracking.mlflow_tracker import (
+            default_tracking_uri,
+            use_bounded_http_settings,
+        )
 
-        from entrena.tracking.mlflow_tracker import default_tracking_uri
+        use_bounded_http_settings()
+        from mlflow.tracking import MlflowClient
 
         client = MlflowClient(tracking_uri=default_tracking_uri(study_dir, cfg.tracking.uri))
         experiment = client.get_experiment_by_name(cfg.tracking.experiment)

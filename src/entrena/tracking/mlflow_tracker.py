@@ -13,7 +13,8 @@ from entrena.tracking.base import STORE_PROBE_TIMEOUT_S, open_within
 from entrena.tracking.scalars import StepScalars, flatten
 
 __all__ = ["MLflowTracker", "MLflowWorker", "HTTP_SETTINGS", "STORE_PROBE_TIMEOUT_S",
-           "default_tracking_uri", "flatten", "prestart", "probe_store"]
+           "default_tracking_uri", "flatten", "prestart", "probe_store",
+           "use_bounded_http_settings"]
 
 log = logging.getLogger("entrena")
 
@@ -26,6 +27,15 @@ HTTP_SETTINGS = {
 """MLflow's HTTP retry settings for a tracking server, unless the environment sets them. With
 MLflow's defaults (7 retries, backoff factor 2, 120 s timeout) a server that is down held the
 start of training for 255 s before tracking was turned off; with these, about 3 s."""
+
+
+def use_bounded_http_settings() -> None:
+    """Set :data:`HTTP_SETTINGS` (and MLflow's log level, WARNING) in this process's
+    environment where the user has not: call it before any MLflow client of a process talks
+    to a tracking server (the worker; registering a model; ``tune``'s parent run)."""
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    for name, value in HTTP_SETTINGS.items():  # the user's own settings win
+        os.environ.setdefault(name, value)
 
 
 def _open_store(uri: str) -> None:

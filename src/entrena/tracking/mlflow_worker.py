@@ -47,11 +47,9 @@ class _Session:
         self.run_id: str | None = None
 
     def open(self) -> None:
-        from entrena.tracking.mlflow_tracker import HTTP_SETTINGS, probe_store
+        from entrena.tracking.mlflow_tracker import probe_store, use_bounded_http_settings
 
-        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-        for name, value in HTTP_SETTINGS.items():  # the user's own settings win
-            os.environ.setdefault(name, value)
+        use_bounded_http_settings()
         try:
             from mlflow.tracking import MlflowClient
 
