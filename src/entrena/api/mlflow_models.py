@@ -255,8 +255,8 @@ def _mlflow_run_id(client: Any, experiment: str, run_dir: Path) -> str | None:
     return runs[0].info.run_id if runs else None
 
 
-def register_model(source: str | Path, run_dir: str | Path, tracking: dict[str, Any]
-                   ) -> dict[str, Any] | None:
+def register_model(source: str | Path, run_dir: str | Path, tracking: dict[str, Any],
+                   *, after_tracking: bool = False) -> dict[str, Any] | None:
     """After ``train`` or ``export``: log ``source`` as a ``pyfunc`` model in the MLflow run
     of ``run_dir`` and register it under the run's name, when the run's tracking asks for it
     (``tracking.enabled``, ``mlflow`` in ``tracking.backends``, ``tracking.log_model``) and
@@ -269,6 +269,8 @@ def register_model(source: str | Path, run_dir: str | Path, tracking: dict[str, 
         run_dir: The run directory (its name is the registered name; the MLflow run is the
             one tagged with it).
         tracking: The run's resolved ``tracking`` section (``config.yaml``).
+        after_tracking: Called by ``train`` right after its tracker: a store that cannot be
+            opened is then logged at INFO (the tracker has warned about it already).
 
     Returns:
         :func:`log_model`'s answer, or ``None`` when not asked for or on failure.
@@ -279,6 +281,7 @@ def register_model(source: str | Path, run_dir: str | Path, tracking: dict[str, 
         return None
     from entrena.tracking.mlflow_tracker import (
         default_tracking_uri,
+        exception_summary,
         probe_store,
         use_bounded_http_settings,
     )
@@ -294,6 +297,12 @@ def register_model(source: str | Path, run_dir: str | Path, tracking: dict[str, 
     uri = default_tracking_uri(paths.runs_root, tracking.get("uri"))
     try:
         probe_store(uri)
+    except Exception as exc:  # noqa: BLE001 - tracking never fails the verb
+        log.log(logging.INFO if after_tracking else logging.WARNING,
+                "MLflow model not logged (opening the tracking store %s failed: %s); the run "
+                "itself is complete", uri, exception_summary(exc))
+        return None
+    try:
         from mlflow.tracking import MlflowClient
 
         run_id = _mlflow_run_id(MlflowClient(tracking_uri=uri),
@@ -304,8 +313,8 @@ def register_model(source: str | Path, run_dir: str | Path, tracking: dict[str, 
         info = log_model(source, tracking_uri=uri, registered_name=name, run_id=run_id,
                          example=_example(run_dir))
     except Exception as exc:  # noqa: BLE001 - tracking never fails the verb
-        log.warning("MLflow model not logged (%s: %s); the run itself is complete",
-                    type(exc).__name__, (str(exc).splitlines() or [""])[0])
+        log.warning("MLflow model not logged (%s); the run itself is complete",
+                    exception_summary(exc))
         log.debug("MLflow model failure", exc_info=True)
         return None
     log.info("MLflow model: %s (serve it: mlflow models serve -m %s --env-manager local, "

@@ -287,7 +287,7 @@ def _register_model(paths: RunPaths, tracking: dict[str, Any]) -> None:
     if wants_mlflow_model(tracking):
         from entrena.api.mlflow_models import register_model
 
-        register_model(paths.root, paths.root, tracking)
+        register_model(paths.root, paths.root, tracking, after_tracking=True)
 
 
 def _train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | None,

@@ -78,17 +78,23 @@ def _parent_run(study_dir: Path, cfg: Config, study: str) -> str | None:
     marker = study_dir / "mlflow_parent_run_id"
     if marker.is_file():
         return marker.read_text().strip() or None
-    try:
-        from entrena.tracking.mlflow_tracker import (
-            default_tracking_uri,
-            use_bounded_http_settings,
-        )
+    from entrena.tracking.mlflow_tracker import (
+        default_tracking_uri,
+        exception_summary,
+        probe_store,
+        store_lock,
+        use_bounded_http_settings,
+    )
 
+    try:
+        uri = default_tracking_uri(study_dir, cfg.tracking.uri)
         use_bounded_http_settings()
+        probe_store(uri)  # a store that cannot open costs 5 s, not MLflow's retries
         from mlflow.tracking import MlflowClient
 
-        client = MlflowClient(tracking_uri=default_tracking_uri(study_dir, cfg.tracking.uri))
-        found = client.get_experiment_by_name(cfg.tracking.experiment)
+        client = MlflowClient(tracking_uri=uri)
+        with store_lock(uri):  # a new store's tables: created once, not raced
+            found = client.get_experiment_by_name(cfg.tracking.experiment)
         if found is None:
             (study_dir / "mlartifacts").mkdir(parents=True, exist_ok=True)
             experiment = client.create_experiment(
@@ -101,8 +107,8 @@ def _parent_run(study_dir: Path, cfg: Config, study: str) -> str | None:
         marker.write_text(run.info.run_id)
         return run.info.run_id
     except Exception as exc:  # noqa: BLE001 - tracking never stops the work
-        log.warning("MLflow parent run not created (%s: %s); trials are tracked unnested",
-                    type(exc).__name__, exc)
+        log.warning("MLflow parent run not created (%s); trials are tracked unnested",
+                    exception_summary(exc))
         return None
 
 
@@ -141,13 +147,16 @@ def _close_pruned_run(study_dir: Path, cfg: Config, trial_dir: Path) -> None:
     try:
         from entrena.tracking.mlflow_tracker import (
             default_tracking_uri,
+            probe_store,
             use_bounded_http_settings,
         )
 
+        uri = default_tracking_uri(study_dir, cfg.tracking.uri)
         use_bounded_http_settings()
+        probe_store(uri)
         from mlflow.tracking import MlflowClient
 
-        client = MlflowClient(tracking_uri=default_tracking_uri(study_dir, cfg.tracking.uri))
+        client = MlflowClient(tracking_uri=uri)
         experiment = client.get_experiment_by_name(cfg.tracking.experiment)
         if experiment is None:
             return

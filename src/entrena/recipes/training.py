@@ -264,143 +264,152 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     for tracker in trackers:
         tracker.start(cfg.model_dump(mode="json"),
                       tags={"entrena.run_dir": str(paths.root), **(tracking_tags or {})})
-    resolved = loaded.portable_dump()  # as training.py hashes and compares it
+    try:
+        resolved = loaded.portable_dump()  # as training.py hashes and compares it
 
-    def save_checkpoint(current: TrainState, reason: str) -> dict[str, Any]:
-        if not leader:
-            return {"step": current.step, "path": None}
-        started = time.perf_counter()
-        payload = training_payload(current, model=model, optimizer=optimizer, backend=backend,
-                                   callbacks=all_callbacks, config_hash=config_hash)
-        info = store.save(payload, {"step": current.step, "epoch": current.epoch,
-                                    "batch_in_epoch": current.batch_in_epoch, "reason": reason,
-                                    "config_hash": config_hash, "config": resolved},
-                          keep_last=tcfg.checkpoint.keep_last,
-                          protect_steps=[current.best_step])
-        write_s = time.perf_counter() - started
-        log.debug("checkpoint %s (%s): %d bytes in %.3fs", info.path.name, reason, info.bytes,
-                  write_s)
-        return {"path": str(info.path), "step": info.step, "bytes": info.bytes,
-                "write_s": write_s, "saved_monotonic": time.monotonic()}
+        def save_checkpoint(current: TrainState, reason: str) -> dict[str, Any]:
+            if not leader:
+                return {"step": current.step, "path": None}
+            started = time.perf_counter()
+            payload = training_payload(current, model=model, optimizer=optimizer, backend=backend,
+                                       callbacks=all_callbacks, config_hash=config_hash)
+            info = store.save(payload, {"step": current.step, "epoch": current.epoch,
+                                        "batch_in_epoch": current.batch_in_epoch, "reason": reason,
+                                        "config_hash": config_hash, "config": resolved},
+                              keep_last=tcfg.checkpoint.keep_last,
+                              protect_steps=[current.best_step])
+            write_s = time.perf_counter() - started
+            log.debug("checkpoint %s (%s): %d bytes in %.3fs", info.path.name, reason, info.bytes,
+                      write_s)
+            return {"path": str(info.path), "step": info.step, "bytes": info.bytes,
+                    "write_s": write_s, "saved_monotonic": time.monotonic()}
 
-    settings = FitSettings(max_epochs=tcfg.max_epochs, max_steps=tcfg.max_steps,
-                           gradient_accumulation_steps=tcfg.gradient_accumulation_steps,
-                           gradient_clip_norm=tcfg.gradient_clip_norm,
-                           evals_per_epoch=tcfg.evals_per_epoch,
-                           on_nonfinite=tcfg.on_nonfinite,
-                           check_gradients=backend.precision != "16-mixed",
-                           divergence_factor=tcfg.divergence_factor,
-                           max_skipped_fraction=tcfg.max_skipped_fraction)
-    # the model's outputs: classes, or a multi-label task's tags (its label map holds sets)
-    outputs_named = list(getattr(prepared, "tags", splits.labels))
-    log.info("training on %d examples, validating on %d%s", len(splits.train),
-             len(splits.validation), f"; {len(outputs_named)} labels: "
-             f"{short_list(outputs_named)}" if outputs_named else "")
-    reset_peak_memory(backend.accelerator)  # the fit's own peak, after planning's probe
-    with preemption.installed():
-        if rng_state is not None:
-            restore_rng(rng_state)  # last thing before the loop: nothing may draw in between
+        settings = FitSettings(max_epochs=tcfg.max_epochs, max_steps=tcfg.max_steps,
+                               gradient_accumulation_steps=tcfg.gradient_accumulation_steps,
+                               gradient_clip_norm=tcfg.gradient_clip_norm,
+                               evals_per_epoch=tcfg.evals_per_epoch,
+                               on_nonfinite=tcfg.on_nonfinite,
+                               check_gradients=backend.precision != "16-mixed",
+                               divergence_factor=tcfg.divergence_factor,
+                               max_skipped_fraction=tcfg.max_skipped_fraction)
+        # the model's outputs: classes, or a multi-label task's tags (its label map holds sets)
+        outputs_named = list(getattr(prepared, "tags", splits.labels))
+        log.info("training on %d examples, validating on %d%s", len(splits.train),
+                 len(splits.validation), f"; {len(outputs_named)} labels: "
+                 f"{short_list(outputs_named)}" if outputs_named else "")
+        reset_peak_memory(backend.accelerator)  # the fit's own peak, after planning's probe
+        with preemption.installed():
+            if rng_state is not None:
+                restore_rng(rng_state)  # last thing before the loop: nothing may draw in between
+            else:
+                # The loop's random stream (dropout) depends on the seed alone, whatever planning,
+                # probes or monitors drew since the model was built: a measurement read from a
+                # cache draws nothing, one taken fresh may (a cache hit must not change results).
+                backend.seed(tcfg.seed + 1)
+            state = fit(backend=backend, model=model, optimizer=optimizer, train=fit_data,
+                        loss=task.loss, evaluate=evaluate, settings=settings,
+                        callbacks=all_callbacks, state=state, save_checkpoint=save_checkpoint)
+        if preemption.signal_name and not state.interrupted:
+            # It came as the fit ended (no step left to stop at): stop as outside the fit.
+            signal.raise_signal(getattr(signal, preemption.signal_name))
+        if state.interrupted == "nonfinite":
+            raise _nonfinite_error(state, paths, splits, loaded)
+        if state.interrupted:
+            raise _interrupted_error(state, preemption)
+
+        metrics: dict[str, Any] = {}
+        scored: dict[str, tuple[Any, Any]] = {}  # role -> (outputs, targets), for predictions/
+        # The fit's last evaluation saw these very weights when it was at the step they are
+        # from (the restored best step, or the final one): its outputs are reused, not recomputed.
+        weights_step = state.best_step if checkpoint.restored else state.step
+        if last_evaluation and state.history and state.history[-1]["step"] == weights_step:
+            outputs, targets, loss = last_evaluation[0]
         else:
-            # The loop's random stream (dropout) depends on the seed alone, whatever planning,
-            # probes or monitors drew since the model was built: a measurement read from a
-            # cache draws nothing, one taken fresh may (a cache hit must not change results).
-            backend.seed(tcfg.seed + 1)
-        state = fit(backend=backend, model=model, optimizer=optimizer, train=fit_data,
-                    loss=task.loss, evaluate=evaluate, settings=settings,
-                    callbacks=all_callbacks, state=state, save_checkpoint=save_checkpoint)
-    if preemption.signal_name and not state.interrupted:
-        # It came as the fit ended (no step left to stop at): stop as outside the fit.
-        signal.raise_signal(getattr(signal, preemption.signal_name))
-    if state.interrupted == "nonfinite":
-        raise _nonfinite_error(state, paths, splits, loaded)
-    if state.interrupted:
-        raise _interrupted_error(state, preemption)
+            outputs, targets, loss = predict(backend, model, validation_data, task.loss)
+        metrics["validation"] = {"loss": loss, **task.evaluate(outputs, targets, prepared)}
+        scored["validation"] = (outputs, targets)  # with the restored best weights
+        _refuse_nonfinite_model(model, metrics["validation"], state, checkpoint.restored)
+        if splits.test is not None:
+            outputs, targets, loss = predict(backend, model, batches("test", shuffle=False),
+                                             task.loss)
+            metrics["test"] = {"loss": loss, **task.evaluate(outputs, targets, prepared,
+                                                             detailed=True)}
+            scored["test"] = (outputs, targets)
+        # The plan's peak covers the training steps and every evaluation pass (during the fit,
+        # the final validation and the test); the baselines, fitted next, are outside both.
+        fit_peak_bytes = peak_memory_bytes(backend.accelerator)
+        metrics["fit"] = {
+            "epochs": state.epoch + (1 if state.batch_in_epoch else 0),
+            "steps": state.step,
+            "best_step": state.best_step,
+            "restored_best_weights": checkpoint.restored,
+            "stop_reason": state.stop_reason,
+            "skipped_steps": state.skipped_steps,
+            "resumes": state.resumes,
+            "micro_batch_size": state.micro_batch_size,
+            "out_of_memory_retries": state.out_of_memory_retries,
+            "train_time_s": state.train_time_s,
+            "wall_time_s": time.perf_counter() - wall_start,
+            "throughput_samples_per_s": state.samples_seen / max(state.train_time_s, 1e-9),
+            "throughput_tokens_per_s": state.tokens_seen / max(state.train_time_s, 1e-9),
+            "padding_fraction": state.padding_fraction,
+            "max_length": max_length,
+            "precision": backend.precision,
+            "device": str(backend.device),
+            "peak_memory_bytes": fit_peak_bytes,
+            "threads": threads,
+            "world_size": world,
+        }
+        if not leader:  # rank 0 tests, compares, saves and tracks
+            return metrics
+        metrics["baseline"] = baseline_verdict(task.baselines(loaded, prepared), metrics, task)
+        advice = getattr(task, "advice", None)  # optional: what a task says about its baselines
+        finding = advice(metrics["baseline"]["comparison"], metrics["baseline"]) if advice else None
+        metrics["data"] = {"train_rows": len(splits.train),
+                           "validation_rows": len(splits.validation),
+                           "test_rows": len(splits.test) if splits.test is not None else 0,
+                           **({"labels": list(getattr(prepared, "tags", splits.labels))}
+                              if splits.labels else {})}
+        metrics["history"] = state.history
+        plan = fit_plan.document if fit_plan else None  # timed by the fit's first steps
+        comparison = plan_vs_actual(plan, peak_memory_bytes=fit_peak_bytes,
+                                    train_time_s=state.train_time_s,
+                                    samples_seen=state.samples_seen, train_rows=len(splits.train))
+        if comparison is not None:
+            metrics["plan_vs_actual"] = comparison
+        metrics["efficiency"], metrics["diagnosis"] = efficiency_metrics(
+            state, efficiency, precision=backend.precision, max_epochs=tcfg.max_epochs, plan=plan,
+            plan_vs_actual=comparison)
+        # The task's own advice speaks for the baselines when it has some (the tabular task's
+        # trees_enough); the generic tie or loss is already logged by baseline_verdict.
+        generic = baseline_finding(metrics["baseline"]["comparison"]) if finding is None else None
+        no_test = no_test_finding(metrics)
+        for found in (finding, no_test):
+            if found is not None:
+                log.warning("%s: %s; %s", found["figure"], found["message"], found["change"])
+        own = [f for f in (finding, generic, no_test) if f is not None]
+        metrics["diagnosis"] = order_findings([*own, *(metrics["diagnosis"] or [])])
 
-    metrics: dict[str, Any] = {}
-    scored: dict[str, tuple[Any, Any]] = {}  # role -> (outputs, targets), for predictions/
-    # The fit's last evaluation saw these very weights when it was at the step they are
-    # from (the restored best step, or the final one): its outputs are reused, not recomputed.
-    weights_step = state.best_step if checkpoint.restored else state.step
-    if last_evaluation and state.history and state.history[-1]["step"] == weights_step:
-        outputs, targets, loss = last_evaluation[0]
-    else:
-        outputs, targets, loss = predict(backend, model, validation_data, task.loss)
-    metrics["validation"] = {"loss": loss, **task.evaluate(outputs, targets, prepared)}
-    scored["validation"] = (outputs, targets)  # with the restored best weights
-    _refuse_nonfinite_model(model, metrics["validation"], state, checkpoint.restored)
-    if splits.test is not None:
-        outputs, targets, loss = predict(backend, model, batches("test", shuffle=False),
-                                         task.loss)
-        metrics["test"] = {"loss": loss, **task.evaluate(outputs, targets, prepared,
-                                                         detailed=True)}
-        scored["test"] = (outputs, targets)
-    # The plan's peak covers the training steps and every evaluation pass (during the fit,
-    # the final validation and the test); the baselines, fitted next, are outside both.
-    fit_peak_bytes = peak_memory_bytes(backend.accelerator)
-    metrics["fit"] = {
-        "epochs": state.epoch + (1 if state.batch_in_epoch else 0),
-        "steps": state.step,
-        "best_step": state.best_step,
-        "restored_best_weights": checkpoint.restored,
-        "stop_reason": state.stop_reason,
-        "skipped_steps": state.skipped_steps,
-        "resumes": state.resumes,
-        "micro_batch_size": state.micro_batch_size,
-        "out_of_memory_retries": state.out_of_memory_retries,
-        "train_time_s": state.train_time_s,
-        "wall_time_s": time.perf_counter() - wall_start,
-        "throughput_samples_per_s": state.samples_seen / max(state.train_time_s, 1e-9),
-        "throughput_tokens_per_s": state.tokens_seen / max(state.train_time_s, 1e-9),
-        "padding_fraction": state.padding_fraction,
-        "max_length": max_length,
-        "precision": backend.precision,
-        "device": str(backend.device),
-        "peak_memory_bytes": fit_peak_bytes,
-        "threads": threads,
-        "world_size": world,
-    }
-    if not leader:  # rank 0 tests, compares, saves and tracks
+        predictions = write_predictions(task, loaded, prepared, scored, paths.predictions)
+        if predictions:
+            metrics["predictions"] = predictions
+        task.save_model(unwrap(model), prepared, paths.model)
+        metrics["cost"] = run_cost(time.perf_counter() - cost_from[0], cost_from[1])
+        tmp = paths.metrics.with_name(".metrics.json.tmp")
+        tmp.write_text(dumps_strict(metrics, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, paths.metrics)
+        _write_report(paths)
+        for tracker in trackers:
+            tracker.finish({k: v for k, v in metrics.items() if k != "history"},
+                           [paths.metrics, paths.config, paths.data_report])
         return metrics
-    metrics["baseline"] = baseline_verdict(task.baselines(loaded, prepared), metrics, task)
-    advice = getattr(task, "advice", None)  # optional: what a task says about its baselines
-    finding = advice(metrics["baseline"]["comparison"], metrics["baseline"]) if advice else None
-    metrics["data"] = {"train_rows": len(splits.train), "validation_rows": len(splits.validation),
-                       "test_rows": len(splits.test) if splits.test is not None else 0,
-                       **({"labels": list(getattr(prepared, "tags", splits.labels))}
-                          if splits.labels else {})}
-    metrics["history"] = state.history
-    plan = fit_plan.document if fit_plan else None  # timed by the fit's first steps
-    comparison = plan_vs_actual(plan, peak_memory_bytes=fit_peak_bytes,
-                                train_time_s=state.train_time_s,
-                                samples_seen=state.samples_seen, train_rows=len(splits.train))
-    if comparison is not None:
-        metrics["plan_vs_actual"] = comparison
-    metrics["efficiency"], metrics["diagnosis"] = efficiency_metrics(
-        state, efficiency, precision=backend.precision, max_epochs=tcfg.max_epochs, plan=plan,
-        plan_vs_actual=comparison)
-    # The task's own advice speaks for the baselines when it has some (the tabular task's
-    # trees_enough); the generic tie or loss is already logged by baseline_verdict.
-    generic = baseline_finding(metrics["baseline"]["comparison"]) if finding is None else None
-    no_test = no_test_finding(metrics)
-    for found in (finding, no_test):
-        if found is not None:
-            log.warning("%s: %s; %s", found["figure"], found["message"], found["change"])
-    own = [f for f in (finding, generic, no_test) if f is not None]
-    metrics["diagnosis"] = order_findings([*own, *(metrics["diagnosis"] or [])])
-
-    predictions = write_predictions(task, loaded, prepared, scored, paths.predictions)
-    if predictions:
-        metrics["predictions"] = predictions
-    task.save_model(unwrap(model), prepared, paths.model)
-    metrics["cost"] = run_cost(time.perf_counter() - cost_from[0], cost_from[1])
-    tmp = paths.metrics.with_name(".metrics.json.tmp")
-    tmp.write_text(dumps_strict(metrics, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, paths.metrics)
-    _write_report(paths)
-    for tracker in trackers:
-        tracker.finish({k: v for k, v in metrics.items() if k != "history"},
-                       [paths.metrics, paths.config, paths.data_report])
-    return metrics
+    except BaseException as exc:  # a run that ends early: trackers close what they opened
+        stopped = isinstance(exc, Interrupted) or not isinstance(exc, Exception)  # a signal
+        for tracker in trackers:
+            close = getattr(tracker, "close", None)
+            if callable(close):
+                close("KILLED" if stopped else "FAILED")
+        raise
 
 
 def _monitor_mode(task: Any, key: str, mode: str) -> str:

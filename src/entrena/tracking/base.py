@@ -77,6 +77,9 @@ class Tracker(Protocol):
         and close the run."""
         ...
 
+    # Optional: ``close(status)``, called instead of ``finish`` when a run ends early with an
+    # error (``"FAILED"``) or a stop signal (``"KILLED"``); not part of the protocol's check.
+
 
 @dataclass(frozen=True)
 class TrackingContext:
@@ -195,7 +198,7 @@ def guard(tracker: Any, name: str) -> Any:
                 return {} if method_name == "state_dict" else None
         return safe
 
-    for method_name in ("start", "finish", "state_dict", "load_state_dict", *_EVENTS):
+    for method_name in ("start", "finish", "close", "state_dict", "load_state_dict", *_EVENTS):
         method = getattr(tracker, method_name, None)
         if callable(method):
             setattr(tracker, method_name, wrap(method_name, method))

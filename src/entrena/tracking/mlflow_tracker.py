@@ -12,9 +12,9 @@ from entrena.core.state import TrainState
 from entrena.tracking.base import STORE_PROBE_TIMEOUT_S, open_within
 from entrena.tracking.scalars import StepScalars, flatten
 
-__all__ = ["MLflowTracker", "MLflowWorker", "HTTP_SETTINGS", "STORE_PROBE_TIMEOUT_S",
-           "default_tracking_uri", "flatten", "prestart", "probe_store",
-           "use_bounded_http_settings"]
+__all__ = ["MLflowTracker", "MLflowWorker", "HTTP_SETTINGS", "STATE_WAIT_S",
+           "STORE_PROBE_TIMEOUT_S", "default_tracking_uri", "exception_summary", "flatten",
+           "prestart", "probe_store", "store_lock", "use_bounded_http_settings"]
 
 log = logging.getLogger("entrena")
 
@@ -38,6 +38,53 @@ def use_bounded_http_settings() -> None:
         os.environ.setdefault(name, value)
 
 
+def _sqlite_path(uri: str) -> str:
+    """The file of a ``sqlite:///PATH[?query]`` URI ("" for any other URI)."""
+    if not uri.lower().startswith("sqlite:///"):
+        return ""
+    return uri[len("sqlite:///"):].split("?", 1)[0]
+
+
+def store_lock(uri: str) -> Any:
+    """A context manager that holds an exclusive lock beside a SQLite store
+    (``<file>.lock``, ``fcntl.flock``) while a client creates or migrates its tables: two
+    runs that opened a new store at once left it half-migrated and unusable (MLflow's
+    table creation is not serialised). A no-op for other stores and without ``fcntl``."""
+    import contextlib
+
+    path = _sqlite_path(uri)
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        return contextlib.nullcontext()
+    if not path or path == ":memory:":
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def held() -> Any:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(f"{path}.lock", "a+b") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    return held()
+
+
+def exception_summary(exc: BaseException) -> str:
+    """``Type: first line`` of the innermost exception ``exc`` was raised from (MLflow wraps
+    ``database is locked`` in an ``MlflowException`` whose first line says nothing)."""
+    inner = exc
+    seen = {id(exc)}
+    while (nxt := inner.__cause__ or inner.__context__) is not None and id(nxt) not in seen:
+        seen.add(id(nxt))
+        inner = nxt
+    text = str(inner).strip()
+    return f"{type(inner).__name__}: {text.splitlines()[0] if text else ''}"
+
+
 def _open_store(uri: str) -> None:
     """Open the store behind ``uri`` once, without MLflow (raises what opening raises)."""
     from urllib.parse import urlparse
@@ -50,7 +97,7 @@ def _open_store(uri: str) -> None:
     if scheme == "sqlite":
         import sqlite3
 
-        path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
+        path = _sqlite_path(uri)
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             with sqlite3.connect(path, timeout=STORE_PROBE_TIMEOUT_S) as connection:
@@ -114,7 +161,9 @@ class MLflowWorker:
         env["PYTHONPATH"] = os.pathsep.join(
             [package_root, *filter(None, [env.get("PYTHONPATH")])])
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "entrena.tracking.mlflow_worker", uri],
+            # -P: the working directory is not on sys.path (a ./mlflow.py or ./queue.py
+            # there shadowed the real modules)
+            [sys.executable, "-P", "-m", "entrena.tracking.mlflow_worker", uri],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env,
             text=True, encoding="utf-8", bufsize=1,
             start_new_session=True)  # a terminal's Ctrl-C is for the training process
@@ -141,6 +190,18 @@ class MLflowWorker:
         lines = self._stderr.read().decode("utf-8", "replace").strip().splitlines()
         return {"ok": False, "what": "the MLflow worker process",
                 "error": f"exited with code {code}" + (f": {lines[-1]}" if lines else "")}
+
+    def answered_within(self, timeout_s: float) -> bool:
+        """Whether a reply can be read within ``timeout_s`` seconds (``select`` on the pipe;
+        where that is not available, as on Windows, waits for it)."""
+        import select
+
+        assert self._process.stdout is not None
+        try:
+            ready, _, _ = select.select([self._process.stdout], [], [], timeout_s)
+        except (OSError, ValueError):  # pipes are not selectable here: wait
+            return True
+        return bool(ready)
 
     def request(self, request: dict[str, Any]) -> dict[str, Any]:
         """:meth:`send`, then :meth:`reply`; a broken pipe is a failed reply."""
@@ -185,6 +246,10 @@ def _take(uri: str) -> MLflowWorker:
     return MLflowWorker(uri)
 
 
+STATE_WAIT_S = 2.0
+"""Seconds a checkpoint waits for the MLflow run's start (:meth:`MLflowTracker.state_dict`)."""
+
+
 class MLflowTracker(Callback):
     """Logs params, step and validation metrics, final metrics and run files to MLflow.
 
@@ -214,31 +279,37 @@ class MLflowTracker(Callback):
         self._worker: MLflowWorker | None = None
         self._buffer: list[list[Any]] = []
         self._starting = False
+        self._open_run = False  # a run this tracker started (or reopened) and has not closed
 
-    def ready(self) -> None:
-        """Wait for the run that :meth:`start` asked for."""
+    def ready(self, timeout_s: float | None = None) -> bool:
+        """Wait for the run that :meth:`start` asked for, at most ``timeout_s`` seconds
+        (``None``: as long as it takes). Returns whether the start has been answered."""
         if not self._starting:
-            return
-        self._starting = False
+            return True
         assert self._worker is not None
+        if timeout_s is not None and not self._worker.answered_within(timeout_s):
+            return False
+        self._starting = False
         asked = self.run_id
         reply = self._worker.reply()
         if not reply.get("ok"):
             self._fail_with(reply)
             return
         self.run_id = reply["run_id"]
+        self._open_run = True
         if asked is not None and not reply.get("reopened"):
             log.info("MLflow run %s not found in %s; starting a new one", asked, self.uri)
+        return True
 
     def _fail(self, what: str, exc: BaseException) -> None:
-        self._fail_with({"what": what, "error": f"{type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''}"})
+        self._fail_with({"what": what, "error": exception_summary(exc)})
 
     def _fail_with(self, reply: dict[str, Any]) -> None:
         if self.enabled:
             log.warning("MLflow tracking off: %s failed (%s); training goes on",
                         reply.get("what", "tracking"), reply.get("error", ""))
         self.enabled = False
+        self._starting = self._open_run = False
         if self._worker is not None:
             self._worker.close()
             self._worker = None
@@ -258,8 +329,12 @@ class MLflowTracker(Callback):
                                           else str(v) for k, v in flatten(params).items()},
                                "tags": tags or {}})
             self._starting = True
-        except (OSError, ValueError) as exc:
-            self._fail("starting the run", exc)
+        except (OSError, ValueError) as exc:  # the worker is gone: its reply says why
+            reply = self._worker.reply() if self._worker is not None else {}
+            if reply.get("error"):
+                self._fail_with(reply)
+            else:
+                self._fail("starting the run", exc)
 
     def _queue(self, metrics: dict[str, Any], step: int) -> None:
         if not self.enabled:
@@ -282,13 +357,15 @@ class MLflowTracker(Callback):
         if not reply.get("ok"):
             self._fail_with(reply)
             return False
+        if status:
+            self._open_run = False
         return True
 
     def flush(self) -> None:
-        if self._buffer:
+        """Send the buffered metrics, if the run has started: a store that is slow to answer
+        the start keeps them buffered (the fit does not wait for it; :meth:`finish` does)."""
+        if self.ready(timeout_s=0.0) and self._buffer:
             self._log()
-        else:
-            self.ready()
 
     def on_batch_end(self, state: TrainState) -> None:
         found = self.scalars.at_batch_end(state)  # loss, learning rate, efficiency window
@@ -300,17 +377,30 @@ class MLflowTracker(Callback):
         self.flush()
 
     def on_fit_end(self, state: TrainState) -> None:
-        if state.interrupted:
-            self._log(status="KILLED")
-        else:
+        if not state.interrupted:
             self.flush()
+        elif self.ready(timeout_s=STATE_WAIT_S):  # a stop does not wait for a slow store
+            self._log(status="KILLED")
 
     def state_dict(self) -> dict[str, Any]:
-        self.ready()
+        """The run id, for a resume to continue the same run. A checkpoint waits at most
+        :data:`STATE_WAIT_S` for a store still answering the start (a SIGTERM's grace
+        period is short): without the id, a resume starts a new MLflow run."""
+        self.ready(timeout_s=STATE_WAIT_S)
         return {"run_id": self.run_id}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.run_id = state.get("run_id") or self.run_id
+
+    def close(self, status: str = "FAILED") -> None:
+        """After a run that ended early (:meth:`finish` never came: an error, ``FAILED``, or
+        a stop signal, ``KILLED``): close a run still open with ``status`` (not waiting more
+        than :data:`STATE_WAIT_S` for a slow store) and let the worker exit."""
+        if (self._open_run or self._starting) and self.ready(timeout_s=STATE_WAIT_S):
+            self._log(status=status)
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
 
     def finish(self, metrics: dict[str, Any], artifacts: list[Path],
                status: str = "FINISHED") -> None:

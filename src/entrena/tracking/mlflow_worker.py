@@ -15,7 +15,7 @@ timestamp_ms, step]``, files to upload, a status to close the run with). The wor
 SIGINT and SIGTERM (the training process decides what a stop means for its run) and exits
 when its standard input closes: when the training process exits, however it exits.
 
-Run as ``python -m entrena.tracking.mlflow_worker URI``; the store is opened at once.
+Run as ``python -P -m entrena.tracking.mlflow_worker URI``; the store is opened at once.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ __all__ = ["main"]
 
 
 def _error(what: str, exc: BaseException) -> dict[str, Any]:
-    first = str(exc).splitlines()[0] if str(exc) else ""
-    return {"ok": False, "what": what, "error": f"{type(exc).__name__}: {first}"}
+    from entrena.tracking.mlflow_tracker import exception_summary
+
+    return {"ok": False, "what": what, "error": exception_summary(exc)}
 
 
 class _Session:
@@ -47,7 +48,11 @@ class _Session:
         self.run_id: str | None = None
 
     def open(self) -> None:
-        from entrena.tracking.mlflow_tracker import probe_store, use_bounded_http_settings
+        from entrena.tracking.mlflow_tracker import (
+            probe_store,
+            store_lock,
+            use_bounded_http_settings,
+        )
 
         use_bounded_http_settings()
         try:
@@ -64,7 +69,9 @@ class _Session:
             self.failure = _error(f"opening the tracking store {self.uri}", exc)
             return
         try:
-            self.client = MlflowClient(tracking_uri=self.uri)
+            with store_lock(self.uri):  # a new store's tables are created once, not raced
+                self.client = MlflowClient(tracking_uri=self.uri)
+                self.client.search_experiments(max_results=1)
         except Exception as exc:  # noqa: BLE001
             self.failure = _error("starting the run", exc)
 
