@@ -156,10 +156,15 @@ class MLflowWorker:
 
         self.uri = uri
         self._stderr = tempfile.TemporaryFile()  # its last line explains an early exit
+        import sysconfig
+
         env = dict(os.environ)
         package_root = str(Path(__file__).resolve().parents[2])  # the folder holding entrena/
-        env["PYTHONPATH"] = os.pathsep.join(
-            [package_root, *filter(None, [env.get("PYTHONPATH")])])
+        installed = {os.path.realpath(sysconfig.get_paths()[key])
+                     for key in ("purelib", "platlib")}
+        if os.path.realpath(package_root) not in installed:  # a source tree: make it findable
+            env["PYTHONPATH"] = os.pathsep.join(  # (site-packages itself would go before
+                [package_root, *filter(None, [env.get("PYTHONPATH")])])  # the stdlib: no)
         self._process = subprocess.Popen(
             # -P: the working directory is not on sys.path (a ./mlflow.py or ./queue.py
             # there shadowed the real modules)
