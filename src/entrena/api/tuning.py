@@ -81,18 +81,13 @@ def _parent_run(study_dir: Path, cfg: Config, study: str) -> str | None:
     from entrena.tracking.mlflow_tracker import (
         default_tracking_uri,
         exception_summary,
-        probe_store,
+        open_client,
         store_lock,
-        use_bounded_http_settings,
     )
 
     try:
         uri = default_tracking_uri(study_dir, cfg.tracking.uri)
-        use_bounded_http_settings()
-        probe_store(uri)  # a store that cannot open costs 5 s, not MLflow's retries
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(tracking_uri=uri)
+        client = open_client(uri)  # a store that cannot open costs 5 s, not MLflow's retries
         with store_lock(uri):  # a new store's tables: created once, not raced
             found = client.get_experiment_by_name(cfg.tracking.experiment)
         if found is None:
@@ -145,18 +140,9 @@ def _close_pruned_run(study_dir: Path, cfg: Config, trial_dir: Path) -> None:
     if not cfg.tracking.enabled:
         return
     try:
-        from entrena.tracking.mlflow_tracker import (
-            default_tracking_uri,
-            probe_store,
-            use_bounded_http_settings,
-        )
+        from entrena.tracking.mlflow_tracker import default_tracking_uri, open_client
 
-        uri = default_tracking_uri(study_dir, cfg.tracking.uri)
-        use_bounded_http_settings()
-        probe_store(uri)
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(tracking_uri=uri)
+        client = open_client(default_tracking_uri(study_dir, cfg.tracking.uri))
         experiment = client.get_experiment_by_name(cfg.tracking.experiment)
         if experiment is None:
             return

@@ -14,7 +14,7 @@ from entrena.tracking.scalars import StepScalars, flatten
 
 __all__ = ["MLflowTracker", "MLflowWorker", "HTTP_SETTINGS", "STATE_WAIT_S",
            "STORE_PROBE_TIMEOUT_S", "default_tracking_uri", "exception_summary", "flatten",
-           "prestart", "probe_store", "store_lock", "use_bounded_http_settings"]
+           "open_client", "prestart", "probe_store", "store_lock", "use_bounded_http_settings"]
 
 log = logging.getLogger("entrena")
 
@@ -36,6 +36,17 @@ def use_bounded_http_settings() -> None:
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     for name, value in HTTP_SETTINGS.items():  # the user's own settings win
         os.environ.setdefault(name, value)
+
+
+def open_client(uri: str) -> Any:
+    """An MLflow client on ``uri`` for use in this process (registering a model, ``tune``'s
+    parent run): :func:`use_bounded_http_settings`, then :func:`probe_store` (5 s at most),
+    then ``MlflowClient``. Raises what the probe raises."""
+    use_bounded_http_settings()
+    probe_store(uri)
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
 
 
 def _sqlite_path(uri: str) -> str:
