@@ -86,3 +86,58 @@ def test_drop_columns_is_refused_for_text():
     with pytest.raises(ConfigError, match="data.drop_columns: only used by task "
                                           "tabular-classification"):
         load_config({"name": "x", "data": {"train": "t.csv", "drop_columns": ["id"]}})
+
+
+# --- attention dropout (model.attention_dropout) ----------------------------------------------
+
+def _text_config(**model: object) -> object:
+    from entrena.tasks.text_classification.config import TextClassificationConfig
+
+    return TextClassificationConfig.model_validate(
+        {"name": "t", "data": {"train": "t.csv", "text_column": "text",
+                               "label_column": "label"}, "model": model})
+
+
+def test_attention_dropout_auto_is_zero_on_a_cpu_and_the_checkpoints_elsewhere(monkeypatch):
+    import entrena.engine.backend as backend
+    from entrena.tasks.text_classification.task import resolve_attention_dropout
+
+    cfg = _text_config()
+    assert cfg.model.attention_dropout == "auto"
+    monkeypatch.setattr(backend, "resolve_accelerator", lambda accelerator: "cpu")
+    assert resolve_attention_dropout(cfg) == 0.0
+    monkeypatch.setattr(backend, "resolve_accelerator", lambda accelerator: "cuda")
+    assert resolve_attention_dropout(cfg) is None  # the checkpoint's own value
+    assert resolve_attention_dropout(_text_config(attention_dropout=0.1)) == 0.1
+    with pytest.raises(ValueError, match="attention_dropout"):
+        _text_config(attention_dropout=1.5)
+
+
+def test_attention_dropout_reaches_the_encoders_attention_layers():
+    from transformers import DistilBertConfig
+
+    from entrena.tasks.text_classification.model import (
+        attention_dropout_of,
+        build_classifier,
+        set_attention_dropout,
+    )
+
+    architecture = {"num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads": 2,
+                    "intermediate_size": 64}
+
+    def attention_ps(model: object) -> set[float]:
+        return {m.dropout.p for name, m in model.named_modules()  # type: ignore[attr-defined]
+                if name.endswith("attention.self")}
+
+    kept = build_classifier(num_labels=2, pretrained=None, architecture=architecture,
+                            vocab_size=100, pad_token_id=0, pooling="mean", dropout=0.1)
+    assert attention_ps(kept) == {0.1} and attention_dropout_of(kept.encoder.config) == 0.1
+    off = build_classifier(num_labels=2, pretrained=None, architecture=architecture,
+                           vocab_size=100, pad_token_id=0, pooling="mean", dropout=0.1,
+                           attention_dropout=0.0)
+    assert attention_ps(off) == {0.0} and attention_dropout_of(off.encoder.config) == 0.0
+    assert off.dropout.p == 0.1  # the head's dropout is model.dropout's, untouched
+    # DistilBERT names it attention_dropout.
+    distil = DistilBertConfig()
+    set_attention_dropout(distil, 0.0)
+    assert distil.attention_dropout == 0.0 and attention_dropout_of(distil) == 0.0

@@ -37,7 +37,13 @@ def seed_everything(seed: int) -> None:
     fabric_seed_everything(seed, workers=True, verbose=False)
 
 
-def _resolve_accelerator(accelerator: str) -> str:
+def resolve_accelerator(accelerator: str) -> str:
+    """The device type ``train.accelerator`` trains on: ``"cuda"``, ``"mps"`` or ``"cpu"``
+    (``auto``: the first available, in that order).
+
+    Raises:
+        ResourceError: ``cuda`` or ``mps`` asked for but not available.
+    """
     if accelerator == "auto":
         if torch.cuda.is_available():
             return "cuda"
@@ -161,7 +167,7 @@ def create_backend(*, accelerator: str, devices: int | str, precision: str, seed
     for name in ("lightning_fabric", "lightning_fabric.utilities.seed",
                  "lightning_fabric.utilities.rank_zero"):
         logging.getLogger(name).setLevel(logging.INFO if captured else logging.WARNING)
-    resolved = _resolve_accelerator(accelerator)
+    resolved = resolve_accelerator(accelerator)
     if resolved == "cpu":
         from entrena.hardware.allocator import configure_allocator
 

@@ -106,6 +106,13 @@ class TextModelConfig(ModelConfig):
     pooling: Literal["mean", "cls"] = "mean"
     """How token states become one vector: `mean` over real tokens (what sentence encoders such
     as MiniLM were trained with) or the first (`[CLS]`) token."""
+    attention_dropout: Literal["auto"] | Annotated[float, Field(ge=0.0, lt=1.0)] = "auto"
+    """Dropout on the encoder's attention probabilities. `auto`: 0 when training on a CPU,
+    the checkpoint's own value (MiniLM, BERT: 0.1) elsewhere. On a CPU, PyTorch's fused
+    attention kernel has no dropout, so any value above 0 sends every layer through the
+    unfused path that builds the (B, heads, T, T) probabilities and draws a mask over them
+    (time and accuracy measured: docs/benchmarks.md, bench:attention-dropout). On a GPU the
+    fused kernels apply dropout themselves. A number sets it on every device."""
 
     @model_validator(mode="after")
     def _name_or_architecture(self) -> TextModelConfig:

@@ -94,7 +94,8 @@ def model_length_limit(encoder_config: Any, tokenizer: Any) -> int:
 
 def build_classifier(*, num_labels: int, pretrained: str | None,
                      architecture: dict[str, Any] | None, vocab_size: int, pad_token_id: int,
-                     pooling: str, dropout: float) -> TextClassifier:
+                     pooling: str, dropout: float,
+                     attention_dropout: float | None = None) -> TextClassifier:
     """Build the classifier from pretrained weights or from an architecture.
 
     Args:
@@ -107,30 +108,61 @@ def build_classifier(*, num_labels: int, pretrained: str | None,
         pad_token_id: Padding id (for a built encoder).
         pooling: ``"mean"`` or ``"cls"``.
         dropout: Head dropout.
+        attention_dropout: Dropout on the attention probabilities, or ``None`` for the
+            checkpoint's own value (:func:`set_attention_dropout`).
     """
-    from transformers import AutoModel, BertConfig
+    from transformers import AutoModel
 
     _quiet_transformers()
+    config = _encoder_config(pretrained, architecture, vocab_size, pad_token_id,
+                             attention_dropout)
     if architecture is not None:
-        config = BertConfig(vocab_size=vocab_size, pad_token_id=pad_token_id, **architecture)
         encoder = AutoModel.from_config(config, add_pooling_layer=False)
     else:
-        encoder = AutoModel.from_pretrained(pretrained, add_pooling_layer=False)
+        encoder = AutoModel.from_pretrained(pretrained, config=config, add_pooling_layer=False)
     return TextClassifier(encoder, num_labels, pooling=pooling, dropout=dropout)
 
 
+ATTENTION_DROPOUT_KEYS = ("attention_probs_dropout_prob", "attention_dropout")
+"""Where Hugging Face encoder configs keep the attention dropout (BERT, RoBERTa, MiniLM,
+DeBERTa, ELECTRA: the first; DistilBERT and decoder models: the second)."""
+
+
+def attention_dropout_of(config: Any) -> float | None:
+    """The attention dropout a Hugging Face model config sets, or ``None`` if it names none."""
+    for key in ATTENTION_DROPOUT_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int | float):
+            return float(value)
+    return None
+
+
+def set_attention_dropout(config: Any, value: float) -> None:
+    """Set the attention dropout of a Hugging Face model config (every key of
+    :data:`ATTENTION_DROPOUT_KEYS` it has) to ``value`` (a probability in [0, 1))."""
+    for key in ATTENTION_DROPOUT_KEYS:
+        if isinstance(getattr(config, key, None), int | float):
+            setattr(config, key, float(value))
+
+
 def _encoder_config(pretrained: str | None, architecture: dict[str, Any] | None,
-                    vocab_size: int, pad_token_id: int) -> Any:
+                    vocab_size: int, pad_token_id: int,
+                    attention_dropout: float | None = None) -> Any:
     from transformers import AutoConfig, BertConfig
 
     if architecture is not None:
-        return BertConfig(vocab_size=vocab_size, pad_token_id=pad_token_id, **architecture)
-    return AutoConfig.from_pretrained(pretrained)
+        config = BertConfig(vocab_size=vocab_size, pad_token_id=pad_token_id, **architecture)
+    else:
+        config = AutoConfig.from_pretrained(pretrained)
+    if attention_dropout is not None:
+        set_attention_dropout(config, attention_dropout)
+    return config
 
 
 def meta_classifier(*, num_labels: int, pretrained: str | None,
                     architecture: dict[str, Any] | None, vocab_size: int, pad_token_id: int,
-                    pooling: str = "mean", dropout: float = 0.1) -> Any:
+                    pooling: str = "mean", dropout: float = 0.1,
+                    attention_dropout: float | None = None) -> Any:
     """The text classifier with every tensor on the meta device (no weights read).
 
     Args:
@@ -142,6 +174,7 @@ def meta_classifier(*, num_labels: int, pretrained: str | None,
         pad_token_id: Padding id (for ``architecture``).
         pooling: ``"mean"`` or ``"cls"``.
         dropout: Head dropout.
+        attention_dropout: As :func:`build_classifier`'s.
 
     Returns:
         A :class:`~entrena.tasks.text_classification.model.TextClassifier` on ``meta``, in
@@ -150,7 +183,8 @@ def meta_classifier(*, num_labels: int, pretrained: str | None,
     from transformers import AutoModel
 
     _quiet_transformers()
-    config = _encoder_config(pretrained, architecture, vocab_size, pad_token_id)
+    config = _encoder_config(pretrained, architecture, vocab_size, pad_token_id,
+                             attention_dropout)
     with torch.device("meta"):
         encoder = AutoModel.from_config(config, add_pooling_layer=False)
         model = TextClassifier(encoder, num_labels, pooling=pooling, dropout=dropout)

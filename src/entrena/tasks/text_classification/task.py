@@ -26,7 +26,8 @@ from entrena.tasks.text_classification.data import (
     resolve_model_sources,
 )
 
-__all__ = ["TextClassificationTask", "build_text_model", "text_planning"]
+__all__ = ["TextClassificationTask", "build_text_model", "resolve_attention_dropout",
+           "text_planning"]
 
 log = logging.getLogger("entrena")
 
@@ -39,15 +40,35 @@ def build_text_model(loaded: Any, sources: dict[str, str], prepared: Any, output
 
     cfg = loaded.config
     tokenizer = prepared.tokenizer
+    attention_dropout = resolve_attention_dropout(cfg)
     model = build_classifier(
         num_labels=outputs, pretrained=sources.get("weights"),
         architecture=cfg.model.architecture.model_dump() if cfg.model.architecture else None,
         vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id or 0,
-        pooling=cfg.model.pooling, dropout=cfg.model.dropout)
+        pooling=cfg.model.pooling, dropout=cfg.model.dropout,
+        attention_dropout=attention_dropout)
+    if cfg.model.attention_dropout == "auto" and attention_dropout is not None:
+        log.info("attention dropout 0 (auto: on a CPU the fused attention kernel has no "
+                 "dropout; set model.attention_dropout to keep the checkpoint's)")
     log.info("max_length %d tokens (%s); %.1f%% of training texts are truncated",
              prepared.max_length, prepared.report["encoding"]["max_length_from"],
              100 * prepared.report["splits"]["train"]["truncated_fraction"])
     return model
+
+
+def resolve_attention_dropout(cfg: Any) -> float | None:
+    """``model.attention_dropout`` as a number, or ``None`` for the checkpoint's own value
+    (``auto`` off a CPU).
+
+    Raises:
+        ResourceError: ``train.accelerator`` names a device that is not available.
+    """
+    from entrena.engine.backend import resolve_accelerator
+
+    value = cfg.model.attention_dropout
+    if value != "auto":
+        return float(value)
+    return 0.0 if resolve_accelerator(cfg.train.accelerator) == "cpu" else None
 
 
 def text_planning(loaded: Any, sources: dict[str, str], prepared: Any,
@@ -101,7 +122,7 @@ def text_planning(loaded: Any, sources: dict[str, str], prepared: Any,
             num_labels=num_labels, pretrained=sources.get("weights"),
             architecture=architecture, vocab_size=len(tokenizer),
             pad_token_id=tokenizer.pad_token_id or 0, pooling=cfg.model.pooling,
-            dropout=cfg.model.dropout)
+            dropout=cfg.model.dropout, attention_dropout=resolve_attention_dropout(cfg))
 
     shape: Any = architecture
     if shape is None:

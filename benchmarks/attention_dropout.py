@@ -1,0 +1,123 @@
+"""What attention dropout costs the demo on a CPU, in time and in accuracy (issue 24).
+
+Runs ``entrena train examples/reviews/config.yaml`` (the shipped demo: MiniLM-L6, 2 epochs,
+the final weights scored on the 1,000 test reviews) once per (``--seeds`` S, ``--values`` V),
+with ``train.seed=S`` and ``model.attention_dropout=V``, tracking off, each in a fresh run
+directory, the values alternated inside each seed. A seed fixes the split, the
+initialisation and the batch order, so the two values of one seed train on identical batches:
+the ratio of their training-step seconds (``fit.train_time_s``) is a step-time ratio on the
+same work. Prints, and with ``--write`` puts in docs/benchmarks.md
+(``bench:attention-dropout``): per run the test accuracy and macro-F1, the last validation
+accuracy and the training-step seconds; per value the median test accuracy; per seed the
+time ratio.
+
+Why it matters: PyTorch's fused scaled-dot-product attention kernel on a CPU has no dropout,
+so a checkpoint's ``attention_probs_dropout_prob: 0.1`` sends every layer through the
+unfused path (the (B, heads, T, T) probabilities built, softmaxed and masked by a Bernoulli
+draw). ``model.attention_dropout: auto`` is 0 on a CPU because of this measurement.
+
+Usage::
+
+    python benchmarks/attention_dropout.py --seeds 42 43 44 [--values 0.1 0] [--write]
+
+Run it alone on the cores: the seconds are half of the point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import ROOT, load_text, machine, today, write_section  # noqa: E402
+
+CONFIG = ROOT / "examples" / "reviews" / "config.yaml"
+ENTRENA = Path(sys.executable).with_name("entrena")
+
+
+def one_run(seed: int, value: str, folder: Path) -> dict:
+    """Train the demo once; return what this benchmark reports."""
+    run_dir = folder / f"s{seed}-p{value}"
+    command = [str(ENTRENA), "train", str(CONFIG), "--run-dir", str(run_dir),
+               "--set", f"train.seed={seed}", "--set", f"model.attention_dropout={value}",
+               "--set", "tracking.enabled=false"]
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"seed={seed} attention_dropout={value} failed "
+                           f"({done.returncode}):\n{done.stderr[-3000:]}")
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    return {"seed": seed, "attention_dropout": value, "wall_s": round(wall, 1),
+            "train_s": metrics["fit"]["train_time_s"],
+            "test_accuracy": metrics["test"]["accuracy"],
+            "test_macro_f1": metrics["test"]["macro_f1"],
+            "validation_accuracy": metrics["validation"]["accuracy"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
+    parser.add_argument("--values", nargs="+", default=["0.1", "0"])
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    load = [os.getloadavg()[0]]
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="bench-attention-dropout-") as tmp:
+        for index, seed in enumerate(args.seeds):
+            # Alternate which value goes first, so neither always meets a colder machine.
+            values = args.values if index % 2 == 0 else list(reversed(args.values))
+            for value in values:
+                result = one_run(seed, value, Path(tmp))
+                runs.append(result)
+                load.append(os.getloadavg()[0])
+                print(json.dumps(result), flush=True)
+    lines = ["| attention dropout | seed | test accuracy | test macro-F1 | validation accuracy "
+             "| training steps (s) | wall (s) |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(runs, key=lambda r: (args.values.index(r["attention_dropout"]),
+                                         r["seed"])):
+        lines.append(f"| {r['attention_dropout']} | {r['seed']} | {r['test_accuracy']:.3f} | "
+                     f"{r['test_macro_f1']:.3f} | {r['validation_accuracy']:.3f} | "
+                     f"{r['train_s']:.0f} | {r['wall_s']:.0f} |")
+    summary = []
+    for value in args.values:
+        accs = [r["test_accuracy"] for r in runs if r["attention_dropout"] == value]
+        times = [r["train_s"] for r in runs if r["attention_dropout"] == value]
+        summary.append(f"- attention dropout {value}: test accuracy median "
+                       f"**{statistics.median(accs):.3f}** ({min(accs):.3f}–{max(accs):.3f}); "
+                       f"training steps median {statistics.median(times):.0f} s")
+    if len(args.values) == 2:
+        first, second = args.values
+        ratios = []
+        for seed in args.seeds:
+            a = next(r for r in runs if r["seed"] == seed and r["attention_dropout"] == first)
+            b = next(r for r in runs if r["seed"] == seed and r["attention_dropout"] == second)
+            ratios.append(a["train_s"] / b["train_s"])
+        summary.append(f"- training-step time, {first} over {second}, same seed (identical "
+                       f"batches): " + ", ".join(f"{x:.2f}×" for x in ratios)
+                       + f"; median **{statistics.median(ratios):.2f}×**")
+    command = ("python benchmarks/attention_dropout.py --seeds "
+               + " ".join(map(str, args.seeds)) + " --values " + " ".join(args.values)
+               + " --write")
+    body = "\n".join([
+        "## Attention dropout on a CPU: time and accuracy of the demo",
+        "",
+        f"Measured {today()} on {machine()}; {load_text(load)}. Command: `{command}`",
+        "(`entrena train examples/reviews/config.yaml` with `train.seed` and",
+        "`model.attention_dropout` set, tracking off; 2 epochs, the final weights scored on",
+        "the 1,000 test reviews; a seed's runs train on identical batches).",
+        "", *lines, "", *summary])
+    print(body)
+    if args.write:
+        write_section("attention-dropout", body)
+
+
+if __name__ == "__main__":
+    main()
