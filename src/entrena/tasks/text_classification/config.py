@@ -110,8 +110,9 @@ class TextModelConfig(ModelConfig):
     """Dropout on the encoder's attention probabilities. `auto`: 0 when training on a CPU,
     the checkpoint's own value (MiniLM, BERT: 0.1) elsewhere. On a CPU, PyTorch's fused
     attention kernel has no dropout, so any value above 0 sends every layer through the
-    unfused path that builds the (B, heads, T, T) probabilities and draws a mask over them
-    (time and accuracy measured: docs/benchmarks.md, bench:attention-dropout). On a GPU the
+    unfused path that builds the (B, heads, T, T) probabilities and draws a mask over them:
+    the reviews demo's steps took 1.52x as long with 0.1, for the same test accuracy within
+    noise (AMD EPYC, 3 seeds: docs/benchmarks.md, bench:attention-dropout). On a GPU the
     fused kernels apply dropout themselves. A number sets it on every device."""
 
     @model_validator(mode="after")
