@@ -233,6 +233,56 @@ def test_second_prepare_comes_from_the_cache_a_changed_file_does_not(tiny_config
     assert third.data.from_cache is False and third.report["cache"] != str(cache)
 
 
+def test_a_cached_prepare_builds_no_tokenizer_until_one_is_needed(tiny_config, config_file,
+                                                                   tmp_path):
+    from entrena.data.encoding import TokenizerFacts
+
+    path = config_file(tiny_config)
+    first = quiet_prepare(path).data
+    assert first.built_tokenizer is not None  # encoding needed it
+    assert list((tmp_path / ".entrena-cache" / "tokenizers").glob("*.json"))
+    second = quiet_prepare(path).data
+    assert second.from_cache is True and second.built_tokenizer is None
+    assert second.facts == first.facts == TokenizerFacts.of(first.tokenizer)
+    assert (second.vocab_size, second.pad_token_id) == (len(first.tokenizer), 0)
+    assert TokenizerFacts.of(second.tokenizer) == second.facts  # built on first use
+    assert second.built_tokenizer is not None
+
+
+def test_tokenizer_facts_are_rebuilt_when_a_tokenizer_file_changes(tmp_path):
+    import shutil
+
+    from entrena.config.models import resolve_model_name
+    from entrena.data.encoding import tokenizer_facts
+    from entrena.tasks.text_classification.model import build_tokenizer
+
+    folder = tmp_path / "tok"
+    shutil.copytree(resolve_model_name("minilm-l6"), folder,
+                    ignore=shutil.ignore_patterns("*.safetensors"))
+    memo = tmp_path / "memo"
+    built: list[str] = []
+
+    def build(source: str):
+        built.append(source)
+        return build_tokenizer(source)
+
+    facts, tokenizer = tokenizer_facts(str(folder), build, memo)
+    assert tokenizer is not None and len(built) == 1
+    again, tokenizer = tokenizer_facts(str(folder), build, memo)
+    assert again == facts and tokenizer is None and len(built) == 1
+    config = folder / "tokenizer_config.json"
+    settings = json.loads(config.read_text())
+    settings["model_max_length"] = 128
+    config.write_text(json.dumps(settings))
+    changed, tokenizer = tokenizer_facts(str(folder), build, memo)
+    assert tokenizer is not None and len(built) == 2 and changed.model_max_length == 128
+    for damaged in memo.glob("*.json"):
+        damaged.write_text("{not json")
+    rebuilt, tokenizer = tokenizer_facts(str(folder), build, memo)
+    assert rebuilt == changed and tokenizer is not None and len(built) == 3
+    assert tokenizer_facts(str(folder), build, memo)[1] is None  # rewritten
+
+
 def test_cache_dir_can_be_set_in_the_config(tiny_config, config_file, tmp_path):
     config = build_config({"data.cache_dir": "shared-cache"})
     result = quiet_prepare(config_file(config))

@@ -14,7 +14,8 @@ import itertools
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import pyarrow as pa
 
 __all__ = ["EncodedTexts", "encode_texts", "tokenize_block", "ends_with_special",
            "write_encoded", "read_encoded", "choose_max_length", "tokenizer_fingerprint",
-           "BLOCK_ROWS"]
+           "TokenizerFacts", "tokenizer_facts", "BLOCK_ROWS"]
 
 BLOCK_ROWS = 32_768
 """Rows per tokenizer call and per Arrow record batch (bounds memory while encoding)."""
@@ -107,6 +108,100 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     else:
         digest.update(repr(sorted(tokenizer.get_vocab().items())).encode())
     return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class TokenizerFacts:
+    """What training needs of a tokenizer besides tokenizing (which the cache has done).
+
+    Attributes:
+        fingerprint: :func:`tokenizer_fingerprint`.
+        vocab_size: ``len(tokenizer)``: the vocabulary with added tokens.
+        pad_token_id: The padding id, or ``None`` when the tokenizer has none.
+        model_max_length: The tokenizer's longest input in tokens, or ``None`` when it sets
+            none (transformers' "very large integer").
+    """
+
+    fingerprint: str
+    vocab_size: int
+    pad_token_id: int | None
+    model_max_length: int | None
+
+    @classmethod
+    def of(cls, tokenizer: Any) -> TokenizerFacts:
+        """The facts of a built tokenizer."""
+        limit = getattr(tokenizer, "model_max_length", None)
+        pad = getattr(tokenizer, "pad_token_id", None)
+        return cls(tokenizer_fingerprint(tokenizer), len(tokenizer),
+                   int(pad) if isinstance(pad, int) else None,
+                   int(limit) if isinstance(limit, int) and 0 < limit < 2 ** 62 else None)
+
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".onnx", ".h5",
+                    ".msgpack", ".ot", ".index")
+
+
+def _folder_key(folder: Path) -> str | None:
+    """A hash of every non-weight file directly in ``folder`` (names and bytes) and of the
+    transformers and tokenizers versions: equal keys load equal tokenizers."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    digest = hashlib.sha256()
+    try:
+        for name in ("transformers", "tokenizers"):
+            digest.update(f"{name}={version(name)};".encode())
+    except PackageNotFoundError:
+        return None
+    try:
+        files = sorted(p for p in folder.iterdir()
+                       if p.is_file() and not p.name.endswith(_WEIGHT_SUFFIXES))
+        for path in files:
+            digest.update(path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    except OSError:
+        return None
+    return digest.hexdigest()[:24]
+
+
+def tokenizer_facts(source: str, build: Callable[[str], Any], memo_dir: Path | None
+                    ) -> tuple[TokenizerFacts, Any]:
+    """The :class:`TokenizerFacts` of the tokenizer at ``source``, without building it when
+    an earlier call recorded them.
+
+    Building a tokenizer imports transformers' tokenization stack (~1 s on a 2-core CPU); a
+    run whose data comes from the cache needs only these facts before training, so they are
+    kept in ``memo_dir`` (one JSON file per key) for a ``source`` that is a local folder, keyed
+    by the folder's non-weight files and the transformers and tokenizers versions. A hub id
+    is built every time.
+
+    Args:
+        source: A tokenizer folder or hub id.
+        build: Builds the tokenizer from ``source`` (called on a miss).
+        memo_dir: Where the facts are kept (``<cache root>/tokenizers``), or ``None``.
+
+    Returns:
+        ``(facts, tokenizer)``: the tokenizer when it was built, else ``None``. A memo that
+        cannot be read or written is ignored.
+    """
+    folder = Path(source)
+    key = _folder_key(folder) if memo_dir is not None and folder.is_dir() else None
+    memo = memo_dir / f"{key}.json" if memo_dir is not None and key else None
+    if memo is not None and memo.is_file():
+        try:
+            return TokenizerFacts(**json.loads(memo.read_text(encoding="utf-8"))), None
+        except (OSError, ValueError, TypeError):
+            pass  # rebuilt and rewritten below
+    tokenizer = build(source)
+    facts = TokenizerFacts.of(tokenizer)
+    if memo is not None:
+        try:
+            memo.parent.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=memo.parent, suffix=".tmp")
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                json.dump(asdict(facts), out)
+            os.replace(temporary, memo)
+        except OSError:
+            pass
+    return facts, tokenizer
 
 
 def ends_with_special(tokenizer: Any) -> bool:

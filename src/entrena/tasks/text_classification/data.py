@@ -11,8 +11,10 @@ everything it depends on:
   limit;
 - :data:`~entrena.data.cache.CACHE_FORMAT`.
 
-A second ``prepare`` of unchanged data hashes the files, loads the tokenizer and maps the
-cached Arrow files: no parsing, no checks, no tokenizing.
+A second ``prepare`` of unchanged data hashes the files and maps the cached Arrow files: no
+parsing, no checks, no tokenizing, and no tokenizer built (its facts are remembered:
+:func:`~entrena.data.encoding.tokenizer_facts`; :attr:`PreparedData.tokenizer` builds it when
+something needs it, such as saving the model).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
@@ -30,7 +32,12 @@ import numpy as np
 from entrena.config import Config, LoadedConfig
 from entrena.config.models import resolve_model_name
 from entrena.data.cache import CACHE_FORMAT, PreparedCache
-from entrena.data.encoding import EncodedTexts, choose_max_length, tokenizer_fingerprint
+from entrena.data.encoding import (
+    EncodedTexts,
+    TokenizerFacts,
+    choose_max_length,
+    tokenizer_facts,
+)
 from entrena.data.hygiene import CheckPolicy, check_record, truncated_fraction
 from entrena.data.labels import LabelCleanup
 from entrena.data.tables import LabelledSplits, load_splits, open_config_sources
@@ -48,7 +55,10 @@ class PreparedData:
     Attributes:
         splits: The splits (texts, labels, row numbers) and the label map.
         encoded: Token ids per split (``train``, ``validation``, ``test``), memory-mapped.
-        tokenizer: The tokenizer they were encoded with.
+        tokenizer_source: The folder or hub id of the tokenizer they were encoded with
+            (:attr:`tokenizer` builds it on first use).
+        facts: That tokenizer's vocabulary size, padding id and fingerprint
+            (:class:`~entrena.data.encoding.TokenizerFacts`): all training needs of it.
         max_length: The truncation length chosen (``model.max_length``, or ``auto``'s pick).
         length_limit: The model's longest input (tokens).
         report: The data report (``data_report.json``).
@@ -57,7 +67,8 @@ class PreparedData:
 
     splits: LabelledSplits
     encoded: dict[str, EncodedTexts]
-    tokenizer: Any
+    tokenizer_source: str
+    facts: TokenizerFacts
     max_length: int
     length_limit: int
     report: dict[str, Any]
@@ -65,6 +76,29 @@ class PreparedData:
     thresholds: Any = None
     """Multi-label: each tag's decision threshold (K,), tuned on validation by
     :func:`entrena.tasks.metrics.evaluate_classification`; ``None`` before that."""
+    built_tokenizer: Any = field(default=None, repr=False)
+    """The tokenizer once built (by :func:`prepare_texts` when it had to, or by
+    :attr:`tokenizer`)."""
+
+    @property
+    def tokenizer(self) -> Any:
+        """The Hugging Face tokenizer the texts were encoded with, built on first use (a run
+        from the cache needs it only to save the model, after training)."""
+        if self.built_tokenizer is None:
+            from entrena.tasks.text_classification.model import build_tokenizer
+
+            self.built_tokenizer = build_tokenizer(self.tokenizer_source)
+        return self.built_tokenizer
+
+    @property
+    def pad_token_id(self) -> int:
+        """The padding id batches use (0 when the tokenizer has none)."""
+        return self.facts.pad_token_id or 0
+
+    @property
+    def vocab_size(self) -> int:
+        """The tokenizer's vocabulary with added tokens (``len(tokenizer)``)."""
+        return self.facts.vocab_size
 
     @property
     def failed_checks(self) -> list[dict[str, Any]]:
@@ -118,7 +152,7 @@ def resolve_model_sources(loaded: LoadedConfig) -> dict[str, str]:
 
 
 
-def _length_limit(loaded: LoadedConfig, sources: dict[str, str], tokenizer: Any) -> int:
+def _length_limit(loaded: LoadedConfig, sources: dict[str, str], facts: TokenizerFacts) -> int:
     architecture = loaded.config.model.architecture
     if architecture is not None:
         encoder_config: Any = SimpleNamespace(
@@ -129,7 +163,8 @@ def _length_limit(loaded: LoadedConfig, sources: dict[str, str], tokenizer: Any)
         encoder_config = AutoConfig.from_pretrained(sources["weights"])
     from entrena.tasks.text_classification.model import model_length_limit
 
-    return model_length_limit(encoder_config, tokenizer)
+    return model_length_limit(encoder_config,
+                              SimpleNamespace(model_max_length=facts.model_max_length))
 
 
 def _fingerprint(loaded: LoadedConfig, files: dict[str, Any], tokenizer_hash: str,
@@ -180,9 +215,10 @@ def prepare_texts(loaded: LoadedConfig, sources: dict[str, str], *,
 
     from entrena.tasks.text_classification.model import build_tokenizer
 
-    tokenizer = build_tokenizer(sources["tokenizer"])
-    limit = _length_limit(loaded, sources, tokenizer)
-    key = _fingerprint(loaded, files, tokenizer_fingerprint(tokenizer), limit, numeric_target)
+    source = sources["tokenizer"]
+    facts, tokenizer = tokenizer_facts(source, build_tokenizer, cache_root / "tokenizers")
+    limit = _length_limit(loaded, sources, facts)
+    key = _fingerprint(loaded, files, facts.fingerprint, limit, numeric_target)
     cache = PreparedCache(cache_root)
     cached = cache.load(key)
     if cached is not None:
@@ -194,8 +230,8 @@ def prepare_texts(loaded: LoadedConfig, sources: dict[str, str], *,
         splits.report = report
         report["cache"] = str(cached.path)
         log.info("data from the cache (%s) in %.2fs", cached.path, report["prepare_time_s"])
-        return PreparedData(splits, cached.encoded, tokenizer, meta["max_length"], limit, report,
-                            True)
+        return PreparedData(splits, cached.encoded, source, facts, meta["max_length"], limit,
+                            report, True, built_tokenizer=tokenizer)
 
     splits = load_splits(
         **specs, text_column=data.text_column, label_column=data.label_column,
@@ -211,6 +247,8 @@ def prepare_texts(loaded: LoadedConfig, sources: dict[str, str], *,
         target_transform=data.target_transform if numeric_target else None,
         regression_task="text-regression")
     checked_s = time.perf_counter() - started
+    if tokenizer is None:
+        tokenizer = build_tokenizer(source)
     writer = cache.writer(key)
     try:
         encoded, mapped = {}, {}
@@ -238,7 +276,8 @@ def prepare_texts(loaded: LoadedConfig, sources: dict[str, str], *,
     prepared_splits.report = report
     log.info("data read, checked and encoded in %.1fs; cached in %s", report["prepare_time_s"],
              path)
-    return PreparedData(prepared_splits, encoded, tokenizer, max_length, limit, report, False)
+    return PreparedData(prepared_splits, encoded, source, facts, max_length, limit, report,
+                        False, built_tokenizer=tokenizer)
 
 
 def _max_length(configured: str | int, train: EncodedTexts, limit: int) -> int:

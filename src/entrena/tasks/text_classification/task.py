@@ -39,12 +39,11 @@ def build_text_model(loaded: Any, sources: dict[str, str], prepared: Any, output
     from entrena.tasks.text_classification.model import build_classifier
 
     cfg = loaded.config
-    tokenizer = prepared.tokenizer
     attention_dropout = resolve_attention_dropout(cfg)
     model = build_classifier(
         num_labels=outputs, pretrained=sources.get("weights"),
         architecture=cfg.model.architecture.model_dump() if cfg.model.architecture else None,
-        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id or 0,
+        vocab_size=prepared.vocab_size, pad_token_id=prepared.pad_token_id,
         pooling=cfg.model.pooling, dropout=cfg.model.dropout,
         attention_dropout=attention_dropout)
     if cfg.model.attention_dropout == "auto" and attention_dropout is not None:
@@ -83,7 +82,7 @@ def text_planning(loaded: Any, sources: dict[str, str], prepared: Any,
     from entrena.tasks.text_classification.model import meta_classifier
 
     cfg = loaded.config
-    tokenizer, max_length = prepared.tokenizer, int(prepared.max_length)
+    max_length = int(prepared.max_length)
     architecture = cfg.model.architecture.model_dump() if cfg.model.architecture else None
     num_labels = outputs
 
@@ -95,7 +94,7 @@ def text_planning(loaded: Any, sources: dict[str, str], prepared: Any,
         t = cfg.train
         batches = TextBatches(prepared.encoded["train"], prepared.targets("train"),
                               max_length=max_length, batch_size=batch_size,
-                              pad_id=tokenizer.pad_token_id or 0, shuffle=True,
+                              pad_id=prepared.pad_token_id, shuffle=True,
                               group_by_length=t.group_by_length, seed=t.seed)
         plan = batches.plan(0)
         full = [b for b in plan if len(b) == batch_size] or plan
@@ -109,7 +108,7 @@ def text_planning(loaded: Any, sources: dict[str, str], prepared: Any,
                 continue
             batches = TextBatches(prepared.encoded[role], prepared.targets(role),
                                   max_length=max_length, batch_size=batch_size,
-                                  pad_id=tokenizer.pad_token_id or 0, shuffle=False)
+                                  pad_id=prepared.pad_token_id, shuffle=False)
             for b in batches.plan(0):
                 tokens = int(batches.lengths[b].max()) * len(b)
                 if longest is None or tokens > longest[0]:
@@ -120,15 +119,15 @@ def text_planning(loaded: Any, sources: dict[str, str], prepared: Any,
     def meta_model() -> Any:
         return meta_classifier(
             num_labels=num_labels, pretrained=sources.get("weights"),
-            architecture=architecture, vocab_size=len(tokenizer),
-            pad_token_id=tokenizer.pad_token_id or 0, pooling=cfg.model.pooling,
+            architecture=architecture, vocab_size=prepared.vocab_size,
+            pad_token_id=prepared.pad_token_id, pooling=cfg.model.pooling,
             dropout=cfg.model.dropout, attention_dropout=resolve_attention_dropout(cfg))
 
     shape: Any = architecture
     if shape is None:
         config_file = _Path(sources.get("weights") or "") / "config.json"
         shape = config_file.read_text(encoding="utf-8") if config_file.is_file() else None
-    key = None if shape is None else [shape, len(tokenizer), tokenizer.pad_token_id,
+    key = None if shape is None else [shape, prepared.vocab_size, prepared.facts.pad_token_id,
                                       num_labels, cfg.model.pooling, max_length]
     return PlanningSpec(
         model_name=str(cfg.model.name) if cfg.model.architecture is None else "architecture",
@@ -178,7 +177,7 @@ class TextClassificationTask:
         tcfg = loaded.config.train
         return TextBatches(prepared.encoded[role], prepared.targets(role),
                            max_length=prepared.max_length,
-                           batch_size=batch_size, pad_id=prepared.tokenizer.pad_token_id or 0,
+                           batch_size=batch_size, pad_id=prepared.pad_token_id,
                            shuffle=shuffle, group_by_length=tcfg.group_by_length,
                            seed=tcfg.seed)
 

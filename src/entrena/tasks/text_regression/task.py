@@ -125,7 +125,7 @@ class TextRegressionTask:
         split = getattr(prepared.splits, role)
         return TextBatches(prepared.encoded[role], prepared.target_scaler.to_model(split.labels),
                            max_length=prepared.max_length, batch_size=batch_size,
-                           pad_id=prepared.tokenizer.pad_token_id or 0, shuffle=shuffle,
+                           pad_id=prepared.pad_token_id, shuffle=shuffle,
                            group_by_length=tcfg.group_by_length, seed=tcfg.seed)
 
     def baselines(self, loaded: Any, prepared: WithTarget) -> dict[str, dict[str, Any]]:
