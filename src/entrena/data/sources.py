@@ -18,13 +18,14 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from entrena.data.remote import default_cache_dir, fetch_remote, has_magic, is_url
 from entrena.data.sniffing import FileScan, detect_delimiter, scan_file
 from entrena.errors import DataError
+
+if TYPE_CHECKING:  # imported where a file is parsed: a run from the cache never needs pandas
+    import pandas as pd
 
 __all__ = ["SUPPORTED_SUFFIXES", "SourceFile", "resolve_source", "open_source", "read_chunks",
            "read_table", "require_columns", "json_object"]
@@ -160,6 +161,8 @@ def require_columns(columns: Sequence[str] | pd.DataFrame, wanted: dict[str, str
     Raises:
         DataError: A column is missing; the message lists the columns that exist.
     """
+    import pandas as pd
+
     names = list(columns.columns if isinstance(columns, pd.DataFrame) else columns)
     for key, column in wanted.items():
         if column not in names:
@@ -210,6 +213,8 @@ _RAGGED = re.compile(r"Expected (\d+) fields in line (\d+), saw (\d+)")
 
 def _csv_chunks(file: SourceFile, wanted: dict[str, str] | None, key: str, role: str,
                 chunk_rows: int) -> Iterator[pd.DataFrame]:
+    import pandas as pd
+
     options = dict(sep=file.delimiter, encoding=file.scan.encoding, dtype=str,
                    keep_default_na=True, engine="c")
     try:
@@ -253,6 +258,8 @@ def _refuse_repeated_columns(file: SourceFile, key: str) -> None:
     Raises:
         DataError: Names the file, the column and its positions (1-based).
     """
+    import pandas as pd
+
     try:
         head = pd.read_csv(file.path, sep=file.delimiter, encoding=file.scan.encoding,
                            header=None, nrows=1, dtype=str, keep_default_na=False)
@@ -346,6 +353,8 @@ def _check_keys(seen: dict[str, None], wanted: dict[str, str] | None, file: Sour
 
 
 def _records_frame(records: list[dict], wanted: dict[str, str] | None) -> pd.DataFrame:
+    import pandas as pd
+
     if wanted is None:
         return _strip_columns(pd.DataFrame.from_records(records))
     columns = list(dict.fromkeys(wanted.values()))
@@ -398,6 +407,8 @@ def read_table(path: str, *, role: str = "data", cache_dir: Path | None = None
     Raises:
         DataError: The file is missing, of an unsupported type, undecodable or unparsable.
     """
+    import pandas as pd
+
     key = f"data.{role}"
     frames = [chunk for file in open_source(path, key=key, cache_dir=cache_dir)
               for chunk in read_chunks(file, None, key=key, role=role)]

@@ -17,9 +17,12 @@ through :func:`join_text_columns`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # imported where rows are joined: a run from the cache never needs it
+    import pandas as pd
 
 __all__ = ["FIELD_SEPARATOR", "text_columns", "join_text_columns", "describe_text_columns",
            "joined_column_name"]
@@ -80,4 +83,6 @@ def join_text_columns(frame: pd.DataFrame, columns: str | Sequence[str], *,
         for i in np.flatnonzero(~blank):
             field = f"{name}: {texts[i]}"
             out[i] = field if not out[i] else out[i] + FIELD_SEPARATOR + field
+    import pandas as pd
+
     return pd.Series(out, index=frame.index, dtype=object)

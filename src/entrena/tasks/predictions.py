@@ -12,10 +12,12 @@ label, the predicted label, each class's probability and whether the prediction 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # imported where used: a training run imports it only after the fit
+    import pandas as pd
 
 __all__ = ["MISTAKES_LISTED", "classification_table", "most_confident_mistakes",
            "multi_label_table", "softmax_rows"]
@@ -49,6 +51,8 @@ def classification_table(inputs: Mapping[str, Sequence[Any]], labels: Sequence[s
         row_ids: Each example's row number in its file (1-based; a validation split taken
             from training counts training rows).
     """
+    import pandas as pd
+
     probs = softmax_rows(outputs)
     predicted = probs.argmax(axis=1)
     names = np.asarray(labels, dtype=object)
@@ -76,6 +80,8 @@ def multi_label_table(inputs: Mapping[str, Sequence[Any]], tags: Sequence[str],
         targets: Multi-hot truth (N, K).
         thresholds: Per-tag thresholds (K,) (``None``: 0.5).
     """
+    import pandas as pd
+
     from entrena.tasks.metrics import sigmoid
 
     probs = sigmoid(outputs)
