@@ -99,14 +99,14 @@ def _text_config(**model: object) -> object:
 
 
 def test_attention_dropout_auto_is_zero_on_a_cpu_and_the_checkpoints_elsewhere(monkeypatch):
-    import entrena.engine.backend as backend
+    import entrena.hardware.detection as detection
     from entrena.tasks.text_classification.task import resolve_attention_dropout
 
     cfg = _text_config()
     assert cfg.model.attention_dropout == "auto"
-    monkeypatch.setattr(backend, "resolve_accelerator", lambda accelerator: "cpu")
+    monkeypatch.setattr(detection, "resolve_accelerator", lambda accelerator: "cpu")
     assert resolve_attention_dropout(cfg) == 0.0
-    monkeypatch.setattr(backend, "resolve_accelerator", lambda accelerator: "cuda")
+    monkeypatch.setattr(detection, "resolve_accelerator", lambda accelerator: "cuda")
     assert resolve_attention_dropout(cfg) is None  # the checkpoint's own value
     assert resolve_attention_dropout(_text_config(attention_dropout=0.1)) == 0.1
     with pytest.raises(ValueError, match="attention_dropout"):

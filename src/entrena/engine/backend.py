@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from entrena.errors import ResourceError
+from entrena.hardware.detection import resolve_accelerator
 from entrena.hardware.precision import resolve_precision
 
 __all__ = ["Backend", "auto_cpu_bf16", "create_backend", "configure_threads",
@@ -35,30 +36,6 @@ def seed_everything(seed: int) -> None:
     from lightning_fabric.utilities.seed import seed_everything as fabric_seed_everything
 
     fabric_seed_everything(seed, workers=True, verbose=False)
-
-
-def resolve_accelerator(accelerator: str) -> str:
-    """The device type ``train.accelerator`` trains on: ``"cuda"``, ``"mps"`` or ``"cpu"``
-    (``auto``: the first available, in that order).
-
-    Raises:
-        ResourceError: ``cuda`` or ``mps`` asked for but not available.
-    """
-    if accelerator == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        mps = getattr(torch.backends, "mps", None)
-        if mps is not None and mps.is_available():
-            return "mps"
-        return "cpu"
-    if accelerator == "cuda" and not torch.cuda.is_available():
-        raise ResourceError("train.accelerator = 'cuda' but no CUDA device is visible; "
-                            "use train.accelerator: auto or cpu")
-    if accelerator == "mps" and not (getattr(torch.backends, "mps", None)
-                                     and torch.backends.mps.is_available()):
-        raise ResourceError("train.accelerator = 'mps' but MPS is not available; "
-                            "use train.accelerator: auto or cpu")
-    return accelerator
 
 
 def configure_threads(num_threads: int | None) -> int:

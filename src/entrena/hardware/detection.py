@@ -19,9 +19,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from entrena.errors import ResourceError
+
 __all__ = ["Machine", "CpuInfo", "GpuInfo", "detect_machine", "detect_cpu", "detect_gpus",
            "cuda_library_bytes", "LIBRARIES", "CPU_BF16_MIN_LINEAR_PARAMETERS",
-           "cpu_bf16_pays"]
+           "cpu_bf16_pays", "resolve_accelerator"]
 
 LIBRARIES = ("torch", "lightning-fabric", "transformers", "tokenizers", "safetensors", "numpy",
              "pandas", "pyarrow", "scikit-learn", "mlflow", "pydantic", "onnx", "onnxruntime",
@@ -389,3 +391,29 @@ def detect_machine(runs_dir: str | Path = "runs") -> Machine:
         python=platform.python_version(),
         platform=f"{platform.system()} {platform.release()} {platform.machine()}",
     )
+
+
+def resolve_accelerator(accelerator: str) -> str:
+    """The device type ``train.accelerator`` trains on: ``"cuda"``, ``"mps"`` or ``"cpu"``
+    (``auto``: the first available, in that order).
+
+    Raises:
+        ResourceError: ``cuda`` or ``mps`` asked for but not available.
+    """
+    import torch
+
+    if accelerator == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            return "mps"
+        return "cpu"
+    if accelerator == "cuda" and not torch.cuda.is_available():
+        raise ResourceError("train.accelerator = 'cuda' but no CUDA device is visible; "
+                            "use train.accelerator: auto or cpu")
+    if accelerator == "mps" and not (getattr(torch.backends, "mps", None)
+                                     and torch.backends.mps.is_available()):
+        raise ResourceError("train.accelerator = 'mps' but MPS is not available; "
+                            "use train.accelerator: auto or cpu")
+    return accelerator

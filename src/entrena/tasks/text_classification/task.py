@@ -62,7 +62,7 @@ def resolve_attention_dropout(cfg: Any) -> float | None:
     Raises:
         ResourceError: ``train.accelerator`` names a device that is not available.
     """
-    from entrena.engine.backend import resolve_accelerator
+    from entrena.hardware.detection import resolve_accelerator
 
     value = cfg.model.attention_dropout
     if value != "auto":
