@@ -7,6 +7,7 @@ import os
 import platform
 import re
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS_MD = Path(os.environ.get("ENTRENA_BENCH_DOC") or ROOT / "docs" / "benchmarks.md")
@@ -53,3 +54,33 @@ def write_section(name: str, body: str) -> None:
         text.rstrip() + "\n\n" + block + "\n"
     BENCHMARKS_MD.parent.mkdir(parents=True, exist_ok=True)
     BENCHMARKS_MD.write_text(text)
+
+
+def publish_runs(name: str, title: str, *, load: list[float], command: str, about: list[str],
+                 table: list[str], summary: list[str], write: bool) -> str:
+    """The body of a section of repeated runs (title; date, machine, load and command; what
+    was run; the table; the summary lines), printed, and with ``write`` put between the
+    ``bench:NAME`` markers of docs/benchmarks.md. Returns the body."""
+    body = "\n".join([f"## {title}", "",
+                      f"Measured {today()} on {machine()}; {load_text(load)}. "
+                      f"Command: `{command}`", *about, "", *table, "", *summary])
+    print(body)
+    if write:
+        write_section(name, body)
+    return body
+
+
+def run_all(prefix: str, jobs: list[tuple], run: Any) -> tuple[list[dict], list[float]]:
+    """``run(*job, folder)`` for each job in order, in one temporary folder; each result is
+    printed as a JSON line as it comes. Returns the results and the 1-minute load average
+    before the first and after each run (for :func:`load_text`)."""
+    import json
+    import tempfile
+
+    load, results = [os.getloadavg()[0]], []
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        for job in jobs:
+            results.append(run(*job, Path(tmp)))
+            load.append(os.getloadavg()[0])
+            print(json.dumps(results[-1]), flush=True)
+    return results, load

@@ -27,16 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import ROOT, load_text, machine, today, write_section  # noqa: E402
+from _report import ROOT, publish_runs, run_all  # noqa: E402
 
 CONFIG = ROOT / "examples" / "reviews" / "config.yaml"
 ENTRENA = Path(sys.executable).with_name("entrena")
@@ -68,17 +66,10 @@ def main() -> None:
     parser.add_argument("--values", nargs="+", default=["0.1", "0"])
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    load = [os.getloadavg()[0]]
-    runs = []
-    with tempfile.TemporaryDirectory(prefix="bench-attention-dropout-") as tmp:
-        for index, seed in enumerate(args.seeds):
-            # Alternate which value goes first, so neither always meets a colder machine.
-            values = args.values if index % 2 == 0 else list(reversed(args.values))
-            for value in values:
-                result = one_run(seed, value, Path(tmp))
-                runs.append(result)
-                load.append(os.getloadavg()[0])
-                print(json.dumps(result), flush=True)
+    # Alternate which value goes first, so neither always meets a colder machine.
+    jobs = [(seed, value) for index, seed in enumerate(args.seeds)
+            for value in (args.values if index % 2 == 0 else list(reversed(args.values)))]
+    runs, load = run_all("bench-attention-dropout-", jobs, one_run)
     lines = ["| attention dropout | seed | test accuracy | test macro-F1 | validation accuracy "
              "| training steps (s) | wall (s) |", "|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(runs, key=lambda r: (args.values.index(r["attention_dropout"]),
@@ -106,17 +97,12 @@ def main() -> None:
     command = ("python benchmarks/attention_dropout.py --seeds "
                + " ".join(map(str, args.seeds)) + " --values " + " ".join(args.values)
                + " --write")
-    body = "\n".join([
-        "## Attention dropout on a CPU: time and accuracy of the demo",
-        "",
-        f"Measured {today()} on {machine()}; {load_text(load)}. Command: `{command}`",
-        "(`entrena train examples/reviews/config.yaml` with `train.seed` and",
-        "`model.attention_dropout` set, tracking off; 2 epochs, the final weights scored on",
-        "the 1,000 test reviews; a seed's runs train on identical batches).",
-        "", *lines, "", *summary])
-    print(body)
-    if args.write:
-        write_section("attention-dropout", body)
+    publish_runs(
+        "attention-dropout", "Attention dropout on a CPU: time and accuracy of the demo",
+        load=load, command=command, table=lines, summary=summary, write=args.write, about=[
+            "(`entrena train examples/reviews/config.yaml` with `train.seed` and",
+            "`model.attention_dropout` set, tracking off; 2 epochs, the final weights scored",
+            "on the 1,000 test reviews; a seed's runs train on identical batches)."])
 
 
 if __name__ == "__main__":

@@ -22,16 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import ROOT, load_text, machine, today, write_section  # noqa: E402
+from _report import ROOT, publish_runs, run_all  # noqa: E402
 
 CONFIG = ROOT / "examples" / "reviews-chat" / "config.yaml"
 ENTRENA = Path(sys.executable).with_name("entrena")
@@ -68,15 +66,9 @@ def main() -> None:
     parser.add_argument("--write", action="store_true")
     parser.add_argument("extra", nargs="*", help="more --set values (after --)")
     args = parser.parse_args()
-    load = [os.getloadavg()[0]]
-    runs = []
-    with tempfile.TemporaryDirectory(prefix="bench-llm-curve-") as tmp:
-        for seed in args.seeds:  # seeds outermost: each N sees the machine in the same state
-            for samples in args.samples:
-                result = one_run(samples, seed, args.extra, Path(tmp))
-                runs.append(result)
-                load.append(os.getloadavg()[0])
-                print(json.dumps(result), flush=True)
+    # Seeds outermost: each N sees the machine in the same state.
+    jobs = [(samples, seed, args.extra) for seed in args.seeds for samples in args.samples]
+    runs, load = run_all("bench-llm-curve-", jobs, one_run)
     lines = ["| training chats | seed | validation (100) | test (300) | test EOS | zero-shot "
              "test | training steps (s) | wall (s) |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(runs, key=lambda r: (r["samples"], r["seed"])):
@@ -94,18 +86,13 @@ def main() -> None:
     command = ("python benchmarks/llm_demo_curve.py --samples "
                + " ".join(map(str, args.samples)) + " --seeds " + " ".join(map(str, args.seeds))
                + (" -- " + " ".join(args.extra) if args.extra else "") + " --write")
-    body = "\n".join([
-        "## The LLM demo's accuracy against its training chats, over seeds",
-        "",
-        f"Measured {today()} on {machine()}; {load_text(load)}. Command: `{command}`",
-        "(`entrena train examples/reviews-chat/config.yaml` with `data.max_train_samples` and",
-        "`train.seed` set, no export; the seed also draws the 100 validation and 300 test",
-        "reviews, so each seed is scored on its own 300). Wall: the `entrena train` process,",
-        "the converted model in the cache.",
-        "", *lines, "", *summary])
-    print(body)
-    if args.write:
-        write_section("llm-demo-curve", body)
+    publish_runs(
+        "llm-demo-curve", "The LLM demo's accuracy against its training chats, over seeds",
+        load=load, command=command, table=lines, summary=summary, write=args.write, about=[
+            "(`entrena train examples/reviews-chat/config.yaml` with `data.max_train_samples`",
+            "and `train.seed` set, no export; the seed also draws the 100 validation and 300",
+            "test reviews, so each seed is scored on its own 300). Wall: the `entrena train`",
+            "process, the converted model in the cache."])
 
 
 if __name__ == "__main__":
