@@ -127,8 +127,11 @@ def text_planning(loaded: Any, sources: dict[str, str], prepared: Any,
     if shape is None:
         config_file = _Path(sources.get("weights") or "") / "config.json"
         shape = config_file.read_text(encoding="utf-8") if config_file.is_file() else None
+    # The attention dropout changes the saved activations (the unfused attention keeps its
+    # probabilities), so the cached profile is keyed by it too.
     key = None if shape is None else [shape, prepared.vocab_size, prepared.facts.pad_token_id,
-                                      num_labels, cfg.model.pooling, max_length]
+                                      num_labels, cfg.model.pooling, max_length,
+                                      resolve_attention_dropout(cfg)]
     return PlanningSpec(
         model_name=str(cfg.model.name) if cfg.model.architecture is None else "architecture",
         max_length=max_length, lengths=lengths, probe_batches=probe_batches,
