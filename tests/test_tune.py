@@ -167,6 +167,11 @@ def test_tune_runs_tracked_trials_and_writes_the_best_config(tiny_config, config
     runs = client.search_runs([experiment.experiment_id],
                               filter_string=f"tags.mlflow.parentRunId = '{parent}'")
     assert len(runs) == 2
+    study_run = client.get_run(parent)  # ended with the study, its outcome logged
+    assert study_run.info.status == "FINISHED"
+    assert study_run.data.metrics["study.trials"] == 2
+    assert study_run.data.metrics[f"best.{summary['metric']}"] == summary["best"]["value"]
+    assert study_run.data.tags["entrena.best_trial"] == str(summary["best"]["trial"])
 
 
 def test_the_tune_section_does_not_change_a_runs_config_hash():

@@ -72,12 +72,10 @@ def _cost_per_trial_usd(config: Any, run_dir: Path, overrides: dict[str, Any]) -
 
 
 def _parent_run(study_dir: Path, cfg: Config, study: str) -> str | None:
-    """The study's MLflow parent run id (created once, reused by later invocations)."""
+    """The study's MLflow parent run id (created once, reused and set RUNNING again by later
+    invocations; :func:`_close_parent_run` ends it)."""
     if not cfg.tracking.enabled:
         return None
-    marker = study_dir / "mlflow_parent_run_id"
-    if marker.is_file():
-        return marker.read_text().strip() or None
     from entrena.tracking.mlflow_tracker import (
         default_tracking_uri,
         exception_summary,
@@ -85,6 +83,16 @@ def _parent_run(study_dir: Path, cfg: Config, study: str) -> str | None:
         store_lock,
     )
 
+    marker = study_dir / "mlflow_parent_run_id"
+    if marker.is_file():
+        run_id = marker.read_text().strip() or None
+        if run_id is not None:  # a study run again: its parent runs again until it ends
+            try:
+                open_client(default_tracking_uri(study_dir, cfg.tracking.uri)).update_run(
+                    run_id, status="RUNNING")
+            except Exception as exc:  # noqa: BLE001 - tracking never stops the work
+                log.debug("could not reopen the study's MLflow parent run: %s", exc)
+        return run_id
     try:
         uri = default_tracking_uri(study_dir, cfg.tracking.uri)
         client = open_client(uri)  # a store that cannot open costs 5 s, not MLflow's retries
@@ -152,6 +160,30 @@ def _close_pruned_run(study_dir: Path, cfg: Config, trial_dir: Path) -> None:
             client.set_terminated(run.info.run_id, status="KILLED")
     except Exception as exc:  # noqa: BLE001 - tracking never stops the search
         log.debug("could not close the pruned trial's MLflow run: %s", exc)
+
+
+def _close_parent_run(study_dir: Path, cfg: Config, parent: str | None, status: str,
+                      summary: dict[str, Any] | None = None) -> None:
+    """End the study's MLflow parent run with ``status`` (FINISHED, FAILED or KILLED), its
+    best value and trial counts logged; a later ``tune`` of the same study reopens it
+    (:func:`_parent_run`). Tracking never stops the study: errors are logged at debug."""
+    if parent is None:
+        return
+    try:
+        from entrena.tracking.mlflow_tracker import default_tracking_uri, open_client
+
+        client = open_client(default_tracking_uri(study_dir, cfg.tracking.uri))
+        if summary is not None:
+            for key in ("trials", "pruned", "completed"):
+                if isinstance(summary.get(key), int):
+                    client.log_metric(parent, f"study.{key}", summary[key])
+            best = summary.get("best") or {}
+            if isinstance(best.get("value"), int | float):
+                client.log_metric(parent, f"best.{summary['metric']}", float(best["value"]))
+                client.set_tag(parent, "entrena.best_trial", str(best.get("trial")))
+        client.set_terminated(parent, status=status)
+    except Exception as exc:  # noqa: BLE001 - tracking never stops the search
+        log.debug("could not end the study's MLflow parent run: %s", exc)
 
 
 def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = None,
@@ -256,11 +288,16 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
 
     log.info("study %s in %s: %s trials, budget %s, space %s", name, storage_url,
              trials if trials is not None else "unlimited", limit or "none", ", ".join(space))
-    result = run_study(run_trial, space=space, study_name=name, storage=storage_url,
-                       direction=direction, pruner=cfg.tune.pruner,
-                       startup_trials=cfg.tune.startup_trials, n_trials=trials,
-                       timeout_s=limit.seconds if limit is not None else None,
-                       trial_max_time_s=trial_limit_s, seed=cfg.train.seed)
+    try:
+        result = run_study(run_trial, space=space, study_name=name, storage=storage_url,
+                           direction=direction, pruner=cfg.tune.pruner,
+                           startup_trials=cfg.tune.startup_trials, n_trials=trials,
+                           timeout_s=limit.seconds if limit is not None else None,
+                           trial_max_time_s=trial_limit_s, seed=cfg.train.seed)
+    except BaseException as exc:
+        _close_parent_run(study_dir, cfg, parent,
+                          "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        raise
     summary = {"metric": metric, **result.as_dict(), "study_dir": str(study_dir),
                "cost": study_cost(study_dir, price)}
     best_path = None
@@ -276,6 +313,7 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
                      durable=False)
         summary["best_config"] = str(best_path)
     write_json_atomic(study_dir / "tune.json", summary, durable=False)
+    _close_parent_run(study_dir, cfg, parent, "FINISHED", summary)
     log.info("study %s: %d trials (%d pruned, %d completed); %s; cost %s", name,
              result.trials, result.pruned, result.completed,
              f"best trial {result.best['trial']}" if result.best else "no trial completed",
