@@ -137,7 +137,34 @@ def test_attention_dropout_reaches_the_encoders_attention_layers():
                            attention_dropout=0.0)
     assert attention_ps(off) == {0.0} and attention_dropout_of(off.encoder.config) == 0.0
     assert off.dropout.p == 0.1  # the head's dropout is model.dropout's, untouched
+    assert kept.checkpoint_attention_dropout is None and off.checkpoint_attention_dropout == 0.1
     # DistilBERT names it attention_dropout.
     distil = DistilBertConfig()
     set_attention_dropout(distil, 0.0)
     assert distil.attention_dropout == 0.0 and attention_dropout_of(distil) == 0.0
+
+
+def test_a_saved_model_carries_the_checkpoints_attention_dropout(tmp_path):
+    """A run at attention dropout 0 (auto on a CPU) saves the checkpoint's 0.1 into
+    config.json, so a later fine-tune from the folder on a GPU starts from it; the trained
+    model in memory keeps the value it trained with."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from entrena.config.models import resolve_model_name
+    from entrena.tasks.text_classification.model import (
+        attention_dropout_of,
+        build_classifier,
+        save_classifier,
+    )
+
+    architecture = {"num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads": 2,
+                    "intermediate_size": 64, "attention_probs_dropout_prob": 0.2}
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_name("minilm-l6"))
+    model = build_classifier(num_labels=2, pretrained=None, architecture=architecture,
+                             vocab_size=tokenizer.vocab_size,
+                             pad_token_id=tokenizer.pad_token_id, pooling="mean",
+                             dropout=0.1, attention_dropout=0.0)
+    save_classifier(model, tokenizer, tmp_path / "model", labels=["a", "b"], max_length=16)
+    saved = AutoConfig.from_pretrained(tmp_path / "model")
+    assert attention_dropout_of(saved) == 0.2
+    assert attention_dropout_of(model.encoder.config) == 0.0

@@ -32,7 +32,15 @@ class TextClassifier(nn.Module):
         num_labels: Number of classes C.
         pooling: ``"mean"`` (average of real tokens) or ``"cls"`` (first token).
         dropout: Dropout probability before the head.
+
+    Attributes:
+        checkpoint_attention_dropout: The attention dropout the encoder's checkpoint (or
+            architecture) set before ``model.attention_dropout`` replaced it, or ``None`` if
+            it was not replaced; :func:`save_classifier` writes it back into ``config.json``
+            so a later fine-tune from the saved folder starts from the checkpoint's value.
     """
+
+    checkpoint_attention_dropout: float | None = None
 
     def __init__(self, encoder: nn.Module, num_labels: int, pooling: str = "mean",
                  dropout: float = 0.1):
@@ -114,13 +122,16 @@ def build_classifier(*, num_labels: int, pretrained: str | None,
     from transformers import AutoModel
 
     _quiet_transformers()
-    config = _encoder_config(pretrained, architecture, vocab_size, pad_token_id,
-                             attention_dropout)
+    config, original = _encoder_config(pretrained, architecture, vocab_size, pad_token_id,
+                                       attention_dropout)
     if architecture is not None:
         encoder = AutoModel.from_config(config, add_pooling_layer=False)
     else:
         encoder = AutoModel.from_pretrained(pretrained, config=config, add_pooling_layer=False)
-    return TextClassifier(encoder, num_labels, pooling=pooling, dropout=dropout)
+    classifier = TextClassifier(encoder, num_labels, pooling=pooling, dropout=dropout)
+    if attention_dropout is not None:
+        classifier.checkpoint_attention_dropout = original
+    return classifier
 
 
 ATTENTION_DROPOUT_KEYS = ("attention_probs_dropout_prob", "attention_dropout")
@@ -147,16 +158,19 @@ def set_attention_dropout(config: Any, value: float) -> None:
 
 def _encoder_config(pretrained: str | None, architecture: dict[str, Any] | None,
                     vocab_size: int, pad_token_id: int,
-                    attention_dropout: float | None = None) -> Any:
+                    attention_dropout: float | None = None) -> tuple[Any, float | None]:
+    """The encoder's Hugging Face config with ``attention_dropout`` set (unless ``None``),
+    and the attention dropout it had before."""
     from transformers import AutoConfig, BertConfig
 
     if architecture is not None:
         config = BertConfig(vocab_size=vocab_size, pad_token_id=pad_token_id, **architecture)
     else:
         config = AutoConfig.from_pretrained(pretrained)
+    original = attention_dropout_of(config)
     if attention_dropout is not None:
         set_attention_dropout(config, attention_dropout)
-    return config
+    return config, original
 
 
 def meta_classifier(*, num_labels: int, pretrained: str | None,
@@ -183,8 +197,8 @@ def meta_classifier(*, num_labels: int, pretrained: str | None,
     from transformers import AutoModel
 
     _quiet_transformers()
-    config = _encoder_config(pretrained, architecture, vocab_size, pad_token_id,
-                             attention_dropout)
+    config, _ = _encoder_config(pretrained, architecture, vocab_size, pad_token_id,
+                                attention_dropout)
     with torch.device("meta"):
         encoder = AutoModel.from_config(config, add_pooling_layer=False)
         model = TextClassifier(encoder, num_labels, pooling=pooling, dropout=dropout)
@@ -212,7 +226,15 @@ def save_classifier(model: TextClassifier, tokenizer: Any, directory: Path, *, l
     if labels:
         encoder.config.id2label = dict(enumerate(labels))
         encoder.config.label2id = {name: i for i, name in enumerate(labels)}
-    encoder.save_pretrained(directory, safe_serialization=True)
+    used = attention_dropout_of(encoder.config)
+    original = getattr(model, "checkpoint_attention_dropout", None)
+    if original is not None:  # the checkpoint's value, not the one this run trained with
+        set_attention_dropout(encoder.config, original)
+    try:
+        encoder.save_pretrained(directory, safe_serialization=True)
+    finally:
+        if original is not None and used is not None:
+            set_attention_dropout(encoder.config, used)
     _deterministic_tokenizer(tokenizer, max_length).save_pretrained(directory)
     head = {k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()}
     save_file(head, str(directory / HEAD_FILE))

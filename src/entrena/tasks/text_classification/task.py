@@ -46,9 +46,11 @@ def build_text_model(loaded: Any, sources: dict[str, str], prepared: Any, output
         vocab_size=prepared.vocab_size, pad_token_id=prepared.pad_token_id,
         pooling=cfg.model.pooling, dropout=cfg.model.dropout,
         attention_dropout=attention_dropout)
-    if cfg.model.attention_dropout == "auto" and attention_dropout is not None:
-        log.info("attention dropout 0 (auto: on a CPU the fused attention kernel has no "
-                 "dropout; set model.attention_dropout to keep the checkpoint's)")
+    original = model.checkpoint_attention_dropout
+    if cfg.model.attention_dropout == "auto" and original and original != attention_dropout:
+        log.info("attention dropout 0 instead of the checkpoint's %g (auto: on a CPU the fused "
+                 "attention kernel has no dropout; set model.attention_dropout to keep the "
+                 "checkpoint's)", original)
     log.info("max_length %d tokens (%s); %.1f%% of training texts are truncated",
              prepared.max_length, prepared.report["encoding"]["max_length_from"],
              100 * prepared.report["splits"]["train"]["truncated_fraction"])
