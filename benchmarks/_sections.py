@@ -220,7 +220,8 @@ def step_section(ctx: dict[str, Any], result: dict[str, Any]) -> str:
 
 {header(ctx, result['load'])}
 - Code: `benchmarks/step_throughput.py`. One process; MiniLM-L6 (package weights) with
-  entrena's mean-pooling head; {result['steps']} batches of {result['batch_size']} reviews
+  entrena's mean-pooling head and the attention dropout `entrena train` uses (0 on a CPU
+  since 2026-12-02); {result['steps']} batches of {result['batch_size']} reviews
   (entrena's first length-grouped training batches, max_length {result['max_length']}, padded
   lengths {min(lengths)}–{max(lengths)} tokens, {result['padding_fraction']:.1%} padding), built
   once and fed to both arms; device {result['device']}, precision {result['precision']},

@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/step_throughput.py [--mode full|quick|smoke] [--pairs 5]
     (``benchmarks/bench.py`` calls :func:`run`)
 
-One process, one model (MiniLM-L6 from the package with entrena's mean-pooling head), one list
+One process, one model (MiniLM-L6 from the package with entrena's mean-pooling head and the
+attention dropout ``entrena train`` resolves: 0 on a CPU), one list
 of pre-built batches (the reviews' first training batches as entrena's length-grouped loader
 cuts them). Each arm starts from a copy of the same weights with a fresh AdamW
 (``entrena.recipes.training.build_optimizer``: no decay on 1-D tensors; entrena's arm fused
@@ -75,6 +76,7 @@ def build(mode: str, folder: Path) -> dict[str, Any]:
     from entrena.data.loaders import TextBatches
     from entrena.tasks.registry import load_config
     from entrena.tasks.text_classification.model import build_classifier
+    from entrena.tasks.text_classification.task import resolve_attention_dropout
 
     settings = MODES[mode]
     loaded = load_config(CONFIG, {"model.max_length": settings["max_length"],
@@ -94,7 +96,8 @@ def build(mode: str, folder: Path) -> dict[str, Any]:
     model = build_classifier(num_labels=len(prepared.splits.labels), pretrained=sources["weights"],
                              architecture=None, vocab_size=len(tokenizer),
                              pad_token_id=tokenizer.pad_token_id or 0, pooling=cfg.model.pooling,
-                             dropout=cfg.model.dropout)
+                             dropout=cfg.model.dropout,
+                             attention_dropout=resolve_attention_dropout(cfg))
     tokens = [int(b["attention_mask"].sum()) for b in batches]
     padded = [int(b["attention_mask"].numel()) for b in batches]
     return {"model": model, "batches": batches, "learning_rate": cfg.train.learning_rate,
