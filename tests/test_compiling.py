@@ -42,6 +42,15 @@ def test_a_bf16_cpu_has_its_own_measurement(monkeypatch):
     assert f"a {fp32.speedup:.2f}x step speed-up" in fp32_decision.reason
     assert compile_decision("auto", "cuda", planned, "bf16-mixed").reason == \
         compile_decision("auto", "cuda", planned).reason  # no cuda-bf16 entry: cuda's
+    # An AMX CPU in bf16 has its own, smaller measurement; in fp32 it is any CPU's.
+    amx = COMPILE_COSTS["cpu-amx-bf16"]
+    amx_decision = compile_decision("auto", "cpu", planned, "bf16-mixed", {"amx_bf16": True})
+    assert f"a {amx.speedup:.2f}x step speed-up" in amx_decision.reason
+    assert not amx_decision.compile  # it repays only much longer runs
+    assert compile_decision("auto", "cpu", planned, "32-true", {"amx_bf16": True}).reason == \
+        fp32_decision.reason
+    assert compile_decision("auto", "cpu", planned, "bf16-mixed",
+                            {"avx512_bf16": True}).reason == decision.reason
 
 
 def test_a_cpu_without_a_cpp_compiler(monkeypatch):

@@ -125,6 +125,15 @@ def _console(console: Any) -> Any:
     return Console(stderr=True)
 
 
+def _cpu_features(accelerator: str) -> dict[str, bool] | None:
+    """The CPU's instruction-set flags when training on it (``None`` elsewhere)."""
+    if accelerator != "cpu":
+        return None
+    from entrena.hardware.detection import detect_cpu
+
+    return detect_cpu().features
+
+
 def _planned_train_s(plan: dict[str, Any] | None) -> float | None:
     """The plan's seconds of training steps on this machine (evaluation excluded)."""
     local = next((o for o in (plan or {}).get("options", []) if o.get("kind") == "local"), {})
@@ -203,7 +212,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     optimizer = build_optimizer(model, tcfg.learning_rate, tcfg.weight_decay,
                                 fused=fused_optimizer(backend.accelerator))
     decision = compile_decision(tcfg.compile, backend.accelerator, _planned_train_s(plan),
-                                backend.precision)
+                                backend.precision, _cpu_features(backend.accelerator))
     log.info("compile: %s (%s)", "on" if decision.compile else "off", decision.reason)
     if decision.compile:  # in place: state_dict keys, checkpoints and exports unchanged
         compile_model(model)
