@@ -4,6 +4,7 @@ training recipe builds what the config names through the registries
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -275,7 +276,42 @@ def test_a_fit_that_raises_closes_its_mlflow_run_failed(reviews_data, tmp_path):
     with pytest.raises(RuntimeError, match="boom"):
         entrena.train(TINY, run_dir=tmp_path / "run",
                       overrides=[*QUICK, "tracking.log_model=false"], callbacks=[Boom()])
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    from entrena.tracking.mlflow_tracker import store_lock
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with store_lock(uri):  # the worker may still be creating the store's tables
+        client = MlflowClient(tracking_uri=uri)
+        client.search_experiments()
+    # A store slower than the 2 s the run waits (a loaded machine) is closed by the worker
+    # after the run has returned: poll for it.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        experiment = client.get_experiment_by_name("entrena")
+        runs = client.search_runs([experiment.experiment_id]) if experiment else []
+        if runs and runs[0].info.status != "RUNNING":
+            break
+        time.sleep(0.5)
+    (run,) = runs
+    assert run.info.status == "FAILED"
+
+
+def test_a_start_not_yet_answered_is_still_closed_with_its_status(tmp_path, monkeypatch):
+    """close() after a start the store has not answered within STATE_WAIT_S: the status
+    request is queued behind the start, and the worker ends the run before it exits."""
+    from mlflow.tracking import MlflowClient
+
+    from entrena.tracking import mlflow_tracker
+
+    monkeypatch.setattr(mlflow_tracker, "STATE_WAIT_S", 0.0)  # the start is never waited for
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = mlflow_tracker.MLflowTracker(uri=uri, experiment="entrena", run_name="slow",
+                                           artifact_root=tmp_path / "artifacts")
+    tracker.start({"a": 1})
+    worker = tracker._worker
+    tracker.close("FAILED")
+    assert not tracker._starting
+    worker._process.wait(timeout=60)  # it answered the start and the close, then exited
+    client = MlflowClient(tracking_uri=uri)
     (run,) = client.search_runs([client.get_experiment_by_name("entrena").experiment_id])
     assert run.info.status == "FAILED"
 

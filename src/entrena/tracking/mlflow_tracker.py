@@ -411,9 +411,19 @@ class MLflowTracker(Callback):
     def close(self, status: str = "FAILED") -> None:
         """After a run that ended early (:meth:`finish` never came: an error, ``FAILED``, or
         a stop signal, ``KILLED``): close a run still open with ``status`` (not waiting more
-        than :data:`STATE_WAIT_S` for a slow store) and let the worker exit."""
+        than :data:`STATE_WAIT_S` for a slow store) and let the worker exit. A start not yet
+        answered by then still gets its status: the request is queued behind it, and the
+        worker, which answers requests in order, closes the run before it exits."""
         if (self._open_run or self._starting) and self.ready(timeout_s=STATE_WAIT_S):
             self._log(status=status)
+        elif self._starting and self.enabled and self._worker is not None:
+            try:  # not waited for: the worker starts the run, then ends it with ``status``
+                self._worker.send({"op": "log", "metrics": self._buffer, "artifacts": [],
+                                   "status": status})
+            except (OSError, ValueError):
+                pass  # the worker is gone; nothing more to close
+            self._buffer.clear()
+            self._starting = False
         if self._worker is not None:
             self._worker.close()
             self._worker = None
