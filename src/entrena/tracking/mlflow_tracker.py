@@ -362,13 +362,17 @@ class MLflowTracker(Callback):
             if isinstance(value, int | float) and not isinstance(value, bool) and value == value:
                 self._buffer.append([key, float(value), now, step])
 
+    def _log_request(self, artifacts: list[str] | None, status: str | None) -> dict[str, Any]:
+        """The worker's ``log`` request: the buffered metrics, files, a closing status."""
+        return {"op": "log", "metrics": self._buffer, "artifacts": artifacts or [],
+                "status": status}
+
     def _log(self, artifacts: list[str] | None = None, status: str | None = None) -> bool:
         self.ready()
         if not self.enabled or self.run_id is None or self._worker is None:
             self._buffer.clear()
             return False
-        reply = self._worker.request({"op": "log", "metrics": self._buffer,
-                                      "artifacts": artifacts or [], "status": status})
+        reply = self._worker.request(self._log_request(artifacts, status))
         self._buffer.clear()
         if not reply.get("ok"):
             self._fail_with(reply)
@@ -418,8 +422,7 @@ class MLflowTracker(Callback):
             self._log(status=status)
         elif self._starting and self.enabled and self._worker is not None:
             try:  # not waited for: the worker starts the run, then ends it with ``status``
-                self._worker.send({"op": "log", "metrics": self._buffer, "artifacts": [],
-                                   "status": status})
+                self._worker.send(self._log_request(None, status))
             except (OSError, ValueError):
                 pass  # the worker is gone; nothing more to close
             self._buffer.clear()
