@@ -14,11 +14,13 @@ implementation, as a user's ``torch.optim.AdamW`` is), the same precision
 clipping at 1.0:
 
 - **entrena**: ``entrena.engine.loop.fit`` through the Lightning Fabric backend, with the
+  attention kernel ``entrena train`` picks (``model.attn_implementation: auto``:
+  :mod:`entrena.engine.attention`, measured before the timed loops) and the
   callbacks ``entrena train`` runs every step (LR schedule, efficiency monitor, event log);
   no evaluation, no checkpoint; timed from the end of the fit-start event to the start of the
   fit-end event (what callbacks do once per fit is set-up, like the other arm's);
 - **hand-written**: ``for batch in batches: forward, cross-entropy, backward, clip, step,
-  schedule, zero_grad``.
+  schedule, zero_grad``, with transformers' default attention (``sdpa``).
 
 Both arms run once untimed first; then the timed pairs alternate entrena, hand, entrena, hand.
 Throughput = samples / wall time of the arm's loop (set-up excluded). Ratio = entrena / hand.
@@ -125,7 +127,7 @@ def entrena_arm(backend: Any, built: dict[str, Any], folder: Path, threads: int,
         compiled.load_state_dict(built["model"].state_dict())
         model = compiled
     else:
-        model = copy.deepcopy(built["model"])
+        model = copy.deepcopy(built["entrena_model"])
     optimizer = build_optimizer(model, built["learning_rate"], built["weight_decay"],
                                 fused=fused_optimizer(backend.accelerator))
     model, optimizer = backend.setup(model, optimizer)
@@ -213,6 +215,7 @@ def run(mode: str, pairs: int, threads: int | None = None,
     ``threads`` torch threads (default: entrena's, the physical cores)."""
     import os
 
+    from entrena.engine.attention import apply_attention
     from entrena.engine.backend import auto_cpu_bf16, configure_threads, create_backend
 
     threads = configure_threads(threads)
@@ -224,11 +227,21 @@ def run(mode: str, pairs: int, threads: int | None = None,
         backend = create_backend(accelerator="auto", devices=1, precision="auto", seed=0,
                                  deterministic=False,
                                  cpu_bf16=auto_cpu_bf16(built["model"], "auto"))
+        # entrena's arm: the attention kernel `entrena train` picks (model.attn_implementation:
+        # auto, measured here outside the timed loops); the hand-written arm keeps
+        # transformers' default (sdpa), as a user's loop does
+        built["entrena_model"] = copy.deepcopy(built["model"])
+        attention = apply_attention(built["entrena_model"], "auto",
+                                    device=backend.accelerator, precision=backend.precision,
+                                    batch_size=built["batch_size"],
+                                    max_length=built["max_length"], threads=threads,
+                                    cache_dir=folder / "attention")
+        progress(attention or "attention: no Hugging Face model")
         compiled = None
         if compile_model:
             from entrena.engine.compiling import compile_model as compile_in_place
 
-            compiled = compile_in_place(copy.deepcopy(built["model"]))
+            compiled = compile_in_place(copy.deepcopy(built["entrena_model"]))
         arms = {"entrena": lambda: entrena_arm(backend, built, folder, threads, compiled),
                 "hand": lambda: hand_arm(backend.device, backend.precision, built)}
         warmup = {name: arm() for name, arm in arms.items()}
@@ -244,7 +257,7 @@ def run(mode: str, pairs: int, threads: int | None = None,
     throughput = {name: [samples / s for s in values] for name, values in seconds.items()}
     pair_ratios = ratios(throughput["entrena"], throughput["hand"])
     return {"mode": mode, "pairs": pairs, "threads": threads, "device": str(backend.device),
-            "compiled": compile_model, "warmup_s": warmup,
+            "compiled": compile_model, "warmup_s": warmup, "attention": attention,
             "compile_s": (warmup["entrena"] - warmup["hand"]) if compile_model else None,
             "precision": backend.precision, "seconds": seconds, "throughput": throughput,
             "ratios": pair_ratios, "median_ratio": statistics.median(pair_ratios),

@@ -176,7 +176,8 @@ def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Any
     from entrena.hardware.detection import cpu_bf16_pays
 
     cfg = loaded.config
-    configure_threads(cfg.train.num_threads)  # as the fit does: the probe's speed depends on it
+    # as the fit does: the probe's speed depends on it
+    threads = configure_threads(cfg.train.num_threads)
     backend = create_backend(  # cpu_bf16 only counts for `precision: auto` (as the fit's)
         accelerator=cfg.train.accelerator, devices=1, precision=cfg.train.precision,
         seed=cfg.train.seed, deterministic=False,
@@ -185,6 +186,17 @@ def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Any
     precision = backend.precision if device == backend.accelerator else "32-true"
     base_rss = current_rss_bytes()
     model = task.build_model(loaded, sources, prepared).to(device)
+    attention = getattr(cfg.model, "attn_implementation", None)
+    if attention is not None:  # as the fit will train it
+        from entrena.data.cache import default_cache_dir
+        from entrena.engine.attention import apply_attention
+
+        configured = getattr(cfg.data, "cache_dir", None)
+        apply_attention(model, attention, device=device, precision=precision,
+                        batch_size=cfg.train.batch_size,
+                        max_length=getattr(prepared, "max_length", None) or 512,
+                        threads=threads, cache_dir=default_cache_dir(
+                            loaded.resolve_path(configured) if configured else None))
     calibration = calibrate(model, loaded, task, spec, profile, machine, catalog, device,
                              precision, base_rss)
     return calibration, base_rss

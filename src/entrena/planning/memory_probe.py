@@ -8,7 +8,10 @@ probe measures them on the machine that will train: the rise of the process's re
 over
 
 - one forward and backward pass at the epoch's longest training batch, without an optimizer
-  step (the gradients it allocates are counted; the weights do not change), and
+  step (the gradients it allocates are counted; the weights do not change), and, for an
+  encoder that trains its shorter batches with the unfused attention products
+  (:mod:`entrena.engine.attention`), the same batch cut to the longest such length (the
+  larger rise counts), and
 - one forward pass without gradients at the evaluation batch where evaluation memory peaks.
 
 It runs first, before any timed step, so that the allocator starts as the fit does: what was
@@ -33,6 +36,21 @@ def _shape(batch: dict[str, Any]) -> list[int]:
     size = int(batch["labels"].shape[0])
     tokens = int(batch["input_ids"].shape[1]) if "input_ids" in batch else 1
     return [size, tokens]
+
+
+def _eager_length_batch(model: Any, batch: dict[str, Any], dtype: Any) -> dict[str, Any] | None:
+    """``batch`` cut to the longest length ``model`` trains with the unfused attention
+    products (:mod:`entrena.engine.attention`), or ``None`` when that is not shorter than
+    ``batch`` (its step is then the one measured) or the model never takes them."""
+    from entrena.engine.attention import eager_up_to
+
+    if "input_ids" not in batch:
+        return None
+    limit = eager_up_to(model, dtype)
+    if not 0 < limit < int(batch["input_ids"].shape[1]):
+        return None
+    return {k: (v[:, :limit] if k != "labels" and getattr(v, "ndim", 0) == 2 else v)
+            for k, v in batch.items()}
 
 
 def _rise(device: str, run: Any) -> int:
@@ -83,14 +101,14 @@ def measure_step_memory(model: Any, train_batch: dict[str, Any],
     def inputs(batch: dict[str, Any]) -> dict[str, Any]:
         return {k: v.to(device) for k, v in batch.items() if k != "labels"}
 
-    def train_step() -> None:
-        moved = inputs(train_batch)
+    def train_step(batch: dict[str, Any]) -> None:
+        moved = inputs(batch)
         with torch.autocast(device_type=device, dtype=dtype, enabled=dtype is not None):
             outputs = model(**moved)
         if loss is None:
             value = outputs.float().mean()
         else:
-            total, count = loss(outputs, {**moved, "labels": train_batch["labels"].to(device)})
+            total, count = loss(outputs, {**moved, "labels": batch["labels"].to(device)})
             value = total / max(1, count)
         value.backward()
 
@@ -102,13 +120,20 @@ def measure_step_memory(model: Any, train_batch: dict[str, Any],
 
     was_training = model.training
     model.train()
-    train_bytes = _rise(device, train_step)
+    train_bytes = _rise(device, lambda: train_step(train_batch))
     model.zero_grad(set_to_none=True)
+    train_shape = _shape(train_batch)
+    shorter = _eager_length_batch(model, train_batch, dtype or torch.float32)
+    if shorter is not None:  # the unfused attention keeps (B, heads, T, T) probabilities
+        shorter_bytes = _rise(device, lambda: train_step(shorter))
+        model.zero_grad(set_to_none=True)
+        if shorter_bytes > train_bytes:
+            train_bytes, train_shape = shorter_bytes, _shape(shorter)
     eval_bytes = None
     if eval_batch is not None:
         model.eval()
         eval_bytes = _rise(device, eval_step)
     model.train(was_training)
     return StepMemory(train_step_bytes=train_bytes, eval_step_bytes=eval_bytes,
-                      train_shape=_shape(train_batch),
+                      train_shape=train_shape,
                       eval_shape=_shape(eval_batch) if eval_batch is not None else None)

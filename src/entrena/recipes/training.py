@@ -47,6 +47,7 @@ from entrena.core.files import dumps_strict, write_json_atomic
 from entrena.core.rundir import RunPaths
 from entrena.core.state import TrainState
 from entrena.data.tables import LabelledSplits
+from entrena.engine.attention import apply_attention
 from entrena.engine.backend import (
     auto_cpu_bf16,
     configure_threads,
@@ -182,6 +183,14 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                              cpu_bf16=auto_cpu_bf16(model, tcfg.precision))
     world, leader = backend.world_size, backend.is_global_zero  # only rank 0 writes and tracks
     log.info("device %s, precision %s, %d CPU threads", backend.device, backend.precision, threads)
+    attention = getattr(cfg.model, "attn_implementation", None)
+    if attention is not None:  # before the plan: its memory probe and timed steps use it
+        note = apply_attention(model, attention, device=backend.accelerator,
+                               precision=backend.precision, batch_size=tcfg.batch_size,
+                               max_length=getattr(prepared, "max_length", None) or 512,
+                               threads=threads, cache_dir=_cache_dir(loaded))
+        if note:
+            log.info(note)
     max_length = getattr(prepared, "max_length", None)  # text only: tokens
     plan_length = max_length or 1  # fixed-size inputs (tables, images): one "token" a sample
 

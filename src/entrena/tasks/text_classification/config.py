@@ -114,6 +114,18 @@ class TextModelConfig(ModelConfig):
     the reviews demo's steps took 1.52x as long with 0.1, for the same test accuracy within
     noise (AMD EPYC, 3 seeds: docs/benchmarks.md, bench:attention-dropout). On a GPU the
     fused kernels apply dropout themselves. A number sets it on every device."""
+    attn_implementation: Literal["auto", "sdpa", "eager"] = "auto"
+    """The encoder's attention kernel (transformers' name). `sdpa`: PyTorch's fused
+    scaled-dot-product attention (transformers' default); `eager`: the unfused products
+    (`QKᵀ`, softmax, `·V`), which keep the (B, heads, T, T) probabilities for the backward
+    pass. `auto`: on a CPU, training batches up to the length where the unfused products
+    were measured clearly faster on this machine (forward + backward, the run's head shape
+    and dtype; measured once, cached) take them, longer batches and every pass without
+    gradients `sdpa`; off a CPU, `sdpa`. On the reviews demo in bf16 (Intel Xeon with AMX)
+    the fused kernel's forward + backward cost 4.9-7.9x the unfused products' at 32-128
+    tokens
+    (docs/benchmarks.md, bench:attention-kernel). Saved models load with transformers'
+    default."""
 
     @model_validator(mode="after")
     def _name_or_architecture(self) -> TextModelConfig:

@@ -1,0 +1,89 @@
+"""Attention on a CPU: PyTorch's fused kernel (sdpa) against the unfused products, by length.
+
+    .venv/bin/python benchmarks/attention_kernel.py [--heads 12] [--head-dim 32] [--batch 32]
+        [--lengths 32 64 128 192 256 512] [--write]
+
+Times forward + backward of one attention call (``entrena.engine.attention._time_both``:
+the fastest of 3 calls; a quarter of the keys padded, as a length-grouped batch of reviews
+is) in fp32 and bf16 at each length, without stopping where the fused kernel wins, and
+forward alone without gradients (evaluation, prediction). Defaults: MiniLM-L6's head shape
+and the demo's batch. Then what ``model.attn_implementation: auto`` picks here (the longest
+length the unfused products train, :func:`entrena.engine.attention.measure_eager_up_to`).
+With ``--write`` the table goes to docs/benchmarks.md (``bench:attention-kernel``). Run it
+alone on the cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import machine, today, write_section  # noqa: E402
+
+
+def forward_only_ms(q, k, v, mask) -> tuple[float, float]:  # noqa: ANN001
+    """Milliseconds of a forward without gradients: fused, then unfused."""
+    import torch
+    import torch.nn.functional as F
+
+    from entrena.engine.attention import _time_ms, eager_attention
+
+    with torch.no_grad():
+        return (_time_ms(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)),
+                _time_ms(lambda: eager_attention(q, k, v, mask)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--head-dim", type=int, default=32)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[32, 64, 128, 192, 256, 512])
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    import torch
+
+    from entrena.engine.attention import _time_both, measure_eager_up_to, probe_lengths
+    from entrena.engine.backend import configure_threads
+
+    threads = configure_threads(None)
+    rows = ["| dtype | tokens | sdpa fwd+bwd (ms) | unfused fwd+bwd (ms) | sdpa / unfused | "
+            "sdpa fwd only (ms) | unfused fwd only (ms) |", "|---|---:|---:|---:|---:|---:|---:|"]
+    picks = []
+    for dtype in (torch.float32, torch.bfloat16):
+        for tokens in args.lengths:
+            shape = (args.batch, args.heads, tokens, args.head_dim)
+            q, k, v = (torch.randn(shape).to(dtype).requires_grad_() for _ in range(3))
+            mask = torch.ones(args.batch, 1, tokens, tokens, dtype=torch.bool)
+            mask[..., tokens - tokens // 4:] = False
+            sdpa_ms, eager_ms = _time_both(q, k, v, mask, torch.randn(shape).to(dtype))
+            fwd_sdpa, fwd_eager = forward_only_ms(q, k, v, mask)
+            rows.append(f"| {str(dtype).removeprefix('torch.')} | {tokens} | {sdpa_ms:.1f} | "
+                        f"{eager_ms:.1f} | {sdpa_ms / eager_ms:.2f} | {fwd_sdpa:.1f} | "
+                        f"{fwd_eager:.1f} |")
+            print(rows[-1], flush=True)
+        began = time.perf_counter()
+        up_to, _ = measure_eager_up_to(args.heads, args.head_dim, dtype, batch=args.batch,
+                                       lengths=probe_lengths(max(args.lengths)))
+        picks.append(f"{str(dtype).removeprefix('torch.')}: unfused up to **{up_to}** tokens "
+                     f"(0: never), measured in {time.perf_counter() - began:.1f} s")
+    body = "\n".join([
+        "## Attention kernels on a CPU (`attention_kernel.py`)", "",
+        f"Measured {today()} on {machine()}; {threads} torch threads. Command: `python "
+        f"benchmarks/attention_kernel.py --heads {args.heads} --head-dim {args.head_dim} "
+        f"--batch {args.batch} --lengths {' '.join(map(str, args.lengths))} --write` "
+        f"(one attention call of batch {args.batch} × {args.heads} heads of "
+        f"{args.head_dim}, a quarter of the keys padded; the fastest of 3 calls).", "",
+        *rows, "", "What `model.attn_implementation: auto` picks here for training (the unfused "
+        "products up to the longest length where they took at most 0.9× the fused kernel's "
+        "time): " + "; ".join(picks) + "."])
+    print(body)
+    if args.write:
+        write_section("attention-kernel", body)
+
+
+if __name__ == "__main__":
+    main()
