@@ -35,6 +35,8 @@ def machine() -> str:
 def load_text(load: list[float]) -> str:
     """``load average A–B during the runs`` and whether other work shared the 2 cores (a
     1-minute load above 2.5 means something else was running beside the benchmark)."""
+    if not load:
+        return "load average not recorded (the runs were published from their printed lines)"
     busy = max(load) > 2.5
     return (f"load average {min(load):.1f}–{max(load):.1f} during the runs "
             + ("(other jobs ran: a busy machine)" if busy else "(nothing else running)"))

@@ -16,9 +16,13 @@ so a checkpoint's ``attention_probs_dropout_prob: 0.1`` sends every layer throug
 unfused path (the (B, heads, T, T) probabilities built, softmaxed and masked by a Bernoulli
 draw). ``model.attention_dropout: auto`` is 0 on a CPU because of this measurement.
 
+``--key model.attn_implementation --values sdpa auto`` compares the attention kernels the
+same way (:mod:`entrena.engine.attention`; section ``bench:attention-kernel-demo``).
+
 Usage::
 
     python benchmarks/attention_dropout.py --seeds 42 43 44 [--values 0.1 0] [--write]
+    python benchmarks/attention_dropout.py --key model.attn_implementation --values sdpa auto
 
 Run it alone on the cores: the seconds are half of the point.
 """
@@ -40,20 +44,30 @@ CONFIG = ROOT / "examples" / "reviews" / "config.yaml"
 ENTRENA = Path(sys.executable).with_name("entrena")
 
 
+SECTIONS = {"model.attention_dropout": ("attention-dropout", "attention dropout",
+                                         "Attention dropout on a CPU: time and accuracy of the "
+                                         "demo"),
+            "model.attn_implementation": ("attention-kernel-demo", "attention kernel",
+                                          "Attention kernel on a CPU: time and accuracy of the "
+                                          "demo")}
+"""Per ``--key``: the docs section, the table's column label and the section's title."""
+KEY = "model.attention_dropout"
+
+
 def one_run(seed: int, value: str, folder: Path) -> dict:
     """Train the demo once; return what this benchmark reports."""
     run_dir = folder / f"s{seed}-p{value}"
     command = [str(ENTRENA), "train", str(CONFIG), "--run-dir", str(run_dir),
-               "--set", f"train.seed={seed}", "--set", f"model.attention_dropout={value}",
+               "--set", f"train.seed={seed}", "--set", f"{KEY}={value}",
                "--set", "tracking.enabled=false"]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
     wall = time.perf_counter() - started
     if done.returncode != 0:
-        raise RuntimeError(f"seed={seed} attention_dropout={value} failed "
+        raise RuntimeError(f"seed={seed} {KEY}={value} failed "
                            f"({done.returncode}):\n{done.stderr[-3000:]}")
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    return {"seed": seed, "attention_dropout": value, "wall_s": round(wall, 1),
+    return {"seed": seed, "value": value, "wall_s": round(wall, 1),
             "train_s": metrics["fit"]["train_time_s"],
             "test_accuracy": metrics["test"]["accuracy"],
             "test_macro_f1": metrics["test"]["macro_f1"],
@@ -61,47 +75,61 @@ def one_run(seed: int, value: str, folder: Path) -> dict:
 
 
 def main() -> None:
+    global KEY
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
     parser.add_argument("--values", nargs="+", default=["0.1", "0"])
+    parser.add_argument("--key", choices=sorted(SECTIONS), default=KEY)
+    parser.add_argument("--runs", type=Path, default=None,
+                        help="publish the runs printed earlier (their JSON lines) instead of "
+                             "running")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
+    KEY = args.key
+    section, label, title = SECTIONS[args.key]
     # Alternate which value goes first, so neither always meets a colder machine.
     jobs = [(seed, value) for index, seed in enumerate(args.seeds)
             for value in (args.values if index % 2 == 0 else list(reversed(args.values)))]
-    runs, load = run_all("bench-attention-dropout-", jobs, one_run)
-    lines = ["| attention dropout | seed | test accuracy | test macro-F1 | validation accuracy "
+    if args.runs is not None:
+        runs = [json.loads(line) for line in args.runs.read_text().splitlines()
+                if line.startswith("{")]
+        load: list[float] = []
+    else:
+        runs, load = run_all("bench-attention-dropout-", jobs, one_run)
+    lines = [f"| {label} | seed | test accuracy | test macro-F1 | validation accuracy "
              "| training steps (s) | wall (s) |", "|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in sorted(runs, key=lambda r: (args.values.index(r["attention_dropout"]),
+    for r in sorted(runs, key=lambda r: (args.values.index(r["value"]),
                                          r["seed"])):
-        lines.append(f"| {r['attention_dropout']} | {r['seed']} | {r['test_accuracy']:.3f} | "
+        lines.append(f"| {r['value']} | {r['seed']} | {r['test_accuracy']:.3f} | "
                      f"{r['test_macro_f1']:.3f} | {r['validation_accuracy']:.3f} | "
                      f"{r['train_s']:.0f} | {r['wall_s']:.0f} |")
     summary = []
     for value in args.values:
-        accs = [r["test_accuracy"] for r in runs if r["attention_dropout"] == value]
-        times = [r["train_s"] for r in runs if r["attention_dropout"] == value]
-        summary.append(f"- attention dropout {value}: test accuracy median "
+        accs = [r["test_accuracy"] for r in runs if r["value"] == value]
+        times = [r["train_s"] for r in runs if r["value"] == value]
+        summary.append(f"- {label} {value}: test accuracy median "
                        f"**{statistics.median(accs):.3f}** ({min(accs):.3f}–{max(accs):.3f}); "
                        f"training steps median {statistics.median(times):.0f} s")
     if len(args.values) == 2:
         first, second = args.values
         ratios = []
         for seed in args.seeds:
-            a = next(r for r in runs if r["seed"] == seed and r["attention_dropout"] == first)
-            b = next(r for r in runs if r["seed"] == seed and r["attention_dropout"] == second)
+            a = next(r for r in runs if r["seed"] == seed and r["value"] == first)
+            b = next(r for r in runs if r["seed"] == seed and r["value"] == second)
             ratios.append(a["train_s"] / b["train_s"])
         summary.append(f"- training-step time, {first} over {second}, same seed (identical "
                        f"batches): " + ", ".join(f"{x:.2f}×" for x in ratios)
                        + f"; median **{statistics.median(ratios):.2f}×**")
-    command = ("python benchmarks/attention_dropout.py --seeds "
+    command = ("python benchmarks/attention_dropout.py "
+               + (f"--key {args.key} " if args.key != "model.attention_dropout" else "")
+               + "--seeds "
                + " ".join(map(str, args.seeds)) + " --values " + " ".join(args.values)
                + " --write")
     publish_runs(
-        "attention-dropout", "Attention dropout on a CPU: time and accuracy of the demo",
+        section, title,
         load=load, command=command, table=lines, summary=summary, write=args.write, about=[
             "(`entrena train examples/reviews/config.yaml` with `train.seed` and",
-            "`model.attention_dropout` set, tracking off; 2 epochs, the final weights scored",
+            f"`{args.key}` set, tracking off; 2 epochs, the final weights scored",
             "on the 1,000 test reviews; a seed's runs train on identical batches)."])
 
 

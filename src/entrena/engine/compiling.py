@@ -65,14 +65,16 @@ COMPILE_COSTS: dict[str, CompileCost] = {
                "cores, 2026-12-02 (docs/benchmarks.md, bench:first-step)",
         reference="docs/benchmarks.md, bench:first-step"),
     "cpu-amx-bf16": CompileCost(
-        speedup=1.10, compile_s=210.0,
+        speedup=1.02, compile_s=90.0,
         source="benchmarks/step_throughput.py --mode full --pairs 3 [--compile]: MiniLM-L6 "
-               "bf16-mixed at attention dropout 0, batch 32, 20 length-grouped batches up to "
-               "272 tokens; one run after the other, compiled entrena 36.8 s (36.2-60.6 s) and "
-               "eager entrena 40.7 s (35.7-44.2 s) for the same 20 steps: compiled over eager "
-               "1.10x (medians); against the eager hand-written loop 1.03x (0.83-1.13x); "
-               "211 s of compiling (cold inductor cache); Intel Xeon with AMX, 2 cores, "
-               "2026-12-02 (docs/benchmarks.md, bench:first-step)",
+               "bf16-mixed at attention dropout 0 with the attention kernel entrena picks "
+               "(model.attn_implementation: auto), batch 32, 20 length-grouped batches up to "
+               "272 tokens; against the eager hand-written loop (sdpa), one run after the "
+               "other: compiled entrena 1.32x (1.31-1.45x), eager entrena 1.30x "
+               "(1.19-1.34x): compiled over eager 1.02x; 87 s of compiling (cold inductor "
+               "cache); Intel Xeon with AMX, 2 cores, 2026-12-03 (docs/benchmarks.md, "
+               "bench:first-step). Before that kernel choice, with sdpa at every length: "
+               "1.10x, 211 s (2026-12-02)",
         reference="docs/benchmarks.md, bench:first-step"),
     "cuda": CompileCost(
         speedup=1.43, compile_s=60.0,
