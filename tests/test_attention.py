@@ -69,7 +69,8 @@ def test_auto_trains_short_batches_unfused_and_the_rest_fused(monkeypatch, tmp_p
     assert "up to 16 tokens" in note
     assert model.encoder.config._attn_implementation == ATTENTION_NAME
     assert reference.encoder.config._attn_implementation == "sdpa"
-    assert eager_up_to(model, torch.float32) == 16 and eager_up_to(reference, torch.float32) == 0
+    assert eager_up_to(model, "32-true") == 16 and eager_up_to(reference, "32-true") == 0
+    assert eager_up_to(model, "bf16-mixed") == 0  # measured in fp32 only
 
     short, long = _batch(12), _batch(24)
     model.eval(), reference.eval()  # no hidden-state dropout; gradients stay on
@@ -154,13 +155,10 @@ def test_a_saved_model_loads_with_transformers_default(monkeypatch, tmp_path):
     assert AutoModel.from_pretrained(tmp_path / "saved").config._attn_implementation == "sdpa"
 
 
-def test_the_memory_probe_also_measures_the_longest_unfused_batch(monkeypatch, tmp_path):
+def test_the_memory_probe_also_measures_the_longest_unfused_batch(monkeypatch):
     from entrena.planning import memory_probe
 
-    monkeypatch.setattr(attention, "measure_eager_up_to", lambda *a, **k: (16, []))
     model = _tiny_classifier()
-    apply_attention(model, "auto", device="cpu", precision="32-true", batch_size=3,
-                    max_length=40, threads=1, cache_dir=tmp_path)
     shapes, rises = [], iter([100, 250])
 
     def fake_rise(device, run):
@@ -173,6 +171,6 @@ def test_the_memory_probe_also_measures_the_longest_unfused_batch(monkeypatch, t
     monkeypatch.setattr(memory_probe, "_rise", fake_rise)
     batch = {**_batch(40), "labels": torch.tensor([0, 1, 0])}
     measured = memory_probe.measure_step_memory(model, batch, None, device="cpu",
-                                                precision="32-true")
+                                                precision="32-true", also_at_tokens=16)
     assert shapes == [(3, 40), (3, 16)]
     assert measured["train_step_bytes"] == 250 and measured["train_shape"] == [3, 16]

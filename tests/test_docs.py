@@ -140,7 +140,7 @@ def test_each_task_lists_the_keys_it_adds():
             "model.architecture.num_hidden_layers", "model.architecture.hidden_size",
             "model.architecture.num_attention_heads", "model.architecture.intermediate_size",
             "model.architecture.max_position_embeddings", "model.tokenizer", "model.max_length",
-            "model.pooling", "model.attention_dropout"},
+            "model.pooling", "model.attention_dropout", "model.attn_implementation"},
         "image-classification": {
             "task", "model.name", "data.image_column", "data.num_workers", "data.decoded_cache",
             "data.augmentation", "data.augmentation.random_resized_crop",
@@ -154,7 +154,8 @@ def test_each_task_lists_the_keys_it_adds():
             "model.architecture.num_hidden_layers", "model.architecture.hidden_size",
             "model.architecture.num_attention_heads", "model.architecture.intermediate_size",
             "model.architecture.max_position_embeddings", "model.tokenizer", "model.max_length",
-            "model.pooling", "model.attention_dropout", *regression_keys},
+            "model.pooling", "model.attention_dropout", "model.attn_implementation",
+            *regression_keys},
         "llm-sft": {
             "task", "data.format", "data.messages_column", "data.prompt_column",
             "data.completion_column", "data.prompt_template", "data.response_column",

@@ -260,7 +260,6 @@ def apply_attention(model: Any, setting: str, *, device: str, precision: str, ba
     Returns:
         A sentence for the log, or ``None`` when ``model`` holds no Hugging Face model.
     """
-    import torch
 
     encoders = _encoders(model)
     if not encoders:
@@ -271,8 +270,7 @@ def apply_attention(model: Any, setting: str, *, device: str, precision: str, ba
         return f"attention: {setting} (model.attn_implementation)"
     if device != "cpu":
         return "attention: sdpa (auto off a CPU)"
-    dtype = {"bf16-mixed": torch.bfloat16, "bf16-true": torch.bfloat16,
-             "16-mixed": torch.float16, "16-true": torch.float16}.get(precision, torch.float32)
+    dtype = _attention_dtype(precision)
     notes = []
     for encoder in encoders:
         heads, head_dim = _head_shape(encoder.config)
@@ -293,9 +291,18 @@ def apply_attention(model: Any, setting: str, *, device: str, precision: str, ba
     return "attention: auto, " + "; ".join(notes) if notes else None
 
 
-def eager_up_to(model: Any, dtype: Any) -> int:
-    """The longest training length (tokens) ``model`` runs with the unfused products in
-    ``dtype`` (0: none)."""
+def _attention_dtype(precision: str) -> Any:
+    """The dtype attention computes in under a Fabric precision (autocast's for mixed)."""
+    import torch
+
+    return {"bf16-mixed": torch.bfloat16, "bf16-true": torch.bfloat16,
+            "16-mixed": torch.float16, "16-true": torch.float16}.get(precision, torch.float32)
+
+
+def eager_up_to(model: Any, precision: str) -> int:
+    """The longest training length (tokens) ``model`` runs with the unfused products at
+    ``precision`` (a Fabric precision string; 0: none)."""
+    dtype = _attention_dtype(precision)
     longest = 0
     for encoder in _encoders(model):
         config = encoder.config

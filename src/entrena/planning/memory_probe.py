@@ -38,18 +38,12 @@ def _shape(batch: dict[str, Any]) -> list[int]:
     return [size, tokens]
 
 
-def _eager_length_batch(model: Any, batch: dict[str, Any], dtype: Any) -> dict[str, Any] | None:
-    """``batch`` cut to the longest length ``model`` trains with the unfused attention
-    products (:mod:`entrena.engine.attention`), or ``None`` when that is not shorter than
-    ``batch`` (its step is then the one measured) or the model never takes them."""
-    from entrena.engine.attention import eager_up_to
-
-    if "input_ids" not in batch:
+def _cut(batch: dict[str, Any], tokens: int | None) -> dict[str, Any] | None:
+    """``batch`` cut to its first ``tokens`` tokens, or ``None`` when that is not shorter (or
+    the batch has no token dimension)."""
+    if not tokens or "input_ids" not in batch or not 0 < tokens < batch["input_ids"].shape[1]:
         return None
-    limit = eager_up_to(model, dtype)
-    if not 0 < limit < int(batch["input_ids"].shape[1]):
-        return None
-    return {k: (v[:, :limit] if k != "labels" and getattr(v, "ndim", 0) == 2 else v)
+    return {k: (v[:, :tokens] if k != "labels" and getattr(v, "ndim", 0) == 2 else v)
             for k, v in batch.items()}
 
 
@@ -76,7 +70,7 @@ def _rise(device: str, run: Any) -> int:
 
 def measure_step_memory(model: Any, train_batch: dict[str, Any],
                         eval_batch: dict[str, Any] | None, *, device: str, precision: str,
-                        loss: Any = None) -> StepMemory:
+                        loss: Any = None, also_at_tokens: int | None = None) -> StepMemory:
     """Measure the memory of one training step and one evaluation batch of ``model``.
 
     Args:
@@ -87,6 +81,9 @@ def measure_step_memory(model: Any, train_batch: dict[str, Any],
         device: ``"cpu"`` or ``"cuda"``.
         precision: Fabric precision (``bf16-mixed``/``16-mixed`` run under autocast).
         loss: The task's loss ``(outputs, batch) -> (sum, count)``; default the outputs' mean.
+        also_at_tokens: Also measure ``train_batch`` cut to this many tokens when that is
+            shorter (the longest length the model trains with the unfused attention
+            products, :func:`entrena.engine.attention.eager_up_to`); the larger rise counts.
 
     Returns:
         The :class:`StepMemory`, bytes.
@@ -123,7 +120,7 @@ def measure_step_memory(model: Any, train_batch: dict[str, Any],
     train_bytes = _rise(device, lambda: train_step(train_batch))
     model.zero_grad(set_to_none=True)
     train_shape = _shape(train_batch)
-    shorter = _eager_length_batch(model, train_batch, dtype or torch.float32)
+    shorter = _cut(train_batch, also_at_tokens)
     if shorter is not None:  # the unfused attention keeps (B, heads, T, T) probabilities
         shorter_bytes = _rise(device, lambda: train_step(shorter))
         model.zero_grad(set_to_none=True)

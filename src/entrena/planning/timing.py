@@ -185,7 +185,8 @@ def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float],
           device: str, precision: str, repeats: int = 1, peak_flops: float | None = None,
           base_rss_bytes: float | None = None, loss: Any = None,
           eval_batch: dict[str, Any] | None = None,
-          measure_memory: bool = True, timed: bool = True) -> Calibration:
+          measure_memory: bool = True, timed: bool = True,
+          also_at_tokens: int | None = None) -> Calibration:
     """Time real training steps (forward, backward, AdamW step) on this machine, and first
     measure the memory of a step at the last (longest) batch and of ``eval_batch``
     (:func:`~entrena.planning.memory_probe.measure_step_memory`).
@@ -215,6 +216,8 @@ def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float],
             resident-memory peak cannot be reset).
         timed: Time steps; ``False`` measures memory only (``flops_per_s`` ``None``):
             ``entrena train`` times its own first steps instead, which train the model.
+        also_at_tokens: The memory measurement's second length (``measure_step_memory``'s
+            ``also_at_tokens``).
 
     Returns:
         The :class:`Calibration`.
@@ -254,7 +257,8 @@ def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float],
 
             try:
                 memory = measure_step_memory(model, batches[-1], eval_batch, device=device,
-                                             precision=precision, loss=loss)
+                                             precision=precision, loss=loss,
+                                             also_at_tokens=also_at_tokens)
             except OSError:
                 memory = None
         warm: Sequence[dict[str, Any]] = []

@@ -111,6 +111,7 @@ def run_shape_of(cfg: Config, spec: PlanningSpec, profile: Any) -> Any:
 def calibrate(model: Any, loaded: LoadedConfig, task: Any, spec: PlanningSpec, profile: Any,
                machine: Machine, catalog: Catalog, device: str, precision: str,
                base_rss: float | None, *, timed: bool = True) -> Calibration:
+    from entrena.engine.attention import eager_up_to
     from entrena.planning.timing import probe
 
     cfg = loaded.config
@@ -127,7 +128,8 @@ def calibrate(model: Any, loaded: LoadedConfig, task: Any, spec: PlanningSpec, p
     # rate. A GPU step is short, so it is timed three times (the fastest counts).
     return probe(model, batches, flops, device=device, precision=precision,
                  repeats=3 if device == "cuda" else 1, peak_flops=peak, base_rss_bytes=base_rss,
-                 loss=task.loss, eval_batch=eval_batch, timed=timed)
+                 loss=task.loss, eval_batch=eval_batch, timed=timed,
+                 also_at_tokens=eager_up_to(model, precision))
 
 
 def batch_flops(profile: Any, batch_size: float, tokens: float) -> float:
