@@ -174,6 +174,75 @@ def test_tune_runs_tracked_trials_and_writes_the_best_config(tiny_config, config
     assert study_run.data.tags["entrena.best_trial"] == str(summary["best"]["trial"])
 
 
+def test_the_studys_parent_run_ends_with_its_last_worker(tiny_config, tmp_path, monkeypatch):
+    """Workers share a study: one that ends, by an error or done, while another worker's trial
+    is RUNNING in the shared storage leaves the MLflow parent run RUNNING; the last worker to
+    end finishes it, with the whole study's summary. (Trials without training: the slow CLI
+    test trains tracked ones.)"""
+    from types import SimpleNamespace
+
+    from mlflow.tracking import MlflowClient
+
+    import entrena.api.training
+
+    tiny_config["tune"] = {"space": {"train.learning_rate": {"low": 1e-4, "high": 1e-2,
+                                                             "log": True}},
+                           "direction": "minimize"}
+    tiny_config["tracking"] = {"enabled": True}
+    study_dir = tmp_path / "study"
+    study_dir.mkdir()
+    other = optuna.create_study(study_name="tiny", direction="minimize",
+                                storage=f"sqlite:///{study_dir / 'study.db'}")
+    elsewhere = other.ask()  # another worker's trial, under way
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("this worker's trial fails")
+
+    monkeypatch.setattr(entrena.api.training, "train", broken)
+    with pytest.raises(RuntimeError, match="this worker's trial fails"):
+        entrena.tune(tiny_config, trials=1, run_dir=study_dir)
+    client = MlflowClient(tracking_uri=f"sqlite:///{study_dir / 'mlflow.db'}")
+    parent = (study_dir / "mlflow_parent_run_id").read_text()
+    assert client.get_run(parent).info.status == "RUNNING"  # not FAILED: the other goes on
+    monkeypatch.setattr(entrena.api.training, "train", lambda *args, **kwargs: SimpleNamespace(
+        metrics={"validation": {"loss": 0.25}}))
+    done = entrena.tune(tiny_config, trials=1, run_dir=study_dir).summary
+    assert (done["trials"], done["completed"], done["failed"]) == (3, 1, 1)
+    study_run = client.get_run(parent)
+    assert study_run.info.status == "RUNNING"  # not FINISHED: the other worker is still on
+    assert "study.trials" not in study_run.data.metrics
+    other.tell(elsewhere, 0.5)  # the other worker's trial ends, then that worker
+    last = entrena.tune(tiny_config, trials=1, run_dir=study_dir).summary
+    study_run = client.get_run(parent)
+    assert study_run.info.status == "FINISHED"
+    assert study_run.data.metrics["study.trials"] == last["trials"] == 4
+    assert study_run.data.metrics["best.validation.loss"] == 0.25
+    assert study_run.data.tags["entrena.best_trial"] == str(last["best"]["trial"])
+
+
+def test_a_worker_stopped_by_a_base_exception_leaves_no_trial_running(tmp_path):
+    """A stop signal (a BaseException Optuna does not catch) ends the worker's trial FAIL;
+    only another worker's trial counts as running."""
+    from entrena.tuning import running_trials
+
+    class Stop(BaseException):
+        pass
+
+    def stopped(number, params, report, max_time_s):
+        raise Stop()
+
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    space = load_config(_config(space=SPACE)).config.tune.space
+    with pytest.raises(Stop):
+        run_study(stopped, space=space, study_name="s", storage=storage,
+                  direction="minimize", n_trials=2, importances=False)
+    study = optuna.load_study(study_name="s", storage=storage)
+    assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.FAIL]
+    assert running_trials("s", storage) == 0
+    study.ask()
+    assert running_trials("s", storage) == 1
+
+
 def test_the_tune_section_does_not_change_a_runs_config_hash():
     from entrena.config.fingerprint import config_hash
 

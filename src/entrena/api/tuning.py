@@ -163,11 +163,31 @@ def _close_pruned_run(study_dir: Path, cfg: Config, trial_dir: Path) -> None:
 
 
 def _close_parent_run(study_dir: Path, cfg: Config, parent: str | None, status: str,
-                      summary: dict[str, Any] | None = None) -> None:
+                      summary: dict[str, Any] | None = None, *, study: str,
+                      storage: str) -> None:
     """End the study's MLflow parent run with ``status`` (FINISHED, FAILED or KILLED), its
-    best value and trial counts logged; a later ``tune`` of the same study reopens it
-    (:func:`_parent_run`). Tracking never stops the study: errors are logged at debug."""
+    best value and trial counts logged, if this worker is the study's last: while a trial of
+    the study is RUNNING (another worker's) the parent is left RUNNING for that worker to end.
+    A later ``tune`` of the same study reopens it (:func:`_parent_run`). Tracking never
+    stops the study: errors are logged at debug.
+
+    A worker killed outright (SIGKILL) leaves its trial RUNNING in the Optuna storage for
+    good (no heartbeats), so the parent then stays RUNNING after every later worker too;
+    mark that trial failed (``study.tell(number, state=TrialState.FAIL)``) and the next
+    worker to finish ends it.
+    """
     if parent is None:
+        return
+    from entrena.tuning import running_trials
+
+    try:
+        running = running_trials(study, storage)
+    except Exception as exc:  # noqa: BLE001 - unknown: end it, as a lone worker would
+        log.debug("could not count the study's running trials: %s", exc)
+        running = 0
+    if running:
+        log.debug("study %s: other workers still running %d trials; the last to finish "
+                  "ends the MLflow parent run", study, running)
         return
     try:
         from entrena.tracking.mlflow_tracker import default_tracking_uri, open_client
@@ -296,7 +316,8 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
                            trial_max_time_s=trial_limit_s, seed=cfg.train.seed)
     except BaseException as exc:
         _close_parent_run(study_dir, cfg, parent,
-                          "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+                          "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED",
+                          study=name, storage=storage_url)
         raise
     summary = {"metric": metric, **result.as_dict(), "study_dir": str(study_dir),
                "cost": study_cost(study_dir, price)}
@@ -313,7 +334,8 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
                      durable=False)
         summary["best_config"] = str(best_path)
     write_json_atomic(study_dir / "tune.json", summary, durable=False)
-    _close_parent_run(study_dir, cfg, parent, "FINISHED", summary)
+    _close_parent_run(study_dir, cfg, parent, "FINISHED", summary, study=name,
+                      storage=storage_url)
     log.info("study %s: %d trials (%d pruned, %d completed); %s; cost %s", name,
              result.trials, result.pruned, result.completed,
              f"best trial {result.best['trial']}" if result.best else "no trial completed",

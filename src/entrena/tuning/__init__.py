@@ -6,7 +6,13 @@ never imports the engine.
 
 from entrena.tuning.pruning import PruningCallback
 from entrena.tuning.space import DEFAULT_SPACE, suggest
-from entrena.tuning.study import StudyResult, TrialFunction, open_storage, run_study
+from entrena.tuning.study import (
+    StudyResult,
+    TrialFunction,
+    open_storage,
+    run_study,
+    running_trials,
+)
 
 __all__ = ["DEFAULT_SPACE", "PruningCallback", "StudyResult", "TrialFunction", "open_storage",
-           "run_study", "suggest"]
+           "run_study", "running_trials", "suggest"]

@@ -15,7 +15,8 @@ from entrena.errors import ConfigError, NonFiniteError
 from entrena.tuning.pruning import Reporter
 from entrena.tuning.space import suggest
 
-__all__ = ["JOURNAL_PREFIX", "StudyResult", "TrialFunction", "open_storage", "run_study"]
+__all__ = ["JOURNAL_PREFIX", "StudyResult", "TrialFunction", "open_storage", "run_study",
+           "running_trials"]
 
 log = logging.getLogger("entrena")
 
@@ -150,10 +151,12 @@ def run_study(run_trial: TrialFunction, *, space: dict[str, ParamSpec], study_na
     study.sampler = optuna.samplers.TPESampler(
         n_startup_trials=startup_trials, seed=seed + len(study.get_trials(deepcopy=False)))
     ran = 0
+    current: optuna.Trial | None = None
 
     def objective(trial: optuna.Trial) -> float:
-        nonlocal ran
+        nonlocal ran, current
         ran += 1
+        current = trial
         params = suggest(trial, space)
         limit = trial_max_time_s or math.inf
         if timeout_s is not None:
@@ -176,10 +179,56 @@ def run_study(run_trial: TrialFunction, *, space: dict[str, ParamSpec], study_na
             study.stop()  # no trial starts after the budget
 
     if not out_of_time():
-        study.optimize(objective, n_trials=n_trials, catch=(NonFiniteError,),
-                       callbacks=[stop_at_budget], gc_after_trial=True)
+        try:
+            study.optimize(objective, n_trials=n_trials, catch=(NonFiniteError,),
+                           callbacks=[stop_at_budget], gc_after_trial=True)
+        except BaseException:
+            _fail_if_running(study, current)
+            raise
     stop_reason = "budget" if out_of_time() else "trials"
     return _summary(study, storage, ran, stop_reason, importances)
+
+
+def _fail_if_running(study: Any, trial: Any) -> None:
+    """Mark this worker's last trial FAIL if it is still RUNNING: Optuna fails a trial on an
+    ``Exception`` or ``KeyboardInterrupt``, but a ``BaseException`` it does not catch (a stop
+    signal between the trial's training and its end, ``SystemExit``) would leave it RUNNING
+    for good, taken for another worker's (:func:`running_trials`)."""
+    if trial is None:
+        return
+    import optuna
+
+    try:
+        study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+    except Exception as exc:  # noqa: BLE001 - the worker's own error is the one to raise
+        log.debug("could not mark trial %d failed: %s", trial.number, exc)
+
+
+def running_trials(study_name: str, storage: str) -> int:
+    """Trials of the study that are RUNNING now: other workers' trials once a worker's
+    :func:`run_study` has returned or raised (it ends its own).
+
+    A worker killed outright (SIGKILL, a lost machine) leaves its trial RUNNING for good:
+    Optuna fails such trials only from heartbeats, which the storages of
+    :func:`open_storage` do not record.
+
+    Args:
+        study_name: The study in ``storage``.
+        storage: Its storage URL (as for :func:`run_study`).
+
+    Returns:
+        The number of RUNNING trials.
+
+    Raises:
+        ConfigError: The storage cannot be opened.
+        KeyError: No study ``study_name`` in it.
+    """
+    import optuna
+
+    store = open_storage(storage)
+    study_id = store.get_study_id_from_name(study_name)
+    return len(store.get_all_trials(study_id, deepcopy=False,
+                                    states=(optuna.trial.TrialState.RUNNING,)))
 
 
 def _summary(study: Any, storage: str, ran: int, stop_reason: str,
