@@ -25,8 +25,6 @@ does not save): a saved model loads with transformers' default everywhere.
 
 from __future__ import annotations
 
-import json
-import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -34,8 +32,6 @@ from typing import Any
 __all__ = ["ATTENTION_NAME", "EAGER_MARGIN", "PROBE_LENGTHS", "PROBE_MAX_BATCH",
            "apply_attention", "eager_attention", "eager_up_to", "measure_eager_up_to",
            "probe_lengths"]
-
-log = logging.getLogger("entrena")
 
 ATTENTION_NAME = "entrena_auto"
 """The name under which the per-batch choice is registered with transformers'
@@ -190,36 +186,24 @@ def _cached_eager_up_to(heads: int, head_dim: int, dtype: Any, *, batch: int,
     ``(up_to, source)``."""
     import torch
 
+    from entrena.hardware.measured import cached_measurement
     from entrena.hardware.peak import _cpu_name
 
     batch = max(1, min(int(batch), PROBE_MAX_BATCH))
     lengths = probe_lengths(max_length)
     key = (f"{_cpu_name()}|threads={threads}|torch={torch.__version__}|dtype={dtype}"
            f"|heads={heads}|head_dim={head_dim}|batch={batch}|up_to={lengths[-1]}")
-    path = cache_dir / CACHE_FILE if cache_dir is not None else None
-    cached: dict[str, Any] = {}
-    if path is not None and path.is_file():
-        try:
-            cached = json.loads(path.read_text())
-        except (OSError, ValueError):
-            cached = {}
-    entry = cached.get(key)
-    if isinstance(entry, dict) and isinstance(entry.get("eager_up_to"), int):
-        return entry["eager_up_to"], f"measured {entry.get('date', '')}, cached"
-    began = time.perf_counter()
-    up_to, rows = measure_eager_up_to(heads, head_dim, dtype, batch=batch, lengths=lengths)
-    elapsed = time.perf_counter() - began
-    if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            cached[key] = {"eager_up_to": up_to, "timings_ms": rows,
-                           "date": time.strftime("%Y-%m-%d"), "seconds": round(elapsed, 2)}
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(cached, indent=1))
-            tmp.replace(path)
-        except OSError as exc:
-            log.debug("could not cache the attention measurement in %s: %s", path, exc)
-    return up_to, f"measured now in {elapsed:.1f}s"
+    def measure() -> dict[str, Any]:
+        began = time.perf_counter()
+        up_to, rows = measure_eager_up_to(heads, head_dim, dtype, batch=batch, lengths=lengths)
+        return {"eager_up_to": up_to, "timings_ms": rows, "date": time.strftime("%Y-%m-%d"),
+                "seconds": round(time.perf_counter() - began, 2)}
+
+    entry, cached = cached_measurement(
+        cache_dir / CACHE_FILE if cache_dir is not None else None, key, measure,
+        valid=lambda e: isinstance(e, dict) and isinstance(e.get("eager_up_to"), int))
+    return entry["eager_up_to"], (f"measured {entry['date']}, cached" if cached
+                                  else f"measured now in {entry['seconds']:.1f}s")
 
 
 def _encoders(model: Any) -> list[Any]:

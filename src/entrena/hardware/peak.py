@@ -9,16 +9,14 @@ cached per CPU model, dtype, thread count and torch version.
 
 from __future__ import annotations
 
-import json
-import logging
 import platform
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["measure_matmul_flops", "cpu_peak_flops_measured"]
+from entrena.hardware.measured import cached_measurement
 
-log = logging.getLogger("entrena")
+__all__ = ["measure_matmul_flops", "cpu_peak_flops_measured"]
 
 CACHE_FILE = "cpu_peak.json"
 
@@ -75,26 +73,13 @@ def cpu_peak_flops_measured(cache_dir: Path | None, threads: int,
     key = f"{_cpu_name()}|threads={threads}|torch={torch.__version__}"
     if dtype != "fp32":  # fp32 keys stay as caches written before bf16 existed
         key += f"|dtype={dtype}"
-    path = cache_dir / CACHE_FILE if cache_dir is not None else None
-    cached: dict[str, Any] = {}
-    if path is not None and path.is_file():
-        try:
-            cached = json.loads(path.read_text())
-        except (OSError, ValueError):
-            cached = {}
-    entry = cached.get(key)
-    if isinstance(entry, dict) and entry.get("flop_per_s"):
-        return float(entry["flop_per_s"]), str(entry["source"])
-    flops = measure_matmul_flops(threads, dtype=dtype)
-    source = (f"measured: {dtype} 1024x1024 matmul, {threads} thread(s), "
-              f"{time.strftime('%Y-%m-%d')}")
-    if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            cached[key] = {"flop_per_s": flops, "source": source}
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(cached, indent=1))
-            tmp.replace(path)
-        except OSError as exc:
-            log.debug("could not cache the CPU peak in %s: %s", path, exc)
-    return flops, source
+
+    def measure() -> dict[str, Any]:
+        return {"flop_per_s": measure_matmul_flops(threads, dtype=dtype),
+                "source": (f"measured: {dtype} 1024x1024 matmul, {threads} thread(s), "
+                           f"{time.strftime('%Y-%m-%d')}")}
+
+    entry, _ = cached_measurement(
+        cache_dir / CACHE_FILE if cache_dir is not None else None, key, measure,
+        valid=lambda e: isinstance(e, dict) and bool(e.get("flop_per_s")))
+    return float(entry["flop_per_s"]), str(entry["source"])
