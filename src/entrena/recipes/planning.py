@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from entrena.config import Config, LoadedConfig
+from entrena.engine.attention import eager_up_to
 from entrena.errors import EntrenaError, ResourceError
 from entrena.hardware.catalog import Catalog, load_catalog
 from entrena.hardware.detection import Machine, detect_machine
@@ -111,7 +112,6 @@ def run_shape_of(cfg: Config, spec: PlanningSpec, profile: Any) -> Any:
 def calibrate(model: Any, loaded: LoadedConfig, task: Any, spec: PlanningSpec, profile: Any,
                machine: Machine, catalog: Catalog, device: str, precision: str,
                base_rss: float | None, *, timed: bool = True) -> Calibration:
-    from entrena.engine.attention import eager_up_to
     from entrena.planning.timing import probe
 
     cfg = loaded.config
@@ -219,7 +219,8 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
         refusal = ram_refusal(estimate, cfg.train.gradient_accumulation_steps)
         if refusal is not None:
             raise ResourceError(refusal)
-    cache = _memory_cache_path(loaded, spec, machine, device, precision, shape)
+    cache = _memory_cache_path(loaded, spec, machine, device, precision, shape,
+                               eager_up_to(model, precision))
     memory = _cached_memory(cache, device, precision, base_rss)
     if memory is None:
         twin = copy.deepcopy(model).to(device)
@@ -252,10 +253,13 @@ _MEMORY_FIELDS = ("train_step_bytes", "eval_step_bytes", "memory_shapes")
 
 
 def _memory_cache_path(loaded: LoadedConfig, spec: PlanningSpec, machine: Machine,
-                       device: str, precision: str, shape: Any) -> Path | None:
+                       device: str, precision: str, shape: Any,
+                       unfused_up_to: int = 0) -> Path | None:
     """Where the step-memory measurement of this model, batch shape, precision and machine
     is kept (``<cache>/profiles/memory-<key>.json``), or ``None`` for a model the task gives
-    no shape key for, or a GPU (whose allocator state other processes share)."""
+    no shape key for, or a GPU (whose allocator state other processes share).
+    ``unfused_up_to``: the longest length the model trains with the unfused attention
+    products (:func:`entrena.engine.attention.eager_up_to`), which the measurement covers."""
     import hashlib
     import importlib.metadata
     import json
@@ -273,6 +277,7 @@ def _memory_cache_path(loaded: LoadedConfig, spec: PlanningSpec, machine: Machin
         shape.train.longest, max(eval_lengths) if eval_lengths else 0,
         cpu.model, sorted(k for k, v in cpu.features.items() if v), cpu.torch_capability,
         shape.threads, [importlib.metadata.version(d) for d in ("torch", "transformers")],
+        unfused_up_to,
     ], sort_keys=True, default=str)
     key = hashlib.sha256(blob.encode()).hexdigest()[:20]
     configured = getattr(cfg.data, "cache_dir", None)
