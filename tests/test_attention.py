@@ -174,3 +174,29 @@ def test_the_memory_probe_also_measures_the_longest_unfused_batch(monkeypatch):
                                                 precision="32-true", also_at_tokens=16)
     assert shapes == [(3, 40), (3, 16)]
     assert measured["train_step_bytes"] == 250 and measured["train_shape"] == [3, 16]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_fit_trains_with_the_measured_kernels(tiny_config, config_file, monkeypatch,
+                                                compiled):
+    """`entrena train` applies the choice before planning; a compiled model traces through
+    the per-length dispatch (dynamo; AOT autograd without inductor's code generation)."""
+    from pathlib import Path
+
+    import entrena
+    from entrena.recipes import training
+
+    monkeypatch.setattr(attention, "measure_eager_up_to", lambda *a, **k: (24, [[24, 2, 1]]))
+    calls = []
+    real = attention.eager_attention
+    monkeypatch.setattr(attention, "eager_attention",
+                        lambda *a, **k: calls.append(a[0].shape[-2]) or real(*a, **k))
+    monkeypatch.setattr(training, "compile_model",
+                        lambda model: model.compile(backend="aot_eager") or model)
+    config = dict(tiny_config, train={**tiny_config["train"], "max_steps": 4,
+                                      "precision": "32-true", "compile": compiled})
+    result = entrena.train(config_file(config))
+    log = (Path("runs") / "tiny" / "train.log").read_text()
+    assert "unfused products for training batches up to 24 tokens" in log
+    assert result.metrics["fit"]["steps"] == 4
+    assert calls and all(tokens <= 24 for tokens in calls)  # traced or run: short ones only
