@@ -3,11 +3,12 @@
 Transformers' default, ``sdpa``, calls PyTorch's fused scaled-dot-product attention; on a CPU
 that is a flash-attention kernel whose *backward* in bf16 has a high cost per call at short
 sequences: forward and backward of MiniLM's attention shape (12 heads of 32, batch 32, a
-quarter of the keys padded) took 36 ms at 32 tokens and 157 ms at 128 against 4.6 ms and
-32 ms for the unfused products (``QKᵀ``, softmax, ``·V``: transformers' ``eager``), and
-221 ms against 213 ms at 256, 538 ms against 755 ms at 512 (Intel Xeon with AMX, 2 threads,
-torch 2.14.1; docs/benchmarks.md, bench:attention-kernel). Forward alone, and fp32, favour
-the fused kernel from 64 tokens on that CPU. The crossover depends on the CPU, the dtype and
+quarter of the keys padded) took 41 ms at 32 tokens and 164 ms at 128 against 6.6 ms and
+43 ms for the unfused products (``QKᵀ``, softmax, ``·V``: transformers' ``eager``), and
+632 ms against 1,093 ms at 512 (Intel Xeon with AMX, 2 threads, torch 2.14.1;
+docs/benchmarks.md, bench:attention-kernel; between 192 and 256 tokens the measurements
+disagree run to run). Forward alone the fused kernel is as fast or faster at every length,
+and in fp32 from 64 tokens on, on that CPU. The crossover depends on the CPU, the dtype and
 the head shape, so it is measured on the machine that trains, never assumed.
 
 ``auto`` on a CPU measures, once per machine (cached), forward + backward of both kernels at
@@ -193,6 +194,7 @@ def _cached_eager_up_to(heads: int, head_dim: int, dtype: Any, *, batch: int,
     lengths = probe_lengths(max_length)
     key = (f"{_cpu_name()}|threads={threads}|torch={torch.__version__}|dtype={dtype}"
            f"|heads={heads}|head_dim={head_dim}|batch={batch}|up_to={lengths[-1]}")
+
     def measure() -> dict[str, Any]:
         began = time.perf_counter()
         up_to, rows = measure_eager_up_to(heads, head_dim, dtype, batch=batch, lengths=lengths)
@@ -244,7 +246,6 @@ def apply_attention(model: Any, setting: str, *, device: str, precision: str, ba
     Returns:
         A sentence for the log, or ``None`` when ``model`` holds no Hugging Face model.
     """
-
     encoders = _encoders(model)
     if not encoders:
         return None

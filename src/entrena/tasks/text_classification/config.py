@@ -122,7 +122,7 @@ class TextModelConfig(ModelConfig):
     were measured clearly faster on this machine (forward + backward, the run's head shape
     and dtype; measured once, cached) take them, longer batches and every pass without
     gradients `sdpa`; off a CPU, `sdpa`. On the reviews demo in bf16 (Intel Xeon with AMX)
-    the fused kernel's forward + backward cost 4.9-7.9x the unfused products' at 32-128
+    the fused kernel's forward + backward cost 3.8-6.2x the unfused products' at 32-128
     tokens
     (docs/benchmarks.md, bench:attention-kernel). Saved models load with transformers'
     default."""
