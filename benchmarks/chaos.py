@@ -142,9 +142,25 @@ def planning_since(run_dir: Path, since: float) -> bool:
         return False
 
 
+def entry_time() -> float:
+    """Seconds from launching ``entrena`` to its entry point installing the stop handlers:
+    twice the slowest of three ``entrena --version`` (the interpreter's start and the
+    command line's import). A SIGTERM before that meets Python's default action (exit -15,
+    nothing written), which no program can change; the harness does not count it."""
+    entrena = Path(sys.executable).with_name("entrena")
+    times = []
+    for _ in range(3):
+        began = time.monotonic()
+        subprocess.run([str(entrena), "--version"], env=environment(), capture_output=True,
+                       check=True)
+        times.append(time.monotonic() - began)
+    return 2 * max(times)
+
+
 EARLY_MARKS = ("start", "planning")
 """Where a signal before the fit lands, drawn at random: 2-30% of the reference's time from
-start to fit after the process started (importing, reading the config, preparing the data),
+start to fit after the process started, but not before its entry point (:func:`entry_time`)
+(importing, reading the config, preparing the data),
 or 0-1 s after the process wrote ``status.json`` (planning and its probe). Not a share of
 the whole time to the fit: a resumed process reads the prepared data from the cache and
 starts its fit sooner than the reference, and a signal meant for "before the fit" could
@@ -292,6 +308,7 @@ def run_chaos(kills: int, signals: int, seed: int, work: Path, phase_signals: in
               random_signals: int = 0) -> dict:
     rng = random.Random(seed)
     expected, fit_s, ref_metrics, start_s, late_s = reference_run(work)
+    entry_s = entry_time()
     total_steps = ref_metrics["fit"]["steps"]
     print(f"reference: {total_steps} steps, fit {fit_s:.1f}s, start to fit {start_s:.1f}s, "
           f"last step to exit {late_s:.1f}s", file=sys.stderr)
@@ -320,7 +337,7 @@ def run_chaos(kills: int, signals: int, seed: int, work: Path, phase_signals: in
             mark = rng.choice(EARLY_MARKS)
             record["early_mark"] = mark
             if mark == "start":
-                time.sleep(rng.uniform(0.02, 0.3) * start_s)
+                time.sleep(rng.uniform(max(0.02 * start_s, entry_s), 0.3 * start_s))
             else:  # this process wrote status.json: the model, the backend, the probe
                 while process.popen.poll() is None and not planning_since(run_dir,
                                                                           process.launched):

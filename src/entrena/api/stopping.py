@@ -3,21 +3,19 @@ probe, testing and saving the model.
 
 During the fit :class:`~entrena.callbacks.preemption.Preemption` turns a signal into "finish
 the step, save a checkpoint, leave". Around it, :func:`stop_signals` turns SIGTERM, SIGUSR1
-and SIGINT into a :class:`StopSignal` raised where the program is, and :func:`stopped_error`
-into an :class:`~entrena.errors.Interrupted` whose one line says what was saved and what
-running the same command will do (exit 143, or 130 for SIGINT).
+and SIGINT into a :class:`StopSignal` raised where the program is (never inside an import:
+:mod:`entrena.core.signals`), and :func:`stopped_error` into an
+:class:`~entrena.errors.Interrupted` whose one line says what was saved and what running the
+same command will do (exit 143, or 130 for SIGINT).
 """
 
 from __future__ import annotations
 
 import logging
-import signal
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from entrena.core.rundir import RunPaths
+from entrena.core.signals import StopSignal, stop_signals
 from entrena.engine.checkpointing import CheckpointStore
 from entrena.errors import Interrupted
 
@@ -27,38 +25,6 @@ log = logging.getLogger("entrena")
 
 FINAL_REASONS = frozenset({"max_epochs", "max_steps", "early_stopping", "max_time"})
 """Checkpoint reasons that mean training was over (a resume only tests and saves)."""
-
-
-class StopSignal(BaseException):
-    """A stop signal arrived outside the fit (a ``BaseException``, like ``KeyboardInterrupt``,
-    so that no ``except Exception`` swallows it)."""
-
-    def __init__(self, signal_name: str):
-        super().__init__(signal_name)
-        self.signal_name = signal_name
-
-
-@contextmanager
-def stop_signals() -> Iterator[None]:
-    """SIGTERM, SIGUSR1 and SIGINT raise :class:`StopSignal` inside the block (main thread
-    only; the fit installs its own handlers and puts these back after)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handle(signum: int, frame: Any) -> None:
-        raise StopSignal(signal.Signals(signum).name)
-
-    previous = {}
-    for name in ("SIGTERM", "SIGUSR1", "SIGINT"):
-        number = getattr(signal, name, None)
-        if number is not None:
-            previous[number] = signal.signal(number, handle)
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
 def _training_over(info: Any) -> bool:

@@ -26,6 +26,7 @@ from entrena.config import Config
 from entrena.config.fingerprint import config_changes, config_hash, format_changes
 from entrena.core.files import write_json_atomic
 from entrena.core.rundir import RunPaths, read_status, resolve_run_dir, write_status
+from entrena.core.signals import stop_in
 from entrena.data.changes import data_changes
 from entrena.engine.checkpointing import CheckpointInfo, CheckpointStore
 from entrena.engine.distributed import launched_rank
@@ -269,14 +270,14 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
     ``Interrupted`` too, at once, saying what is saved and what the same command will do.
     """
     where: dict[str, Any] = {}
-    with stop_signals():
-        try:
+    try:
+        with stop_signals():  # an error that wraps a StopSignal leaves it as the StopSignal
             return _train(config, run_dir=run_dir, overrides=overrides, restart=restart,
                           resume_with_changes=resume_with_changes, callbacks=callbacks,
                           console=console, tracking_tags=tracking_tags, where=where)
-        except StopSignal as stop:
-            raise stopped_error(stop.signal_name, where.get("paths"),
-                                where.get("phase", "")) from None
+    except StopSignal as stop:
+        raise stopped_error(stop.signal_name, where.get("paths"),
+                            where.get("phase", "")) from None
 
 
 def _register_model(paths: RunPaths, tracking: dict[str, Any]) -> None:
@@ -367,6 +368,11 @@ def _train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path 
             exc.entrena_log = str(paths.log)  # type: ignore[attr-defined]
         raise
     except BaseException as exc:
+        stop = stop_in(exc)  # a StopSignal wrapped by a library (a RuntimeError …)
+        if stop is not None:
+            write_status(paths, "interrupted", signal=stop.signal_name,
+                         phase=where.get("phase"))
+            raise
         write_status(paths, "failed", error=type(exc).__name__)
         log.debug("run failed", exc_info=True)
         exc.entrena_log = str(paths.log)  # type: ignore[attr-defined]  # the CLI names it

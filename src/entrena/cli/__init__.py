@@ -16,6 +16,7 @@ import typer
 
 from entrena import __version__
 from entrena.core.files import dumps_strict
+from entrena.core.signals import StopSignal, stop_signals
 from entrena.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -129,6 +130,11 @@ def train(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
     except Interrupted as exc:  # a checkpoint was saved: not an error
         sys.stderr.write(f"{exc}\n")
         raise typer.Exit(exc.exit_code) from None
+    except StopSignal as stop:  # while entrena.api imported, before train() took over
+        sys.stderr.write(f"stopped by {stop.signal_name} while starting, before the config "
+                         "was read; nothing was written; run the same command again\n")
+        raise typer.Exit(EXIT_INTERRUPTED if stop.signal_name == "SIGINT"
+                         else EXIT_PREEMPTED) from None
     except EntrenaError as exc:
         _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
@@ -164,8 +170,6 @@ def _call_verb(call: Any, verbose: bool) -> Any:
     """Run a verb (prepare, export, predict); errors become exit codes as for ``train``; a
     stop signal (SIGTERM, SIGUSR1, SIGINT) ends it at once with one line (outputs are written
     whole or not at all: an unfinished one is removed on the way out)."""
-    from entrena.api.stopping import StopSignal, stop_signals
-
     try:
         with stop_signals():
             return call()
@@ -641,9 +645,16 @@ def _print_summary(result: Any) -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. SIGTERM and SIGUSR1 stop it with one line and exit 143
+    from here on, even before a verb installs its own handling (while its libraries import);
+    Ctrl-C stays ``KeyboardInterrupt`` until then (exit 130)."""
     try:
-        app()
+        with stop_signals(("SIGTERM", "SIGUSR1")):
+            app()
+    except StopSignal as stop:
+        sys.stderr.write(f"stopped by {stop.signal_name} while starting; nothing was written; "
+                         "run the same command again\n")
+        _exit_now(EXIT_PREEMPTED)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         _exit_now(EXIT_INTERRUPTED)
