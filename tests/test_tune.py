@@ -84,6 +84,51 @@ def test_a_study_prunes_continues_and_is_shared_without_duplicates(tmp_path):
     assert final.completed + final.pruned == 11
 
 
+def _learning_rates(storage: str) -> list[float]:
+    from entrena.tuning.study import open_storage
+
+    study = optuna.load_study(study_name="s", storage=open_storage(storage))
+    return [t.params["train.learning_rate"]
+            for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)]
+
+
+def test_workers_with_one_seed_draw_different_points(tmp_path):
+    """Workers started together from one config (one seed) share a fresh study: each trial
+    is seeded by its number, so their startup trials differ (before, both seeded the
+    sampler with seed + 0 trials and drew the same points)."""
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    space = load_config(_config(space=SPACE)).config.tune.space
+    together = threading.Barrier(2)
+
+    def overlapping(number, params, report, max_time_s):
+        together.wait(timeout=60)  # both workers hold a trial at once
+        return _fake_trial(number, params, report, max_time_s)
+
+    common = dict(space=space, study_name="s", storage=storage, direction="minimize",
+                  startup_trials=4, importances=False, n_trials=2, seed=7, pruner="none")
+    optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 'study.db'}")
+    workers = [threading.Thread(target=run_study, args=(overlapping,), kwargs=common)
+               for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    rates = _learning_rates(storage)
+    assert len(rates) == 4 and len(set(rates)) == 4, rates
+
+
+def test_a_study_run_alone_draws_the_same_points_again(tmp_path):
+    space = load_config(_config(space=SPACE)).config.tune.space
+    rates = []
+    for name in ("a", "b"):
+        storage = f"sqlite:///{tmp_path / name}.db"
+        run_study(_fake_trial, space=space, study_name="s", storage=storage,
+                  direction="minimize", startup_trials=2, importances=False, n_trials=4,
+                  seed=3, pruner="none")
+        rates.append(_learning_rates(storage))
+    assert rates[0] == rates[1] and len(set(rates[0])) == 4
+
+
 def test_a_time_budget_stops_the_study_and_caps_the_running_trial(tmp_path):
     limits = []
 

@@ -128,7 +128,8 @@ def run_study(run_trial: TrialFunction, *, space: dict[str, ParamSpec], study_na
         timeout_s: Wall-time budget of this invocation: no trial starts after it, and a
             running trial's time limit ends at it.
         trial_max_time_s: Time limit of one trial.
-        seed: The sampler's seed (offset per invocation, so workers draw differently).
+        seed: The sampler's seed, offset by each trial's number (so that workers sharing
+            the study draw differently, and a study run alone is reproducible).
         importances: Compute parameter importances (fANOVA: a random forest, seconds).
 
     Returns:
@@ -147,9 +148,11 @@ def run_study(run_trial: TrialFunction, *, space: dict[str, ParamSpec], study_na
     store = open_storage(storage)
     study = optuna.create_study(study_name=study_name, storage=store, direction=direction,
                                 load_if_exists=True, pruner=pruners[pruner]())
-    # Each invocation and worker seeds differently, or they would draw the same points.
-    study.sampler = optuna.samplers.TPESampler(
-        n_startup_trials=startup_trials, seed=seed + len(study.get_trials(deepcopy=False)))
+
+    def seeded(number: int) -> optuna.samplers.TPESampler:
+        return optuna.samplers.TPESampler(n_startup_trials=startup_trials, seed=seed + number)
+
+    study.sampler = seeded(len(study.get_trials(deepcopy=False)))
     ran = 0
     current: optuna.Trial | None = None
 
@@ -157,6 +160,13 @@ def run_study(run_trial: TrialFunction, *, space: dict[str, ParamSpec], study_na
         nonlocal ran, current
         ran += 1
         current = trial
+        # Seeded by the trial's number, which the storage hands out once: workers sharing
+        # the study (started together, with one config's seed) draw different points, and a
+        # study run alone draws the same points every time. TPE keeps no state but its
+        # random generator (it reads the history from the storage), so a new one loses
+        # nothing; its relative search space is empty (independent sampling), so the one
+        # the trial was created with has decided nothing yet.
+        study.sampler = seeded(trial.number)
         params = suggest(trial, space)
         limit = trial_max_time_s or math.inf
         if timeout_s is not None:
