@@ -17,12 +17,16 @@ unfused path (the (B, heads, T, T) probabilities built, softmaxed and masked by 
 draw). ``model.attention_dropout: auto`` is 0 on a CPU because of this measurement.
 
 ``--key model.attn_implementation --values sdpa auto`` compares the attention kernels the
-same way (:mod:`entrena.engine.attention`; section ``bench:attention-kernel-demo``).
+same way (:mod:`entrena.engine.attention`; section ``bench:attention-kernel-demo``), and with
+``--config examples/reviews-chat/config.yaml`` on the LLM demo (SmolLM2-135M with LoRA;
+scored by exact match; section ``bench:attention-kernel-llm-demo``).
 
 Usage::
 
     python benchmarks/attention_dropout.py --seeds 42 43 44 [--values 0.1 0] [--write]
     python benchmarks/attention_dropout.py --key model.attn_implementation --values sdpa auto
+    python benchmarks/attention_dropout.py --key model.attn_implementation --values sdpa auto \
+        --config examples/reviews-chat/config.yaml --seeds 42
 
 Run it alone on the cores: the seconds are half of the point.
 """
@@ -52,6 +56,15 @@ SECTIONS = {"model.attention_dropout": ("attention-dropout", "attention dropout"
                                           "demo")}
 """Per ``--key``: the docs section, the table's column label and the section's title."""
 KEY = "model.attention_dropout"
+LLM_CONFIG = ROOT / "examples" / "reviews-chat" / "config.yaml"
+SCORES = ("accuracy", "exact_match")
+"""The test score reported, the first a run has: a classifier's accuracy, an LLM's exact
+match of the generated answer."""
+
+
+def _score(split: dict) -> tuple[str, float]:
+    name = next(n for n in SCORES if n in split)
+    return name, split[name]
 
 
 def one_run(seed: int, value: str, folder: Path) -> dict:
@@ -67,15 +80,15 @@ def one_run(seed: int, value: str, folder: Path) -> dict:
         raise RuntimeError(f"seed={seed} {KEY}={value} failed "
                            f"({done.returncode}):\n{done.stderr[-3000:]}")
     metrics = json.loads((run_dir / "metrics.json").read_text())
+    score, test = _score(metrics["test"])
     return {"seed": seed, "value": value, "wall_s": round(wall, 1),
-            "train_s": metrics["fit"]["train_time_s"],
-            "test_accuracy": metrics["test"]["accuracy"],
-            "test_macro_f1": metrics["test"]["macro_f1"],
-            "validation_accuracy": metrics["validation"]["accuracy"]}
+            "train_s": metrics["fit"]["train_time_s"], "score": score,
+            "test_accuracy": test, "test_macro_f1": metrics["test"].get("macro_f1"),
+            "validation_accuracy": _score(metrics["validation"])[1]}
 
 
 def main() -> None:
-    global KEY
+    global KEY, CONFIG
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
     parser.add_argument("--values", nargs="+", default=["0.1", "0"])
@@ -83,10 +96,16 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=None,
                         help="publish the runs printed earlier (their JSON lines) instead of "
                              "running")
+    parser.add_argument("--config", type=Path, default=CONFIG,
+                        help="the demo to train (default: the reviews demo; "
+                             "examples/reviews-chat/config.yaml: the LLM demo)")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    KEY = args.key
+    KEY, CONFIG = args.key, args.config.resolve()
     section, label, title = SECTIONS[args.key]
+    llm = CONFIG == LLM_CONFIG
+    if llm:
+        section, title = section.replace("-demo", "-llm-demo"), title + " (LLM, LoRA)"
     # Alternate which value goes first, so neither always meets a colder machine.
     jobs = [(seed, value) for index, seed in enumerate(args.seeds)
             for value in (args.values if index % 2 == 0 else list(reversed(args.values)))]
@@ -96,18 +115,20 @@ def main() -> None:
         load: list[float] = []
     else:
         runs, load = run_all("bench-attention-dropout-", jobs, one_run)
-    lines = [f"| {label} | seed | test accuracy | test macro-F1 | validation accuracy "
+    score = "exact match" if llm else "accuracy"
+    lines = [f"| {label} | seed | test {score} | test macro-F1 | validation {score} "
              "| training steps (s) | wall (s) |", "|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(runs, key=lambda r: (args.values.index(r["value"]),
                                          r["seed"])):
+        f1 = "–" if r.get("test_macro_f1") is None else f"{r['test_macro_f1']:.3f}"
         lines.append(f"| {r['value']} | {r['seed']} | {r['test_accuracy']:.3f} | "
-                     f"{r['test_macro_f1']:.3f} | {r['validation_accuracy']:.3f} | "
+                     f"{f1} | {r['validation_accuracy']:.3f} | "
                      f"{r['train_s']:.0f} | {r['wall_s']:.0f} |")
     summary = []
     for value in args.values:
         accs = [r["test_accuracy"] for r in runs if r["value"] == value]
         times = [r["train_s"] for r in runs if r["value"] == value]
-        summary.append(f"- {label} {value}: test accuracy median "
+        summary.append(f"- {label} {value}: test {score} median "
                        f"**{statistics.median(accs):.3f}** ({min(accs):.3f}–{max(accs):.3f}); "
                        f"training steps median {statistics.median(times):.0f} s")
     if len(args.values) == 2:
@@ -122,12 +143,17 @@ def main() -> None:
                        + f"; median **{statistics.median(ratios):.2f}×**")
     command = ("python benchmarks/attention_dropout.py "
                + (f"--key {args.key} " if args.key != "model.attention_dropout" else "")
+               + ("--config examples/reviews-chat/config.yaml " if llm else "")
                + "--seeds "
                + " ".join(map(str, args.seeds)) + " --values " + " ".join(args.values)
                + " --write")
     publish_runs(
         section, title,
         load=load, command=command, table=lines, summary=summary, write=args.write, about=[
+            "(`entrena train examples/reviews-chat/config.yaml` with `train.seed` and",
+            f"`{args.key}` set, tracking off; SmolLM2-135M with LoRA, 1 epoch of 800",
+            "chats, the best weights' greedy answers scored on 300 test reviews; a seed's",
+            "runs train on identical batches)."] if llm else [
             "(`entrena train examples/reviews/config.yaml` with `train.seed` and",
             f"`{args.key}` set, tracking off; 2 epochs, the final weights scored",
             "on the 1,000 test reviews; a seed's runs train on identical batches)."])

@@ -55,6 +55,88 @@ def test_the_unfused_products_compute_what_sdpa_computes(boolean):
         assert torch.allclose(mine, theirs, atol=1e-4)
 
 
+def test_the_unfused_products_compute_grouped_and_causal_attention():
+    """A decoder's shapes: 4 query heads on 2 key heads; causal without a mask (as sdpa's
+    is_causal), and after a cache's keys (5 queries on 7 keys, aligned to the end)."""
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, 7, 8, generator=generator, requires_grad=True)
+    k, v = (torch.randn(2, 2, 7, 8, generator=generator, requires_grad=True) for _ in range(2))
+    fused = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    unfused = eager_attention(q, k, v, None, causal=True).transpose(1, 2)
+    assert torch.allclose(unfused, fused, atol=1e-5)
+    for mine, theirs in zip(torch.autograd.grad(unfused.square().sum(), (q, k, v)),
+                            torch.autograd.grad(fused.square().sum(), (q, k, v)), strict=True):
+        assert torch.allclose(mine, theirs, atol=1e-4)
+    last = q[:, :, 2:].detach()
+    after_cache = torch.ones(5, 7, dtype=torch.bool).tril(2)
+    expected = F.scaled_dot_product_attention(last, k, v, attn_mask=after_cache,
+                                              enable_gqa=True)
+    assert torch.allclose(eager_attention(last, k, v, None, causal=True).transpose(1, 2),
+                          expected, atol=1e-5)
+
+
+def _tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2,
+                                        intermediate_size=64, max_position_embeddings=64))
+
+
+@pytest.mark.parametrize("padded", [True, False])
+def test_auto_trains_a_decoder_unfused_too(monkeypatch, tmp_path, padded):
+    """A causal LM with grouped-query attention (the llm-sft task's models): measured at its
+    own shape, and the same logits and gradients as transformers' sdpa, with a padding mask
+    and without one (where transformers passes no mask and sdpa runs is_causal)."""
+    measured, calls = [], []
+    monkeypatch.setattr(attention, "measure_eager_up_to", lambda *a, **k: (
+        measured.append((a, k["kv_heads"], k["causal"])) or (16, [[16, 2.0, 1.0]])))
+    real = attention.eager_attention
+    monkeypatch.setattr(attention, "eager_attention",
+                        lambda *a, **k: calls.append(k["causal"]) or real(*a, **k))
+    model = _tiny_llama()
+    reference = copy.deepcopy(model)
+    note = apply_attention(model, "auto", device="cpu", precision="32-true", batch_size=2,
+                           max_length=16, threads=1, cache_dir=tmp_path)
+    assert "up to 16 tokens" in note and measured == [((4, 8, torch.float32), 2, True)]
+    assert eager_up_to(model, "32-true") == 16
+    ids = torch.randint(1, 100, (2, 12), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(2, 12, dtype=torch.long)
+    if padded:
+        mask[1, 8:] = 0
+    out = model(input_ids=ids, attention_mask=mask).logits
+    expected = reference(input_ids=ids, attention_mask=mask).logits
+    assert len(calls) == 2  # both layers took the unfused products
+    keep = mask.bool()
+    assert torch.allclose(out[keep], expected[keep], atol=1e-5)
+    out[keep].square().sum().backward()
+    expected[keep].square().sum().backward()
+    for mine, theirs in zip(model.parameters(), reference.parameters(), strict=True):
+        assert torch.allclose(mine.grad, theirs.grad, atol=1e-4)
+
+
+def test_a_decoder_under_autocast_takes_the_unfused_products(monkeypatch, tmp_path):
+    """Under bf16 autocast a decoder's rotary embedding hands fp32 queries and keys with bf16
+    values to attention: the choice follows autocast's dtype (the measured one), not the
+    queries' (which once sent every batch of the LLM demo to sdpa)."""
+    monkeypatch.setattr(attention, "measure_eager_up_to", lambda *a, **k: (16, []))
+    calls = []
+    real = attention.eager_attention
+    monkeypatch.setattr(attention, "eager_attention",
+                        lambda *a, **k: calls.append(a[0].dtype) or real(*a, **k))
+    model = _tiny_llama()
+    reference = copy.deepcopy(model)
+    apply_attention(model, "auto", device="cpu", precision="bf16-mixed", batch_size=2,
+                    max_length=16, threads=1, cache_dir=tmp_path)
+    ids = torch.randint(1, 100, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(input_ids=ids).logits
+        expected = reference(input_ids=ids).logits
+    assert calls == [torch.float32] * 2  # both layers, though the queries are fp32
+    assert torch.allclose(out.float(), expected.float(), atol=0.05)
+
+
 def test_auto_trains_short_batches_unfused_and_the_rest_fused(monkeypatch, tmp_path):
     monkeypatch.setattr(attention, "measure_eager_up_to",
                         lambda *a, **k: (16, [[16, 2.0, 1.0], [32, 2.0, 3.0]]))
@@ -91,7 +173,8 @@ def test_auto_trains_short_batches_unfused_and_the_rest_fused(monkeypatch, tmp_p
 def test_the_measurement_is_cached_per_machine_and_shape(monkeypatch, tmp_path):
     measured = []
 
-    def fake(heads, head_dim, dtype, *, batch, lengths):
+    def fake(heads, head_dim, dtype, *, batch, lengths, kv_heads, causal):
+        assert kv_heads == heads and not causal  # BERT: one key head a query head, no mask
         measured.append((heads, head_dim, batch, lengths))
         return 64, [[32, 2.0, 1.0], [64, 2.0, 1.0], [96, 1.0, 2.0]]
 

@@ -1,4 +1,5 @@
-"""``model.attn_implementation``: which attention kernel a Hugging Face encoder trains with.
+"""``model.attn_implementation``: which attention kernel a Hugging Face model trains with
+(the text tasks' encoders, the llm-sft task's causal decoders).
 
 Transformers' default, ``sdpa``, calls PyTorch's fused scaled-dot-product attention; on a CPU
 that is a flash-attention kernel whose *backward* in bf16 has a high cost per call at short
@@ -12,8 +13,9 @@ and in fp32 from 64 tokens on, on that CPU. The crossover depends on the CPU, th
 the head shape, so it is measured on the machine that trains, never assumed.
 
 ``auto`` on a CPU measures, once per machine (cached), forward + backward of both kernels at
-the run's head shape and dtype at 32, 64, 128 … tokens, and keeps the longest length up to
-which the unfused products are clearly faster (:data:`EAGER_MARGIN`); the encoder then runs
+the run's head shape (key heads for grouped-query attention, a decoder's causal mask) and
+dtype at 32, 64, 128 … tokens, and keeps the longest length up to which the unfused
+products are clearly faster (:data:`EAGER_MARGIN`); the model then runs
 the unfused products for training batches up to that length and the fused kernel for longer
 ones and for every pass without gradients (evaluation, prediction). Off a CPU, ``auto`` keeps
 ``sdpa``. The two compute the same function (tests/test_attention.py); only the kernels, and
@@ -53,29 +55,48 @@ time grows with the batch as their (B, heads, T, T) scores leave the caches)."""
 
 CACHE_FILE = "attention_kernels.json"
 
-_EAGER_UP_TO: dict[tuple[Any, int, int], int] = {}
-"""(dtype, heads, head_dim) → longest length (tokens) trained with the unfused products."""
+_EAGER_UP_TO: dict[tuple[Any, int, int, int, bool], int] = {}
+"""(dtype, heads, kv_heads, head_dim, causal) → longest length (tokens) trained with the
+unfused products."""
+
+
+def _shape_key(dtype: Any, heads: int, kv_heads: int, head_dim: int,
+               causal: bool) -> tuple[Any, int, int, int, bool]:
+    return (dtype, int(heads), int(kv_heads), int(head_dim), bool(causal))
 
 
 def eager_attention(query: Any, key: Any, value: Any, mask: Any, *, dropout: float = 0.0,
-                    scaling: float | None = None) -> Any:
+                    scaling: float | None = None, causal: bool = False) -> Any:
     """Attention as explicit products: ``softmax(QKᵀ·scale + mask)·V``.
 
     Args:
-        query, key, value: (B, heads, T, head_dim).
-        mask: ``None``, a boolean mask broadcastable to (B, heads, T, T) (``True`` = attend,
+        query: (B, heads, T, head_dim).
+        key, value: (B, kv_heads, S, head_dim), S ≥ T (a cache's keys come first); with
+            grouped-query attention ``heads`` is a multiple of ``kv_heads`` and each key
+            head serves ``heads / kv_heads`` consecutive query heads (transformers'
+            ``repeat_kv``).
+        mask: ``None``, a boolean mask broadcastable to (B, heads, T, S) (``True`` = attend,
             transformers' ``sdpa`` mask) or an additive float mask.
         dropout: Dropout probability on the attention probabilities (training only: pass 0
             otherwise).
         scaling: Scale of the scores; default ``head_dim ** -0.5``.
+        causal: With ``mask`` ``None``, query ``t`` attends to keys up to ``S - T + t``
+            (``sdpa``'s ``is_causal``, aligned to the end as with a cache); ignored when a
+            mask is given (transformers' causal masks hold the causality).
 
     Returns:
         (B, T, heads, head_dim), contiguous.
     """
     import torch
 
+    groups = query.shape[1] // key.shape[1]
+    if groups > 1:
+        key, value = (t.repeat_interleave(groups, dim=1) for t in (key, value))
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     scores = torch.matmul(query, key.transpose(-1, -2)) * scale
+    if mask is None and causal:
+        rows, cols = scores.shape[-2:]
+        mask = torch.ones(rows, cols, dtype=torch.bool, device=scores.device).tril(cols - rows)
     if mask is not None:
         if mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
@@ -95,14 +116,20 @@ def _attention_forward(module: Any, query: Any, key: Any, value: Any, attention_
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    limit = _EAGER_UP_TO.get((query.dtype, query.shape[1], query.shape[-1]), 0)
-    causal = is_causal if is_causal is not None else getattr(module, "is_causal", False)
-    if (limit and query.shape[-2] <= limit and query.device.type == "cpu"
-            and torch.is_grad_enabled() and not causal and key.shape[1] == query.shape[1]
-            and key.shape[-2] == query.shape[-2] and kwargs.get("softcap") is None
-            and kwargs.get("position_bias") is None):
+    causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", False))
+    # Under autocast the products run in its dtype whatever the inputs' (a decoder's rotary
+    # embedding hands over fp32 queries and keys with bf16 values).
+    dtype = (torch.get_autocast_dtype(query.device.type)
+             if torch.is_autocast_enabled(query.device.type) else query.dtype)
+    limit = _EAGER_UP_TO.get(_shape_key(dtype, query.shape[1], key.shape[1],
+                                        query.shape[-1], causal), 0)
+    if (limit and key.shape[-2] <= limit and query.device.type == "cpu"
+            and torch.is_grad_enabled() and query.shape[-2] <= key.shape[-2]
+            and query.shape[1] % key.shape[1] == 0 and kwargs.get("softcap") is None
+            and kwargs.get("position_bias") is None and kwargs.get("sliding_window") is None
+            and kwargs.get("s_aux") is None):
         return eager_attention(query, key, value, attention_mask, dropout=dropout,
-                               scaling=scaling), None
+                               scaling=scaling, causal=causal and query.shape[-2] > 1), None
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                   scaling=scaling, is_causal=is_causal, **kwargs)
 
@@ -126,11 +153,17 @@ def _time_ms(run: Any, repeats: int = 3) -> float:
 
 
 def _time_both(q: Any, k: Any, v: Any, mask: Any, grad: Any) -> tuple[float, float]:
-    """Milliseconds of forward + backward: the fused kernel, then the unfused products."""
+    """Milliseconds of forward + backward: the fused kernel (grouped-query attention as
+    transformers' ``sdpa`` runs it on a CPU: keys and values repeated first), then the
+    unfused products."""
     import torch.nn.functional as F
 
+    groups = q.shape[1] // k.shape[1]
+
     def fused() -> None:
-        F.scaled_dot_product_attention(q, k, v, attn_mask=mask).backward(grad)
+        keys, values = ((k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1))
+                        if groups > 1 else (k, v))
+        F.scaled_dot_product_attention(q, keys, values, attn_mask=mask).backward(grad)
 
     def unfused() -> None:
         eager_attention(q, k, v, mask).transpose(1, 2).backward(grad)
@@ -144,15 +177,19 @@ def probe_lengths(max_length: int) -> tuple[int, ...]:
 
 
 def measure_eager_up_to(heads: int, head_dim: int, dtype: Any, *, batch: int,
-                        lengths: tuple[int, ...]) -> tuple[int, list[list[float]]]:
+                        lengths: tuple[int, ...], kv_heads: int | None = None,
+                        causal: bool = False) -> tuple[int, list[list[float]]]:
     """Time forward + backward of both kernels on this CPU, shortest length first.
 
     Args:
-        heads: Attention heads.
+        heads: Attention (query) heads.
         head_dim: Features per head.
         dtype: ``torch.bfloat16``, ``torch.float16`` or ``torch.float32``.
         batch: Sequences per call.
         lengths: Lengths to measure (tokens), increasing.
+        kv_heads: Key and value heads (grouped-query attention); default ``heads``.
+        causal: A decoder's causal mask (combined with the padding), as its training
+            batches pass it.
 
     Returns:
         ``(eager_up_to, [[tokens, sdpa_ms, eager_ms], …])``: the longest length up to which
@@ -163,12 +200,16 @@ def measure_eager_up_to(heads: int, head_dim: int, dtype: Any, *, batch: int,
 
     up_to, rows = 0, []
     generator = torch.Generator().manual_seed(0)
+    kv_heads = kv_heads or heads
     for tokens in lengths:
         shape = (batch, heads, tokens, head_dim)
-        q, k, v = (torch.randn(shape, generator=generator).to(dtype).requires_grad_()
-                   for _ in range(3))
+        q = torch.randn(shape, generator=generator).to(dtype).requires_grad_()
+        k, v = (torch.randn(batch, kv_heads, tokens, head_dim, generator=generator)
+                .to(dtype).requires_grad_() for _ in range(2))
         mask = torch.ones(batch, 1, tokens, tokens, dtype=torch.bool)
         mask[..., tokens - tokens // 4:] = False  # a quarter of the keys are padding
+        if causal:
+            mask &= torch.ones(tokens, tokens, dtype=torch.bool).tril()
         grad = torch.randn(shape, generator=generator).to(dtype)
 
         sdpa_ms, eager_ms = _time_both(q, k, v, mask, grad)
@@ -180,8 +221,9 @@ def measure_eager_up_to(heads: int, head_dim: int, dtype: Any, *, batch: int,
 
 
 def _cached_eager_up_to(heads: int, head_dim: int, dtype: Any, *, batch: int,
-                        max_length: int, threads: int,
-                        cache_dir: Path | None) -> tuple[int, str]:
+                        max_length: int, threads: int, cache_dir: Path | None,
+                        kv_heads: int | None = None,
+                        causal: bool = False) -> tuple[int, str]:
     """:func:`measure_eager_up_to` through ``cache_dir/attention_kernels.json`` (keyed by
     the CPU, threads, torch version, dtype, head shape, batch and lengths). Returns
     ``(up_to, source)``."""
@@ -193,11 +235,14 @@ def _cached_eager_up_to(heads: int, head_dim: int, dtype: Any, *, batch: int,
     batch = max(1, min(int(batch), PROBE_MAX_BATCH))
     lengths = probe_lengths(max_length)
     key = (f"{_cpu_name()}|threads={threads}|torch={torch.__version__}|dtype={dtype}"
-           f"|heads={heads}|head_dim={head_dim}|batch={batch}|up_to={lengths[-1]}")
+           f"|heads={heads}|head_dim={head_dim}|batch={batch}|up_to={lengths[-1]}"
+           + (f"|kv_heads={kv_heads}" if kv_heads and kv_heads != heads else "")
+           + ("|causal" if causal else ""))
 
     def measure() -> dict[str, Any]:
         began = time.perf_counter()
-        up_to, rows = measure_eager_up_to(heads, head_dim, dtype, batch=batch, lengths=lengths)
+        up_to, rows = measure_eager_up_to(heads, head_dim, dtype, batch=batch, lengths=lengths,
+                                          kv_heads=kv_heads, causal=causal)
         return {"eager_up_to": up_to, "timings_ms": rows, "date": time.strftime("%Y-%m-%d"),
                 "seconds": round(time.perf_counter() - began, 2)}
 
@@ -220,12 +265,20 @@ def _encoders(model: Any) -> list[Any]:
     return found
 
 
-def _head_shape(config: Any) -> tuple[int, int]:
-    """(heads, features per head) of a Hugging Face model config (0s if it names none)."""
+def _head_shape(config: Any) -> tuple[int, int, int]:
+    """(heads, key/value heads, features per head) of a Hugging Face model config (0s if
+    it names none)."""
     heads = int(getattr(config, "num_attention_heads", 0) or 0)
+    kv_heads = int(getattr(config, "num_key_value_heads", 0) or 0) or heads
     head_dim = int(getattr(config, "head_dim", 0) or 0) or (
         int(getattr(config, "hidden_size", 0) or 0) // max(heads, 1))
-    return heads, head_dim
+    return heads, kv_heads, head_dim
+
+
+def _causal(model: Any) -> bool:
+    """Whether ``model``'s self-attention is causal (a decoder: its attention modules say
+    ``is_causal``)."""
+    return any(getattr(module, "is_causal", False) is True for module in model.modules())
 
 
 def apply_attention(model: Any, setting: str, *, device: str, precision: str, batch_size: int,
@@ -258,17 +311,20 @@ def apply_attention(model: Any, setting: str, *, device: str, precision: str, ba
     dtype = _attention_dtype(precision)
     notes = []
     for encoder in encoders:
-        heads, head_dim = _head_shape(encoder.config)
-        if getattr(encoder.config, "is_decoder", False) or heads <= 0 or head_dim <= 0:
-            continue
+        heads, kv_heads, head_dim = _head_shape(encoder.config)
+        if (getattr(encoder.config, "is_encoder_decoder", False) or heads <= 0
+                or head_dim <= 0 or heads % max(kv_heads, 1)):
+            continue  # cross-attention (encoder-decoder models) was never measured
+        causal = _causal(encoder)
         up_to, source = _cached_eager_up_to(heads, head_dim, dtype, batch=batch_size,
                                             max_length=max_length, threads=threads,
-                                            cache_dir=cache_dir)
+                                            cache_dir=cache_dir, kv_heads=kv_heads,
+                                            causal=causal)
         if not up_to:
             notes.append(f"sdpa at every length ({source})")
             continue
         _register()
-        _EAGER_UP_TO[(dtype, heads, head_dim)] = up_to
+        _EAGER_UP_TO[_shape_key(dtype, heads, kv_heads, head_dim, causal)] = up_to
         encoder.set_attn_implementation(ATTENTION_NAME)
         notes.append(f"unfused products for training batches up to {up_to} tokens, sdpa "
                      f"beyond and without gradients ({str(dtype).removeprefix('torch.')}; "
@@ -293,6 +349,7 @@ def eager_up_to(model: Any, precision: str) -> int:
         config = encoder.config
         if getattr(config, "_attn_implementation", None) != ATTENTION_NAME:
             continue
-        heads, head_dim = _head_shape(config)
-        longest = max(longest, _EAGER_UP_TO.get((dtype, heads, head_dim), 0))
+        heads, kv_heads, head_dim = _head_shape(config)
+        longest = max(longest, _EAGER_UP_TO.get(
+            _shape_key(dtype, heads, kv_heads, head_dim, _causal(encoder)), 0))
     return longest

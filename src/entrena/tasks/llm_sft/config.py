@@ -131,6 +131,17 @@ class LlmModelConfig(ModelConfig):
     gradient_checkpointing: bool = False
     """Recompute each layer's activations in backward instead of keeping them (less memory,
     about a third more compute)."""
+    attn_implementation: Literal["auto", "sdpa", "eager"] = "auto"
+    """The decoder's attention kernel (transformers' name). `sdpa`: PyTorch's fused
+    scaled-dot-product attention (transformers' default); `eager`: the unfused products
+    (`QKᵀ`, softmax, `·V`, key heads repeated for grouped-query attention), which keep the
+    (B, heads, T, T) probabilities for the backward pass. `auto`: on a CPU, training batches
+    up to the length where the unfused products were measured clearly faster on this
+    machine (forward + backward at the model's head shape with its causal mask, the run's
+    dtype; measured once, cached) take them, longer batches and every pass without
+    gradients (evaluation, generation) `sdpa`; off a CPU, `sdpa`. SmolLM2-135M's shape in
+    bf16 (Intel Xeon with AMX, batch 8): the fused kernel's forward + backward cost 1.6-4x
+    the unfused products' at 48-128 tokens (docs/benchmarks.md, bench:attention-kernel-llm)."""
 
     @model_validator(mode="after")
     def _name_or_architecture(self) -> LlmModelConfig:
