@@ -140,8 +140,11 @@ class LlmModelConfig(ModelConfig):
     machine (forward + backward at the model's head shape with its causal mask, the run's
     dtype; measured once, cached) take them, longer batches and every pass without
     gradients (evaluation, generation) `sdpa`; off a CPU, `sdpa`. SmolLM2-135M's shape in
-    bf16 (Intel Xeon with AMX, batch 8): the fused kernel's forward + backward cost 1.6-4x
-    the unfused products' at 48-128 tokens (docs/benchmarks.md, bench:attention-kernel-llm)."""
+    bf16 (Intel Xeon with AMX, batch 8): the fused kernel's forward + backward cost 3.3-4.2x
+    the unfused products' at 32-128 tokens (docs/benchmarks.md, bench:attention-kernel-llm),
+    and the LLM demo's training steps took 1.38x as long with `sdpa` as with `auto`, for the
+    same test exact match (bench:attention-kernel-llm-demo). Saved models load with
+    transformers' default."""
 
     @model_validator(mode="after")
     def _name_or_architecture(self) -> LlmModelConfig:
