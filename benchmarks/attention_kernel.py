@@ -28,7 +28,7 @@ from _report import machine, today, write_section  # noqa: E402
 
 def forward_only_ms(q, k, v, mask) -> tuple[float, float]:  # noqa: ANN001
     """Milliseconds of a forward without gradients: fused (key heads repeated, as
-    transformers' sdpa does for grouped-query attention on a CPU), then unfused."""
+    transformers' sdpa does for grouped-query attention with a mask), then unfused."""
     import torch
     import torch.nn.functional as F
 

@@ -154,7 +154,7 @@ def _time_ms(run: Any, repeats: int = 3) -> float:
 
 def _time_both(q: Any, k: Any, v: Any, mask: Any, grad: Any) -> tuple[float, float]:
     """Milliseconds of forward + backward: the fused kernel (grouped-query attention as
-    transformers' ``sdpa`` runs it on a CPU: keys and values repeated first), then the
+    transformers' ``sdpa`` runs it with a mask: keys and values repeated first), then the
     unfused products."""
     import torch.nn.functional as F
 
