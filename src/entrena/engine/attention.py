@@ -1,5 +1,5 @@
 """``model.attn_implementation``: which attention kernel a Hugging Face model trains with
-(the text tasks' encoders, the llm-sft task's causal decoders).
+(text encoders such as BERT, causal decoders such as Llama).
 
 Transformers' default, ``sdpa``, calls PyTorch's fused scaled-dot-product attention; on a CPU
 that is a flash-attention kernel whose *backward* in bf16 has a high cost per call at short
