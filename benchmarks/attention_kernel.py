@@ -37,7 +37,8 @@ def forward_only_ms(q, k, v, mask) -> tuple[float, float]:  # noqa: ANN001
     groups = q.shape[1] // k.shape[1]
 
     def fused() -> None:
-        keys, values = (k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1))
+        keys, values = ((k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1))
+                        if groups > 1 else (k, v))
         F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
 
     with torch.no_grad():
