@@ -63,6 +63,7 @@ from entrena.engine.checkpointing import (
 )
 from entrena.engine.compiling import compile_decision, compile_model
 from entrena.engine.distributed import ShardedBatches
+from entrena.engine.frozen import store_frozen_weights
 from entrena.engine.loop import FitSettings, fit, predict
 from entrena.errors import ConfigError, Interrupted, NonFiniteError
 from entrena.hardware.catalog import load_catalog
@@ -189,6 +190,11 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                                precision=backend.precision, batch_size=tcfg.batch_size,
                                max_length=getattr(prepared, "max_length", None) or 512,
                                threads=threads, cache_dir=_cache_dir(loaded))
+        if note:
+            log.info(note)
+    base_dtype = getattr(cfg.model, "base_dtype", None)
+    if base_dtype is not None:  # before the plan: its memory probe measures the stored weights
+        note = store_frozen_weights(model, base_dtype, backend.precision)
         if note:
             log.info(note)
     max_length = getattr(prepared, "max_length", None)  # text only: tokens
@@ -380,7 +386,11 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         }
         if not leader:  # rank 0 tests, compares, saves and tracks
             return metrics
-        metrics["baseline"] = baseline_verdict(task.baselines(loaded, prepared), metrics, task)
+        # Under the run's precision, as the model's evaluation: a baseline that is a network
+        # (the base model zero-shot) computes as the model does; table baselines ignore it.
+        with backend.autocast():
+            found = task.baselines(loaded, prepared)
+        metrics["baseline"] = baseline_verdict(found, metrics, task)
         advice = getattr(task, "advice", None)  # optional: what a task says about its baselines
         finding = advice(metrics["baseline"]["comparison"], metrics["baseline"]) if advice else None
         metrics["data"] = {"train_rows": len(splits.train),

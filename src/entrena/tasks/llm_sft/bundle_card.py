@@ -60,7 +60,7 @@ tokens.
   agreement {_pct(parity['agreement'])}, exact match {_pct(parity['exact_match_pytorch'])}
   (PyTorch) vs {_pct(parity.get(f'exact_match_{fmt}'))} (export); criteria
   `{parity['criteria']}`: **{'passed' if parity['passed'] else 'FAILED'}**
-- Speed on the exporting machine (one prompt at a time): {speed or 'n/a'}
+- Speed on the exporting machine ({throughput.get('note', 'greedy')}): {speed or 'n/a'}
 - Size: model file {format_bytes(sizes['model_file'])}, bundle {format_bytes(sizes['bundle'])}
   (PyTorch float32 weights: {format_bytes(sizes['pytorch_weights'])})
 

@@ -4,13 +4,14 @@ or as a Hugging Face folder (``--format hf``), then checked.
 
 The check (``export.json`` ``parity``) runs the first ``parity_prompts`` held-out prompts
 (the run's test file, rendered and cut as in training) through the PyTorch model and the
-exported one, both greedy, one prompt at a time, and reports:
+exported one, both greedy (PyTorch in batches of similar length, llama.cpp one prompt at a
+time), and reports:
 
 - ``agreement``: the share of prompts whose generated token ids are equal (EOS included);
 - ``exact_match_pytorch`` / ``exact_match_<format>``: each one's exact match against the
   references (the task metric, :func:`~entrena.tasks.llm_sft.evaluation.normalise_answer`);
 - ``tokenizer_agreement`` (GGUF): the share of prompts llama.cpp tokenizes to the training
-  ids; ``throughput``: tokens per second of each engine.
+  ids; ``throughput``: tokens per second of each engine, each as it ran (``note``).
 
 ``f16``, ``q8_0`` and ``hf`` pass with ``agreement >= MIN_AGREEMENT``; ``q4_k_m`` is
 reported, not judged (its drop in exact match is the figure to read).
@@ -152,7 +153,7 @@ def write_llm_bundle(run: Any, request: Any) -> dict[str, Any]:
 
     from entrena.exporting.bundle import META_FILE, finish_bundle, versions
     from entrena.tasks.llm_sft.bundle_card import llm_model_card
-    from entrena.tasks.llm_sft.generators import GgufGenerator, TorchGenerator
+    from entrena.tasks.llm_sft.generators import BATCH_SIZE, GgufGenerator, TorchGenerator
     from entrena.tasks.llm_sft.model import _pad_id, load_sft_model
     from entrena.tasks.llm_sft.tokens import tokenize_example
 
@@ -235,7 +236,10 @@ def write_llm_bundle(run: Any, request: Any) -> dict[str, Any]:
                                  [e.response for e in examples], tokenizer, dataset)
     manifest["throughput"] = {"pytorch": reference.throughput(), fmt: answers.throughput(),
                               "threads": torch.get_num_threads(),
-                              "note": "greedy, one prompt at a time"}
+                              "note": f"greedy; pytorch in batches of up to "
+                                      f"{BATCH_SIZE} prompts, {fmt} "
+                                      + ("one prompt at a time" if fmt == "gguf" else
+                                         f"in batches of up to {BATCH_SIZE} prompts")}
     model_file = work / manifest["file"]
     manifest["size_bytes"] = {"model_file": model_file.stat().st_size,
                               "pytorch_weights": pytorch_bytes}

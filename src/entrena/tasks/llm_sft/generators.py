@@ -1,6 +1,6 @@
-"""Greedy answers of an ``llm-sft`` model, one prompt at a time, from PyTorch or from a GGUF
-file in llama.cpp: what the export's parity check, ``predict`` from a bundle and ``chat``
-share.
+"""Greedy answers of an ``llm-sft`` model from PyTorch (batches of prompts of similar
+length) or from a GGUF file in llama.cpp (one prompt at a time, as Ollama serves a chat):
+what the export's parity check, ``predict`` from a bundle and ``chat`` share.
 
 Both generators take the prompt as training rendered it (the chat template's text, cut to
 ``model.max_length`` as in training) and return the generated ids, EOS included when
@@ -45,19 +45,33 @@ class Answers:
                 "generated_tokens_per_s": generated / seconds, "seconds": self.seconds}
 
 
+BATCH_SIZE = 16
+"""Prompts per PyTorch generation call (:class:`TorchGenerator`): on the 2-core Intel Xeon
+with AMX, 100 of the LLM demo's test prompts took 50 s one at a time in fp32 and about 17 s
+in batches of 16 (`bench:llm-demo-phases`)."""
+
+
 class TorchGenerator:
     """Greedy generation with a PyTorch causal LM (a PEFT model or a merged one).
+
+    Prompts are sorted by length and generated ``batch_size`` at a time, left-padded
+    (:func:`~entrena.tasks.llm_sft.model.greedy_generate`; the padding is masked, so each
+    answer is the one its prompt gets alone, up to float rounding); answers come back in the
+    prompts' order.
 
     Args:
         lm: The language model.
         eos_token_id: Ends a generation.
-        pad_token_id: Filler id (no padding happens at one prompt per call).
+        pad_token_id: Filler id of the left padding.
+        batch_size: Prompts per call (1: one at a time).
     """
 
     engine = "pytorch"
 
-    def __init__(self, lm: Any, *, eos_token_id: int, pad_token_id: int):
+    def __init__(self, lm: Any, *, eos_token_id: int, pad_token_id: int,
+                 batch_size: int = BATCH_SIZE):
         self.lm, self.eos, self.pad = lm, int(eos_token_id), int(pad_token_id)
+        self.batch_size = max(1, int(batch_size))
 
     def generate(self, prompts: list[str], prompt_ids: list[np.ndarray],
                  max_new_tokens: int) -> Answers:
@@ -66,14 +80,18 @@ class TorchGenerator:
 
         from entrena.tasks.llm_sft.model import greedy_generate
 
-        answers = Answers()
+        ids = [np.asarray(p, dtype=np.int64) for p in prompt_ids]
+        generated: list[list[int]] = [[] for _ in ids]
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         started = time.perf_counter()
-        for ids in prompt_ids:
-            out = greedy_generate(self.lm, [torch.from_numpy(np.asarray(ids, dtype=np.int64))],
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start:start + self.batch_size]
+            out = greedy_generate(self.lm, [torch.from_numpy(ids[i]) for i in chunk],
                                   max_new_tokens=max_new_tokens, eos_token_id=self.eos,
                                   pad_token_id=self.pad)
-            answers.ids.append([int(t) for t in out[0].tolist() if t >= 0])
-            answers.prompt_ids.append([int(t) for t in ids])
+            for row, i in enumerate(chunk):
+                generated[i] = [int(t) for t in out[row].tolist() if t >= 0]
+        answers = Answers(ids=generated, prompt_ids=[[int(t) for t in p] for p in ids])
         answers.seconds = time.perf_counter() - started
         return answers
 
