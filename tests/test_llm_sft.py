@@ -423,6 +423,60 @@ def test_evaluation_generations_equal_plain_greedy_decoding(smol_tokenizer):
     assert torch.equal(out[:, 2:].long(), greedy)
 
 
+def test_the_zero_shot_baseline_runs_at_the_runs_precision(tmp_path, smol_tokenizer,
+                                                            monkeypatch):
+    """Under bf16-mixed the base model's zero-shot answers are computed as the tuned model's
+    evaluation is (bf16 autocast), not in fp32 beside it."""
+    from entrena.api import train
+    from entrena.tasks.llm_sft.task import LlmSftTask
+
+    seen = []
+    original = LlmSftTask.baselines
+
+    def recording(self, loaded, prepared):
+        seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+        return original(self, loaded, prepared)
+
+    monkeypatch.setattr(LlmSftTask, "baselines", recording)
+    write_jsonl(tmp_path / "train.jsonl", chats(16))
+    cfg = config(tmp_path, smol_tokenizer, train={"precision": "bf16-mixed", "max_steps": 2},
+                 model={"finetuning": "full"})
+    result = train(cfg, run_dir=tmp_path / "run")
+    assert seen == [(True, torch.bfloat16)]
+    assert set(result.metrics["baseline"]["zero_shot"]["validation"]) == {"exact_match",
+                                                                         "eos_share"}
+
+
+def test_the_torch_generator_answers_in_batches_as_one_prompt_at_a_time(smol_tokenizer):
+    """Prompts of different lengths, sorted into batches and left-padded, get the answers
+    they get alone, returned in the prompts' order (export parity and predict use it)."""
+    from entrena.tasks.llm_sft.generators import TorchGenerator
+    from entrena.tasks.llm_sft.model import build_sft_model, build_tokenizer, greedy_generate
+
+    tokenizer = build_tokenizer(smol_tokenizer)
+    torch.manual_seed(1)
+    model = build_sft_model(pretrained=None, architecture=ARCH, tokenizer=tokenizer,
+                            finetuning="full", lora={}, dropout=0.0, max_new_tokens=4,
+                            gradient_checkpointing=False).eval()
+    texts = ["a lovely cup of tea, strong and hot", "hi", "stale beans again and again",
+             "the coffee was tasty", "ok", "bitter, burnt and far too expensive for it"]
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+    def answers(batch_size):
+        return TorchGenerator(model.lm, eos_token_id=model.eos_token_id,
+                              pad_token_id=model.pad_token_id,
+                              batch_size=batch_size).generate(texts, ids, 4)
+
+    alone = [[int(t) for t in greedy_generate(
+        model.lm, [torch.tensor(p)], max_new_tokens=4, eos_token_id=model.eos_token_id,
+        pad_token_id=model.pad_token_id)[0].tolist() if t >= 0] for p in ids]
+    for batch_size in (1, 4):
+        got = answers(batch_size)
+        assert got.ids == alone
+        assert got.prompt_ids == ids
+    assert len({tuple(a) for a in alone}) > 1  # the prompts get different answers
+
+
 # --- exact resume ---------------------------------------------------------------------------
 
 class _Crash:
@@ -453,13 +507,17 @@ def _adapter(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(str(run_dir / "model" / "adapter" / "adapter_model.safetensors"))
 
 
-def test_a_crashed_lora_run_resumes_to_the_same_adapter_weights(tmp_path, smol_tokenizer):
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_a_crashed_lora_run_resumes_to_the_same_adapter_weights(tmp_path, smol_tokenizer,
+                                                                precision):
+    """bf16-mixed stores the frozen base in bfloat16 (engine/frozen.py): the resumed run
+    builds and casts it again, to the same weights."""
     import entrena
 
     write_jsonl(tmp_path / "train.jsonl", chats(24))
     cfg = config(tmp_path, smol_tokenizer, model={"lora": {"r": 4, "alpha": 8, "dropout": 0.1}},
                  train={"max_epochs": 2, "batch_size": 4, "gradient_accumulation_steps": 2,
-                        "checkpoint": {"every_steps": 2}})
+                        "checkpoint": {"every_steps": 2}, "precision": precision})
     entrena.train(cfg, run_dir=tmp_path / "straight")
     with pytest.raises(RuntimeError, match="simulated crash"):
         entrena.train(cfg, run_dir=tmp_path / "crashed", callbacks=[_Crash(at=3)])
@@ -470,6 +528,8 @@ def test_a_crashed_lora_run_resumes_to_the_same_adapter_weights(tmp_path, smol_t
     for key in straight:
         assert torch.equal(straight[key], again[key]), key
     assert any(bool(v.abs().sum()) for k, v in straight.items() if "lora_B" in k)  # it trained
+    stored = "frozen weights:" in (tmp_path / "straight" / "train.log").read_text()
+    assert stored == (precision == "bf16-mixed")
 
 
 @pytest.mark.slow

@@ -131,6 +131,15 @@ class LlmModelConfig(ModelConfig):
     gradient_checkpointing: bool = False
     """Recompute each layer's activations in backward instead of keeping them (less memory,
     about a third more compute)."""
+    base_dtype: Literal["auto", "float32"] = "auto"
+    """The dtype the frozen base weights (LoRA) are stored in while training. `auto`:
+    bfloat16 when the run trains in `bf16-mixed` (autocast computes them in bfloat16 anyway:
+    stored so, they need no cast at each use, half the memory, and the activations between
+    layers are bfloat16 too, as when a base is loaded in bfloat16), else float32; the
+    adapters keep float32 weights and optimizer states. `float32`: always float32 (the
+    residual stream then stays float32). The LLM demo's steps on the Intel Xeon with AMX:
+    1.13x faster, the same loss curve within noise (docs/benchmarks.md, bench:frozen-bf16).
+    Saved adapters and exports are unchanged (the base is read again in float32)."""
     attn_implementation: Literal["auto", "sdpa", "eager"] = "auto"
     """The decoder's attention kernel (transformers' name). `sdpa`: PyTorch's fused
     scaled-dot-product attention (transformers' default); `eager`: the unfused products
