@@ -20,6 +20,9 @@ draw). ``model.attention_dropout: auto`` is 0 on a CPU because of this measureme
 same way (:mod:`entrena.engine.attention`; section ``bench:attention-kernel-demo``), and with
 ``--config examples/reviews-chat/config.yaml`` on the LLM demo (SmolLM2-135M with LoRA;
 scored by exact match; section ``bench:attention-kernel-llm-demo``).
+``--key model.base_dtype --values float32 auto --config examples/reviews-chat/config.yaml``
+compares the LLM demo's frozen base stored in float32 and in bfloat16
+(:mod:`entrena.engine.frozen`; section ``bench:base-dtype-llm-demo``).
 
 Usage::
 
@@ -53,7 +56,10 @@ SECTIONS = {"model.attention_dropout": ("attention-dropout", "attention dropout"
                                          "demo"),
             "model.attn_implementation": ("attention-kernel-demo", "attention kernel",
                                           "Attention kernel on a CPU: time and accuracy of the "
-                                          "demo")}
+                                          "demo"),
+            "model.base_dtype": ("base-dtype-demo", "frozen base dtype",
+                                 "The frozen LoRA base in float32 or bfloat16: time and "
+                                 "accuracy of the demo")}
 """Per ``--key``: the docs section, the table's column label and the section's title."""
 KEY = "model.attention_dropout"
 LLM_CONFIG = ROOT / "examples" / "reviews-chat" / "config.yaml"

@@ -193,7 +193,9 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         if note:
             log.info(note)
     base_dtype = getattr(cfg.model, "base_dtype", None)
-    if base_dtype is not None:  # before the plan: its memory probe measures the stored weights
+    # Before the plan (its memory probe measures the stored weights); not under sharded
+    # strategies, which flatten parameters into groups of one dtype.
+    if base_dtype is not None and tcfg.strategy not in ("fsdp", "deepspeed"):
         note = store_frozen_weights(model, base_dtype, backend.precision)
         if note:
             log.info(note)

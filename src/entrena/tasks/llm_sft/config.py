@@ -139,7 +139,9 @@ class LlmModelConfig(ModelConfig):
     adapters keep float32 weights and optimizer states. `float32`: always float32 (the
     residual stream then stays float32). The LLM demo's steps on the Intel Xeon with AMX:
     1.13x faster, the same loss curve within noise (docs/benchmarks.md, bench:frozen-bf16).
-    Saved adapters and exports are unchanged (the base is read again in float32)."""
+    Saved adapters and exports are unchanged (the base is read again in float32). Not
+    applied under `train.strategy: fsdp` or `deepspeed` (sharding needs one dtype per
+    group of parameters)."""
     attn_implementation: Literal["auto", "sdpa", "eager"] = "auto"
     """The decoder's attention kernel (transformers' name). `sdpa`: PyTorch's fused
     scaled-dot-product attention (transformers' default); `eager`: the unfused products
