@@ -47,8 +47,9 @@ class Answers:
 
 BATCH_SIZE = 16
 """Prompts per PyTorch generation call (:class:`TorchGenerator`): on the 2-core Intel Xeon
-with AMX, 100 of the LLM demo's test prompts took 50 s one at a time in fp32 and about 17 s
-in batches of 16 (`bench:llm-demo-phases`)."""
+with AMX, 100 of the LLM demo's test prompts took 46 s one at a time in fp32 and 19 s in
+batches of 16, with the same answers from the q8_0 export's point of view (agreement 0.99
+both; docs/benchmarks.md, "Session 15: make llm-demo in 7 min 23 s")."""
 
 
 class TorchGenerator:
