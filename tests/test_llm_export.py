@@ -297,6 +297,9 @@ def test_real_smollm2_q8_0_agrees_with_pytorch_on_50_held_out_reviews(
     base = resolve_llm_source("smollm2-135m", None,
                               pytestconfig.cache.mkdir("entrena-llm-model"))
     root = Path(__file__).resolve().parents[1]
+    # model.base_dtype=float32: this checks the exporter on a barely trained model (2 steps
+    # at 3e-3), whose answers sit near ties; trained against a bf16 base on the AMX CPU its
+    # q8_0 agreement was 0.84 (fp32 base: >= 0.95; the full demo: 0.99 both ways).
     with pytest.MonkeyPatch.context() as patch:  # the plan's probe steps: not tested here
         patch.setattr("entrena.recipes.training.plan_run", lambda *args, **kwargs: None)
         entrena.train(root / "examples" / "reviews-chat" / "config.yaml",
@@ -304,6 +307,7 @@ def test_real_smollm2_q8_0_agrees_with_pytorch_on_50_held_out_reviews(
                       overrides=[f"model.name={base}", "data.max_train_samples=32",
                                  "data.max_eval_samples=4", "data.validation_fraction=0.01",
                                  "train.learning_rate=3e-3", "train.num_threads=1",
+                                 "model.base_dtype=float32",
                                  "tracking.enabled=false"])
     result = entrena.export(tmp_path / "run", format="gguf", quantize="q8_0",
                             parity_prompts=50, threads=1)
