@@ -139,8 +139,9 @@ class LlmModelConfig(ModelConfig):
     adapters keep float32 weights and optimizer states. `float32`: always float32 (the
     residual stream then stays float32). The LLM demo on the Intel Xeon with AMX: steps
     1.13x faster, the same loss curve within noise (docs/benchmarks.md, bench:frozen-bf16);
-    test exact match 0.783 / 0.817 against 0.787 / 0.827 in float32 on two seeds, within
-    the standard error of 300 reviews (bench:base-dtype-llm-demo).
+    on 4 seeds, test exact match median 0.803 against 0.807 in float32, lower on every
+    seed by 1-3 of 300 reviews (validation by 1-4 of 100): a small cost, within one run's
+    noise but of one sign (bench:base-dtype-llm-demo). Set `float32` to avoid it.
     Saved adapters and exports are unchanged (the base is read again in float32). Not
     applied under `train.strategy: fsdp` or `deepspeed` (sharding needs one dtype per
     group of parameters)."""

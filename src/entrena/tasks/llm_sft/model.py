@@ -184,8 +184,7 @@ class SftModel(nn.Module):
         mask = None if input_ids.is_meta or position_ids is not None else attention_mask
         prefix = (shared_prefix_length(input_ids, target_mask)
                   if self.share_prefix and position_ids is None
-                  and not input_ids.is_meta and not getattr(lm, "is_gradient_checkpointing",
-                                                            False) else 0)
+                  and not input_ids.is_meta and not _checkpointing(lm) else 0)
         if prefix:
             hidden = _decode_with_shared_prefix(lm, input_ids, attention_mask, prefix)
         else:
@@ -260,6 +259,12 @@ class SftModel(nn.Module):
             raise RuntimeError(f"adapter weights do not match: missing {missing[:5]}, "
                                f"unexpected {list(result.unexpected_keys)[:5]}")
         return result
+
+
+def _checkpointing(lm: Any) -> bool:
+    """Whether activation checkpointing is on (transformers 5's name, then 4's)."""
+    flag = getattr(lm, "is_activation_checkpointing", None)
+    return bool(getattr(lm, "is_gradient_checkpointing", False) if flag is None else flag)
 
 
 MIN_SHARED_PREFIX = 4
