@@ -197,11 +197,9 @@ def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Any
                         max_length=getattr(prepared, "max_length", None) or 512,
                         threads=threads, cache_dir=default_cache_dir(
                             loaded.resolve_path(configured) if configured else None))
-    base_dtype = getattr(cfg.model, "base_dtype", None)
-    if base_dtype is not None:  # as the fit will store them
-        from entrena.engine.frozen import store_frozen_weights
+    from entrena.engine.frozen import store_frozen_weights
 
-        store_frozen_weights(model, base_dtype, precision)
+    store_frozen_weights(model, getattr(cfg.model, "base_dtype", None), precision)  # as the fit
     calibration = calibrate(model, loaded, task, spec, profile, machine, catalog, device,
                              precision, base_rss)
     return calibration, base_rss

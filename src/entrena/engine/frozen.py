@@ -24,23 +24,20 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["FROZEN_DTYPES", "store_frozen_weights"]
-
-FROZEN_DTYPES = ("auto", "float32")
-"""``model.base_dtype`` values: ``auto`` stores frozen weights in bfloat16 under
-``bf16-mixed`` (float32 otherwise); ``float32`` always keeps them in float32."""
+__all__ = ["store_frozen_weights"]
 
 
-def store_frozen_weights(model: Any, setting: str, precision: str) -> str | None:
+def store_frozen_weights(model: Any, setting: str | None, precision: str) -> str | None:
     """Cast ``model``'s frozen floating-point parameters to bfloat16 under ``bf16-mixed``.
 
     Args:
         model: The model to train (changed in place; tied parameters stay tied).
-        setting: ``auto`` or ``float32`` (:data:`FROZEN_DTYPES`).
+        setting: ``model.base_dtype``: ``auto`` or ``float32``; ``None`` (a task without
+            the key) casts nothing.
         precision: The run's resolved Fabric precision (``bf16-mixed``, ``32-true`` …).
 
     Returns:
-        A sentence for the log, or ``None`` when nothing was cast (``float32``, another
+        A sentence for the log, or ``None`` when nothing was cast (not ``auto``, another
         precision, no frozen parameter, or a quantised model, whose recipe keeps the rest
         of its weights in float32 on purpose).
     """

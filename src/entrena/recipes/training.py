@@ -192,11 +192,11 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                                threads=threads, cache_dir=_cache_dir(loaded))
         if note:
             log.info(note)
-    base_dtype = getattr(cfg.model, "base_dtype", None)
     # Before the plan (its memory probe measures the stored weights); not under sharded
     # strategies, which flatten parameters into groups of one dtype.
-    if base_dtype is not None and tcfg.strategy not in ("fsdp", "deepspeed"):
-        note = store_frozen_weights(model, base_dtype, backend.precision)
+    if tcfg.strategy not in ("fsdp", "deepspeed"):
+        note = store_frozen_weights(model, getattr(cfg.model, "base_dtype", None),
+                                    backend.precision)
         if note:
             log.info(note)
     max_length = getattr(prepared, "max_length", None)  # text only: tokens
