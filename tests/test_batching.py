@@ -10,6 +10,7 @@ from entrena.config.models import resolve_model_name
 from entrena.data.batching import (
     group_by_length,
     pad_batch,
+    padded_width,
     padding_fraction,
     random_batches,
     sequential_batches,
@@ -94,6 +95,15 @@ def test_pad_batch_shapes_and_mask():
 def test_pad_batch_uses_the_pad_id():
     ids, mask = pad_batch([np.array([1, 2]), np.array([3])], pad_id=99)
     assert ids[1, 1] == 99 and mask[1, 1] == 0
+
+
+def test_pad_batch_rounds_the_width_up_to_a_multiple():
+    ids, mask = pad_batch([np.array([5, 6, 7]), np.array([8])], pad_id=0, multiple=4)
+    assert ids.tolist() == [[5, 6, 7, 0], [8, 0, 0, 0]]
+    assert mask.tolist() == [[1, 1, 1, 0], [1, 0, 0, 0]]
+    assert pad_batch([np.arange(8)], pad_id=0, multiple=4)[0].shape == (1, 8)  # already one
+    assert [padded_width(n, 32) for n in (1, 32, 33, 64)] == [32, 32, 64, 64]
+    assert padded_width(7, 1) == 7
 
 
 # --- choose_max_length ---------------------------------------------------------------------

@@ -58,6 +58,15 @@ def _training_batches(tmp_path, smol_tokenizer, packing: bool):
             task.batches(loaded, prepared, "train", batch_size=6, shuffle=True))
 
 
+def _loss_and_grads(model, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The loss per target token of ``batch`` and every parameter's gradient."""
+    model.zero_grad()
+    out = model(**{k: v for k, v in batch.items() if k != "labels"})
+    loss = out[:, 0].sum() / out[:, 1].sum()
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
 def test_a_packed_batch_gives_each_example_its_unpacked_states_loss_and_gradients(
         tmp_path, smol_tokenizer):
     from entrena.tasks.llm_sft.model import build_sft_model
@@ -98,20 +107,45 @@ def test_a_packed_batch_gives_each_example_its_unpacked_states_loss_and_gradient
                 break
     assert found == len(indices)
 
-    def loss_and_grads(batch):
-        model.zero_grad()
-        inputs = {k: v for k, v in batch.items() if k != "labels"}
-        out = model(**inputs)
-        loss = out[:, 0].sum() / out[:, 1].sum()
-        loss.backward()
-        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
-
-    loss_packed, grads_packed = loss_and_grads(packed)
-    loss_padded, grads_padded = loss_and_grads(padded)
+    loss_packed, grads_packed = _loss_and_grads(model, packed)
+    loss_padded, grads_padded = _loss_and_grads(model, padded)
     torch.testing.assert_close(loss_packed, loss_padded, rtol=1e-5, atol=1e-6)
     for name in grads_padded:
         torch.testing.assert_close(grads_packed[name], grads_padded[name], rtol=1e-4,
                                    atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("packing", [False, True])
+def test_batches_padded_to_a_multiple_give_the_same_loss_and_gradients(
+        tmp_path, smol_tokenizer, packing):
+    from entrena.tasks.llm_sft.model import build_sft_model
+
+    loaded, task, prepared, source = _training_batches(tmp_path, smol_tokenizer, packing)
+    multiple = loaded.config.data.pad_to_multiple_of
+    assert multiple > 1 and source.multiple == multiple  # the default pads to a multiple
+    indices = source.plan(0)[0]
+    wide = source.collate(indices)
+    source.multiple = 1
+    tight = source.collate(indices)
+    longest = max(len(prepared.splits.train.input_ids[i]) for i in indices)
+    assert tight["input_ids"].shape[1] == longest and longest % multiple
+    assert wide["input_ids"].shape[1] == -(-longest // multiple) * multiple
+    for key in ("input_ids", "attention_mask", "target_mask", "position_ids"):
+        if key in tight:  # the added columns are padding: masked, no targets
+            assert torch.equal(wide[key][:, :longest], tight[key])
+    assert not wide["attention_mask"][:, longest:].any()
+    assert not wide["target_mask"][:, longest:].any()
+
+    torch.manual_seed(0)
+    model = build_sft_model(pretrained=None, architecture=ARCH, tokenizer=prepared.tokenizer,
+                            finetuning="full", lora={}, dropout=0.0, max_new_tokens=2,
+                            gradient_checkpointing=False)
+    loss_wide, grads_wide = _loss_and_grads(model, wide)
+    loss_tight, grads_tight = _loss_and_grads(model, tight)
+    torch.testing.assert_close(loss_wide, loss_tight, rtol=1e-5, atol=1e-6)
+    for name in grads_tight:
+        torch.testing.assert_close(grads_wide[name], grads_tight[name], rtol=1e-4, atol=1e-6,
+                                   msg=name)
 
 
 def test_packing_auto_packs_only_when_it_saves_slots(tmp_path, smol_tokenizer):

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 __all__ = ["group_by_length", "sequential_batches", "random_batches", "epoch_batches",
-           "pad_batch", "pack_rows", "padding_fraction", "packed_padding_fraction"]
+           "pad_batch", "padded_width", "pack_rows", "padding_fraction", "packed_padding_fraction"]
 
 
 def group_by_length(lengths: Sequence[int], batch_size: int, seed: int,
@@ -92,24 +92,31 @@ def padding_fraction(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -
     return 1.0 - real / slots if slots else 0.0
 
 
-def pad_batch(sequences: Sequence[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Right-pad token id sequences to the longest one.
+def pad_batch(sequences: Sequence[np.ndarray], pad_id: int,
+              multiple: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pad token id sequences to the longest one, rounded up to ``multiple``.
 
     Args:
         sequences: B arrays of token ids of varying length.
         pad_id: Id written into the padding slots.
+        multiple: The width is a multiple of this (1: the longest length itself).
 
     Returns:
-        ``(input_ids, attention_mask)``, both int64 of shape (B, T), T the longest length;
-        the mask is 1 on real tokens and 0 on padding.
+        ``(input_ids, attention_mask)``, both int64 of shape (B, T), T the longest length
+        rounded up to ``multiple``; the mask is 1 on real tokens and 0 on padding.
     """
-    longest = max(len(s) for s in sequences)
+    longest = padded_width(max(len(s) for s in sequences), multiple)
     ids = np.full((len(sequences), longest), pad_id, dtype=np.int64)
     mask = np.zeros((len(sequences), longest), dtype=np.int64)
     for row, seq in enumerate(sequences):
         ids[row, :len(seq)] = seq
         mask[row, :len(seq)] = 1
     return ids, mask
+
+
+def padded_width(length: int, multiple: int) -> int:
+    """``length`` rounded up to a multiple of ``multiple`` (≥ 1)."""
+    return -(-int(length) // int(multiple)) * int(multiple)
 
 
 def pack_rows(lengths: Sequence[int], capacity: int | None = None) -> list[list[int]]:

@@ -1,6 +1,7 @@
 """Batches of chat examples: right-padded, length-grouped, with the target mask.
 
-A batch (B batch, T tokens, R the widest response of the data, EOS included):
+A batch (B batch, T tokens: its longest example rounded up to ``pad_to_multiple_of``, R the
+widest response of the data, EOS included):
 
 - ``input_ids`` (B, T) int64: prompt + response + EOS, right-padded with the pad id;
 - ``attention_mask`` (B, T) int64: 1 on real tokens;
@@ -11,7 +12,7 @@ A batch (B batch, T tokens, R the widest response of the data, EOS included):
   response ids (EOS included), -1 after (what evaluation compares generations with).
 
 Packed (training batches with ``pack``): the batch's B examples are laid end to end in
-P <= B rows as wide as its longest example (:func:`~entrena.data.batching.pack_rows`), so
+P <= B rows of the same T (:func:`~entrena.data.batching.pack_rows`), so
 ``input_ids``, ``attention_mask`` and ``target_mask`` are (P, T), and ``position_ids``
 (P, T) int64 restarts at 0 with every example (and with the padding at a row's end). The
 model then attends within each example only (a block-diagonal causal mask, which
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from entrena.data.batching import epoch_batches, pack_rows, pad_batch
+from entrena.data.batching import epoch_batches, pack_rows, pad_batch, padded_width
 from entrena.tasks.llm_sft.data import SftSplit
 
 __all__ = ["SftBatches"]
@@ -46,11 +47,13 @@ class SftBatches:
         seed: Base seed.
         pack: Pack training batches (see the module docstring); evaluation batches (not
             ``shuffle``) are never packed: their generations are per example.
+        pad_to_multiple_of: Rows (packed or not) are as wide as the batch's longest
+            example rounded up to this many tokens (``data.pad_to_multiple_of``).
     """
 
     def __init__(self, split: SftSplit, *, batch_size: int, pad_id: int, reference_width: int,
                  shuffle: bool, group_by_length: bool = True, seed: int = 0,
-                 pack: bool = False):
+                 pack: bool = False, pad_to_multiple_of: int = 1):
         self.split = split
         self.batch_size = batch_size
         self.pad_id = pad_id
@@ -59,6 +62,7 @@ class SftBatches:
         self.group = group_by_length
         self.seed = seed
         self.pack = pack and shuffle
+        self.multiple = pad_to_multiple_of
         self.lengths = split.lengths
         self.target_lengths = split.response_lengths
         self._plans: dict[int, list[list[int]]] = {}
@@ -89,7 +93,8 @@ class SftBatches:
             labels[row, 1:1 + end - start] = self.split.input_ids[i][start:end]
         if self.pack:
             return {**self._packed(rows), "labels": torch.from_numpy(labels)}
-        ids, mask = pad_batch([self.split.input_ids[i] for i in rows], self.pad_id)
+        ids, mask = pad_batch([self.split.input_ids[i] for i in rows], self.pad_id,
+                              self.multiple)
         target = np.zeros_like(mask)
         for row, i in enumerate(rows):
             target[row, int(self.split.prompt_lengths[i]):len(self.split.input_ids[i])] = 1
@@ -100,7 +105,7 @@ class SftBatches:
         """``input_ids``, ``attention_mask``, ``target_mask``, ``position_ids``, (P, T)."""
         sequences = [self.split.input_ids[i] for i in rows]
         packing = pack_rows([len(s) for s in sequences])
-        width = max(len(s) for s in sequences)
+        width = padded_width(max(len(s) for s in sequences), self.multiple)
         shape = (len(packing), width)
         ids = np.full(shape, self.pad_id, dtype=np.int64)
         mask, target = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)

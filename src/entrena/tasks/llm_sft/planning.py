@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from entrena.data.batching import padded_width
 from entrena.tasks.base import PlanningSpec
 
 __all__ = ["sft_planning", "llm_settings"]
@@ -22,13 +23,15 @@ def _activation_bytes(precision: str) -> int:
 
 def llm_settings(loaded: Any, prepared: Any) -> dict[str, Any]:
     """The keyword arguments of :func:`~entrena.planning.llm.llm_memory` for the run's
-    longest training batch: mode, context (its longest example), batch size, LoRA rank,
+    longest training batch: mode, context (its longest example, padded as the batches
+    are), batch size, LoRA rank,
     targets and dropout, gradient checkpointing, activation bytes, and the positions whose
     logits are computed (the batch's target tokens, at most batch × longest response)."""
     cfg = loaded.config
     model, train = cfg.model, prepared.splits.train
     targets = model.lora.target_modules
-    return {"mode": model.finetuning, "context": int(train.lengths.max()),
+    context = padded_width(int(train.lengths.max()), cfg.data.pad_to_multiple_of)
+    return {"mode": model.finetuning, "context": context,
             "batch_size": int(cfg.train.batch_size), "lora_rank": int(model.lora.r),
             "lora_targets": targets if isinstance(targets, str) else tuple(targets),
             "gradient_checkpointing": bool(model.gradient_checkpointing),
@@ -53,9 +56,11 @@ def sft_planning(task: Any, loaded: Any, sources: dict[str, str],
     """See :meth:`LlmSftTask.planning <entrena.tasks.llm_sft.task.LlmSftTask.planning>`."""
     cfg = loaded.config
 
-    def lengths(role: str) -> Any:
+    multiple = cfg.data.pad_to_multiple_of
+
+    def lengths(role: str) -> Any:  # as wide as the batches are padded (the widest rules)
         split = getattr(prepared.splits, role, None)
-        return split.lengths if split is not None else []
+        return -(-split.lengths // multiple) * multiple if split is not None else []
 
     def probe_batches(batch_size: int) -> list[dict[str, Any]]:
         source = task.batches(loaded, prepared, "train", batch_size=batch_size, shuffle=True)

@@ -134,7 +134,8 @@ class LlmSftTask:
         split = getattr(prepared.splits, role)
         source = SftBatches(split, batch_size=batch_size, pad_id=_pad_id(prepared.tokenizer),
                             reference_width=_reference_width(prepared), shuffle=shuffle,
-                            group_by_length=tcfg.group_by_length, seed=tcfg.seed)
+                            group_by_length=tcfg.group_by_length, seed=tcfg.seed,
+                            pad_to_multiple_of=loaded.config.data.pad_to_multiple_of)
         if shuffle:
             source.pack = packing_decision(loaded.config.data.packing, split.lengths,
                                            source.plan(0))
