@@ -15,7 +15,8 @@ GIB = 2**30
 
 
 @pytest.mark.parametrize(("name", "billions"), [("llama-3-8b", 8.03), ("llama-3-70b", 70.6),
-                                                ("mistral-7b", 7.24), ("qwen2.5-7b", 7.61)])
+                                                ("mistral-7b", 7.24), ("qwen2.5-7b", 7.61),
+                                                ("smollm2-135m", 0.1345)])
 def test_shipped_shapes_give_the_published_parameter_counts(name, billions):
     assert load_llm_shape(name).parameters / 1e9 == pytest.approx(billions, rel=0.01)
 

@@ -74,7 +74,7 @@ def plan_llm(model: str | Path, *, mode: str = "inference", context: int = 4096,
 
     Args:
         model: A Hugging Face ``config.json`` (or its folder) or a known name
-            (``llama-3-8b``, ``llama-3-70b``, ``mistral-7b``, ``qwen2.5-7b``).
+            (``llama-3-8b``, ``llama-3-70b``, ``mistral-7b``, ``qwen2.5-7b``, ``smollm2-135m``).
         mode: ``inference``, ``lora``, ``qlora`` or ``full``.
         context: Tokens per sequence.
         batch_size: Sequences at once.

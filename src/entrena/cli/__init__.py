@@ -432,7 +432,8 @@ def plan(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
              "$ENTRENA_CATALOG).", show_default=False)] = None,
          llm: Annotated[bool, typer.Option(
              "--llm", help="CONFIG is a language model: a Hugging Face config.json (or its "
-             "folder) or a known name (llama-3-8b, llama-3-70b, mistral-7b, qwen2.5-7b).")
+             "folder) or a known name (llama-3-8b, llama-3-70b, mistral-7b, qwen2.5-7b, "
+             "smollm2-135m).")
                         ] = False,
          for_: Annotated[str, typer.Option(
              "--for", help="--llm: inference, lora, qlora or full.")] = "inference",
