@@ -86,3 +86,20 @@ def run_all(prefix: str, jobs: list[tuple], run: Any) -> tuple[list[dict], list[
             load.append(os.getloadavg()[0])
             print(json.dumps(results[-1]), flush=True)
     return results, load
+
+
+def train_json(config: Path, run_dir: Path, sets: list[str]) -> dict:
+    """``entrena train CONFIG --run-dir RUN_DIR --restart --json --set …``: its metrics
+    (the printed JSON). Exits with the run's stderr tail when it fails."""
+    import json
+    import subprocess
+    import sys
+
+    entrena = Path(sys.executable).with_name("entrena")
+    command = [str(entrena), "train", str(config), "--run-dir", str(run_dir), "--restart",
+               "--json", *[arg for item in sets for arg in ("--set", item)]]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
+    if done.returncode != 0:
+        sys.exit(f"run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout)
+

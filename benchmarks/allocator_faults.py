@@ -3,12 +3,15 @@
 Each arm is a fresh process (a threshold, once fixed, stays for the process): MiniLM-L6 (the
 demo's model, ``AutoModelForSequenceClassification`` from the package), fused AdamW, batch B ×
 T random token ids, 2 threads, 12 steps under ``--precision`` (``bf16``: CPU autocast; ``fp32``),
-the median of steps 3–12 reported: wall seconds, system seconds and minor page faults per step.
+the median of steps 3–12 reported: wall seconds, system seconds and minor page faults per step,
+and the peak resident set of the steps above the process's before them (GiB).
 Thresholds: ``adaptive`` (glibc's default, what a plain PyTorch script gets) or a fixed size
 in MiB (``mallopt(M_MMAP_THRESHOLD)``, what ``entrena train`` sets on a CPU:
-:mod:`entrena.hardware.allocator`). Arms run in turn, ``--repeats`` rounds.
+:mod:`entrena.hardware.allocator`); a ``+thp`` suffix (``16+thp``) also starts the process with
+PyTorch's ``THP_MEM_ALLOC_ENABLE=1``: tensor blocks of at least 2 MiB aligned to 2 MiB and
+advised as transparent huge pages (``madvise``). Arms run in turn, ``--repeats`` rounds.
 
-    .venv/bin/python benchmarks/allocator_faults.py [--thresholds adaptive 1 16]
+    .venv/bin/python benchmarks/allocator_faults.py [--thresholds adaptive 1 16 16+thp]
         [--precision bf16 fp32] [--tokens 160] [--repeats 2]
 
 Run it alone on the machine: it times steps.
@@ -35,10 +38,10 @@ def worker(threshold: str, precision: str, batch: int, tokens: int) -> dict:
     import torch
 
     torch.set_num_threads(2)
-    if threshold != "adaptive":
+    if threshold.removesuffix("+thp") != "adaptive":
         from entrena.hardware.allocator import configure_allocator
 
-        configure_allocator(int(float(threshold) * 2**20))
+        configure_allocator(int(float(threshold.removesuffix("+thp")) * 2**20))
     from transformers import AutoModelForSequenceClassification
 
     from entrena.config.models import MODEL_ALIASES
@@ -50,6 +53,14 @@ def worker(threshold: str, precision: str, batch: int, tokens: int) -> dict:
     ids = torch.randint(1000, 20000, (batch, tokens), generator=generator)
     labels = torch.randint(0, 2, (batch,), generator=generator)
     model.train()
+    status = Path("/proc/self/status")
+
+    def rss(field: str) -> int:
+        line = next(x for x in status.read_text().splitlines() if x.startswith(field + ":"))
+        return int(line.split()[1]) * 1024
+
+    base = rss("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # the peak starts again here
     rows = []
     for step in range(12):
         before, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
@@ -65,7 +76,8 @@ def worker(threshold: str, precision: str, batch: int, tokens: int) -> dict:
     return {"threshold": threshold, "precision": precision,
             "step_s": statistics.median(r[0] for r in rows),
             "system_s": statistics.median(r[1] for r in rows),
-            "page_faults": statistics.median(r[2] for r in rows)}
+            "page_faults": statistics.median(r[2] for r in rows),
+            "peak_gib": (rss("VmHWM") - base) / 2**30}
 
 
 def main() -> None:
@@ -83,22 +95,27 @@ def main() -> None:
     for _ in range(args.repeats):
         for precision in args.precision:
             for threshold in args.thresholds:
+                env = {**os.environ, **({"THP_MEM_ALLOC_ENABLE": "1"}
+                                        if threshold.endswith("+thp") else {})}
                 done = subprocess.run([sys.executable, __file__, "worker", threshold, precision,
                                        str(args.batch), str(args.tokens)],
-                                      capture_output=True, text=True, check=True)
+                                      capture_output=True, text=True, check=True, env=env)
                 results.append(json.loads(done.stdout.strip().splitlines()[-1]))
                 load.append(os.getloadavg()[0])
                 print(json.dumps(results[-1]), flush=True)
     print(f"\n{machine()}; {load_text(load)}; batch {args.batch} x {args.tokens} tokens")
-    print("| precision | mmap threshold | step (s) | system time (s) | page faults per step |")
-    print("|---|---|---|---|---|")
+    print("| precision | mmap threshold | step (s) | system time (s) | page faults per step "
+          "| peak above start (GiB) |")
+    print("|---|---|---|---|---|---|")
     for precision in args.precision:
         for threshold in args.thresholds:
             rows = [r for r in results if r["precision"] == precision
                     and r["threshold"] == threshold]
             cells = [", ".join(fmt.format(r[key]) for r in rows) for key, fmt in
-                     (("step_s", "{:.2f}"), ("system_s", "{:.2f}"), ("page_faults", "{:,.0f}"))]
-            label = threshold if threshold == "adaptive" else f"{threshold} MiB"
+                     (("step_s", "{:.2f}"), ("system_s", "{:.2f}"), ("page_faults", "{:,.0f}"),
+                      ("peak_gib", "{:.2f}"))]
+            label = threshold if threshold == "adaptive" else \
+                f"{threshold.removesuffix('+thp')} MiB" + (" + THP" if "+thp" in threshold else "")
             print(f"| {precision} | {label} | " + " | ".join(cells) + " |")
 
 

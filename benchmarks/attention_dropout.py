@@ -22,7 +22,10 @@ same way (:mod:`entrena.engine.attention`; section ``bench:attention-kernel-demo
 scored by exact match; section ``bench:attention-kernel-llm-demo``).
 ``--key model.base_dtype --values float32 auto --config examples/reviews-chat/config.yaml``
 compares the LLM demo's frozen base stored in float32 and in bfloat16
-(:mod:`entrena.engine.frozen`; section ``bench:base-dtype-llm-demo``).
+(:mod:`entrena.engine.frozen`; section ``bench:base-dtype-llm-demo``);
+``--key data.pad_to_multiple_of --values 1 32 --config examples/reviews-chat/config.yaml``
+the LLM demo's batches padded to their longest example or to a multiple of 32 tokens
+(section ``bench:pad-multiple-llm-demo``).
 
 Usage::
 
@@ -59,7 +62,10 @@ SECTIONS = {"model.attention_dropout": ("attention-dropout", "attention dropout"
                                           "demo"),
             "model.base_dtype": ("base-dtype-demo", "frozen base dtype",
                                  "The frozen LoRA base in float32 or bfloat16: time and "
-                                 "accuracy of the demo")}
+                                 "accuracy of the demo"),
+            "data.pad_to_multiple_of": ("pad-multiple-demo", "padding multiple",
+                                        "Padding batches to a multiple of tokens: time, memory "
+                                        "and accuracy of the demo")}
 """Per ``--key``: the docs section, the table's column label and the section's title."""
 KEY = "model.attention_dropout"
 LLM_CONFIG = ROOT / "examples" / "reviews-chat" / "config.yaml"
@@ -90,7 +96,8 @@ def one_run(seed: int, value: str, folder: Path) -> dict:
     return {"seed": seed, "value": value, "wall_s": round(wall, 1),
             "train_s": metrics["fit"]["train_time_s"], "score": score,
             "test_accuracy": test, "test_macro_f1": metrics["test"].get("macro_f1"),
-            "validation_accuracy": _score(metrics["validation"])[1]}
+            "validation_accuracy": _score(metrics["validation"])[1],
+            "peak_gib": round(metrics["fit"]["peak_memory_bytes"] / 2**30, 2)}
 
 
 def main() -> None:
@@ -123,13 +130,15 @@ def main() -> None:
         runs, load = run_all("bench-attention-dropout-", jobs, one_run)
     score = "exact match" if llm else "accuracy"
     lines = [f"| {label} | seed | test {score} | test macro-F1 | validation {score} "
-             "| training steps (s) | wall (s) |", "|---:|---:|---:|---:|---:|---:|---:|"]
+             "| training steps (s) | wall (s) | fit's peak memory |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(runs, key=lambda r: (args.values.index(r["value"]),
                                          r["seed"])):
         f1 = "–" if r.get("test_macro_f1") is None else f"{r['test_macro_f1']:.3f}"
         lines.append(f"| {r['value']} | {r['seed']} | {r['test_accuracy']:.3f} | "
                      f"{f1} | {r['validation_accuracy']:.3f} | "
-                     f"{r['train_s']:.0f} | {r['wall_s']:.0f} |")
+                     f"{r['train_s']:.0f} | {r['wall_s']:.0f} | "
+                     + (f"{r['peak_gib']:.2f} GiB |" if r.get("peak_gib") else "– |"))
     summary = []
     for value in args.values:
         accs = [r["test_accuracy"] for r in runs if r["value"] == value]

@@ -27,14 +27,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import ROOT, machine, today, write_section  # noqa: E402
+from _report import ROOT, machine, today, train_json, write_section  # noqa: E402
 
 CONFIG = ROOT / "examples" / "reviews" / "config.yaml"
 FIXED = ["tracking.enabled=false", "data.test=null", "data.max_eval_samples=64",
@@ -72,14 +71,8 @@ def steps_to_longest(batches) -> int:
 
 def train(run_dir: Path, batch_size: int, max_length: int, max_steps: int,
           threads: int | None) -> dict:
-    entrena = Path(sys.executable).with_name("entrena")
-    sets = [*overrides(batch_size, max_length, threads), f"train.max_steps={max_steps}"]
-    command = [str(entrena), "train", str(CONFIG), "--run-dir", str(run_dir), "--restart",
-               "--json", *[arg for item in sets for arg in ("--set", item)]]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
-    if done.returncode != 0:
-        sys.exit(f"run failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout)
+    return train_json(CONFIG, run_dir, [*overrides(batch_size, max_length, threads),
+                                        f"train.max_steps={max_steps}"])
 
 
 def predicted_time(run_dir: Path, batches, steps: int) -> tuple[float, float | None]:
