@@ -9,6 +9,7 @@ rows (no cross-contamination is the model's business: position ids restart per s
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -114,9 +115,10 @@ def pad_batch(sequences: Sequence[np.ndarray], pad_id: int,
     return ids, mask
 
 
-def padded_width(length: int, multiple: int) -> int:
-    """``length`` rounded up to a multiple of ``multiple`` (≥ 1)."""
-    return -(-int(length) // int(multiple)) * int(multiple)
+def padded_width(length: Any, multiple: int) -> Any:
+    """``length`` rounded up to a multiple of ``multiple`` (≥ 1): an int, or elementwise
+    for an integer array of lengths."""
+    return -(-length // int(multiple)) * int(multiple)
 
 
 def pack_rows(lengths: Sequence[int], capacity: int | None = None) -> list[list[int]]:

@@ -60,7 +60,7 @@ def sft_planning(task: Any, loaded: Any, sources: dict[str, str],
 
     def lengths(role: str) -> Any:  # as wide as the batches are padded (the widest rules)
         split = getattr(prepared.splits, role, None)
-        return -(-split.lengths // multiple) * multiple if split is not None else []
+        return padded_width(split.lengths, multiple) if split is not None else []
 
     def probe_batches(batch_size: int) -> list[dict[str, Any]]:
         source = task.batches(loaded, prepared, "train", batch_size=batch_size, shuffle=True)
