@@ -106,6 +106,14 @@ def test_pad_batch_rounds_the_width_up_to_a_multiple():
     assert padded_width(7, 1) == 7
 
 
+def test_padded_width_never_exceeds_the_limit_nor_cuts_a_sequence():
+    assert [padded_width(n, 16, 40) for n in (1, 17, 33, 40)] == [16, 32, 40, 40]
+    assert padded_width(45, 16, 40) == 45  # longer than the limit: never cut
+    assert padded_width(np.array([1, 17, 33]), 16, 40).tolist() == [16, 32, 40]
+    ids, mask = pad_batch([np.arange(1, 34)], pad_id=0, multiple=16, limit=40)
+    assert ids.shape == (1, 40) and int(mask.sum()) == 33
+
+
 # --- choose_max_length ---------------------------------------------------------------------
 
 def test_choose_max_length_rounds_quantile_up_to_multiple_of_8():
@@ -192,3 +200,47 @@ def test_training_plan_changes_each_epoch_but_is_reproducible(tokenizer):
 
     assert source().plan(0) != source().plan(1)
     assert source().plan(1) == source().plan(1)
+
+
+def test_text_batches_pad_to_a_multiple_up_to_max_length(tokenizer):
+    encoded, _ = encode_texts(TEXTS, tokenizer, 512, None)
+    source = TextBatches(encoded, np.array([1, 0, 0]), max_length=12, batch_size=2,
+                         pad_id=tokenizer.pad_token_id, shuffle=False, pad_to_multiple_of=8)
+    assert len(encoded.get(1)) < 8 and source.collate([1])["input_ids"].shape == (1, 8)
+    assert len(encoded.get(0)) == 8 and source.collate([0, 1])["input_ids"].shape == (2, 8)
+    assert source.collate([2])["input_ids"].shape == (1, 12)  # 16 capped at max_length
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_text_batches_padded_to_a_multiple_give_the_same_loss_and_gradients(tokenizer,
+                                                                             pooling):
+    from conftest import TINY_ARCHITECTURE
+    from entrena.tasks.text_classification.model import build_classifier
+
+    texts = [" ".join(["word"] * n) for n in (3, 9, 14, 5)]
+    encoded, _ = encode_texts(texts, tokenizer, 512, None)
+    kwargs = dict(max_length=64, batch_size=4, pad_id=tokenizer.pad_token_id, shuffle=False)
+    tight = TextBatches(encoded, np.array([0, 1, 1, 0]), **kwargs).collate([0, 1, 2, 3])
+    wide = TextBatches(encoded, np.array([0, 1, 1, 0]), pad_to_multiple_of=32,
+                       **kwargs).collate([0, 1, 2, 3])
+    assert tight["input_ids"].shape[1] % 32 and wide["input_ids"].shape[1] == 32
+    torch.manual_seed(0)
+    model = build_classifier(num_labels=2, pretrained=None,
+                             architecture=dict(TINY_ARCHITECTURE),
+                             vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                             pooling=pooling, dropout=0.0, attention_dropout=0.0)
+    model.eval()  # hidden-state dropout draws one mask per shape; gradients flow all the same
+
+    def loss_and_grads(batch):
+        model.zero_grad()
+        logits = model(batch["input_ids"], batch["attention_mask"])
+        loss = torch.nn.functional.cross_entropy(logits, batch["labels"])
+        loss.backward()
+        return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+                                 if p.grad is not None}
+
+    logits_tight, grads_tight = loss_and_grads(tight)
+    logits_wide, grads_wide = loss_and_grads(wide)
+    torch.testing.assert_close(logits_wide, logits_tight, rtol=1e-5, atol=1e-6)
+    for name, grad in grads_tight.items():
+        torch.testing.assert_close(grads_wide[name], grad, rtol=1e-4, atol=1e-6, msg=name)

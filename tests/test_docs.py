@@ -135,8 +135,8 @@ def test_each_task_lists_the_keys_it_adds():
              for name, schema in schemas.items()}
     assert added == {
         "text-classification": {
-            "task", "data.text_column", "data.multi_label", "data.multi_label.separator",
-            "model.name", "model.architecture",
+            "task", "data.text_column", "data.pad_to_multiple_of", "data.multi_label",
+            "data.multi_label.separator", "model.name", "model.architecture",
             "model.architecture.num_hidden_layers", "model.architecture.hidden_size",
             "model.architecture.num_attention_heads", "model.architecture.intermediate_size",
             "model.architecture.max_position_embeddings", "model.tokenizer", "model.max_length",
@@ -150,7 +150,8 @@ def test_each_task_lists_the_keys_it_adds():
         "tabular-regression": {"task", "data.drop_columns", "model.hidden_sizes",
                                *regression_keys},
         "text-regression": {
-            "task", "data.text_column", "model.name", "model.architecture",
+            "task", "data.text_column", "data.pad_to_multiple_of", "model.name",
+            "model.architecture",
             "model.architecture.num_hidden_layers", "model.architecture.hidden_size",
             "model.architecture.num_attention_heads", "model.architecture.intermediate_size",
             "model.architecture.max_position_embeddings", "model.tokenizer", "model.max_length",

@@ -93,20 +93,23 @@ def padding_fraction(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -
     return 1.0 - real / slots if slots else 0.0
 
 
-def pad_batch(sequences: Sequence[np.ndarray], pad_id: int,
-              multiple: int = 1) -> tuple[np.ndarray, np.ndarray]:
+def pad_batch(sequences: Sequence[np.ndarray], pad_id: int, multiple: int = 1,
+              limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Right-pad token id sequences to the longest one, rounded up to ``multiple``.
 
     Args:
         sequences: B arrays of token ids of varying length.
         pad_id: Id written into the padding slots.
         multiple: The width is a multiple of this (1: the longest length itself).
+        limit: The rounded width is at most this many tokens (never below the longest
+            sequence): a model's position limit or the truncation length.
 
     Returns:
         ``(input_ids, attention_mask)``, both int64 of shape (B, T), T the longest length
-        rounded up to ``multiple``; the mask is 1 on real tokens and 0 on padding.
+        rounded up to ``multiple`` (capped at ``limit``); the mask is 1 on real tokens and 0
+        on padding.
     """
-    longest = padded_width(max(len(s) for s in sequences), multiple)
+    longest = padded_width(max(len(s) for s in sequences), multiple, limit)
     ids = np.full((len(sequences), longest), pad_id, dtype=np.int64)
     mask = np.zeros((len(sequences), longest), dtype=np.int64)
     for row, seq in enumerate(sequences):
@@ -115,10 +118,15 @@ def pad_batch(sequences: Sequence[np.ndarray], pad_id: int,
     return ids, mask
 
 
-def padded_width(length: Any, multiple: int) -> Any:
+def padded_width(length: Any, multiple: int, limit: int | None = None) -> Any:
     """``length`` rounded up to a multiple of ``multiple`` (≥ 1): an int, or elementwise
-    for an integer array of lengths."""
-    return -(-length // int(multiple)) * int(multiple)
+    for an integer array of lengths; with ``limit``, at most ``max(limit, length)``."""
+    width = -(-length // int(multiple)) * int(multiple)
+    if limit is None:
+        return width
+    if isinstance(width, np.ndarray):
+        return np.maximum(np.minimum(width, limit), length)
+    return max(min(width, limit), length)
 
 
 def pack_rows(lengths: Sequence[int], capacity: int | None = None) -> list[list[int]]:

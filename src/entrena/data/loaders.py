@@ -14,7 +14,7 @@ __all__ = ["TextBatches"]
 
 
 class TextBatches:
-    """Batches of one split, padded to their longest member.
+    """Batches of one split, padded to their longest member (rounded up to a multiple).
 
     Args:
         encoded: Token ids of the split (untruncated up to the model limit).
@@ -28,11 +28,13 @@ class TextBatches:
         group_by_length: With ``shuffle``, group similar lengths (see
             :func:`~entrena.data.batching.group_by_length`).
         seed: Base seed.
+        pad_to_multiple_of: Each batch is as wide as its longest text rounded up to this
+            many tokens, at most ``max_length`` (``data.pad_to_multiple_of``).
     """
 
     def __init__(self, encoded: EncodedTexts, labels: np.ndarray, *, max_length: int,
                  batch_size: int, pad_id: int, shuffle: bool, group_by_length: bool = True,
-                 seed: int = 0):
+                 seed: int = 0, pad_to_multiple_of: int = 1):
         self.encoded = encoded
         labels = np.asarray(labels)
         self.labels = labels.astype(np.float32 if labels.ndim == 2 or labels.dtype.kind == "f"
@@ -43,6 +45,7 @@ class TextBatches:
         self.shuffle = shuffle
         self.group = group_by_length
         self.seed = seed
+        self.multiple = pad_to_multiple_of
         self.lengths = encoded.lengths(max_length)
         self._plans: dict[int, list[list[int]]] = {}
 
@@ -61,6 +64,7 @@ class TextBatches:
     def collate(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
         """``input_ids`` (B, T) int64, ``attention_mask`` (B, T) int64, ``labels`` (B,) int64
         (or (B, K) float32 multi-hot tags)."""
-        ids, mask = pad_batch([self.encoded.get(i, self.max_length) for i in indices], self.pad_id)
+        ids, mask = pad_batch([self.encoded.get(i, self.max_length) for i in indices],
+                              self.pad_id, self.multiple, self.max_length)
         return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
                 "labels": torch.from_numpy(self.labels[list(indices)])}

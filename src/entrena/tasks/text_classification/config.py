@@ -31,6 +31,12 @@ class TextDataConfig(DataConfig):
     into one text per row: each non-empty field after its column name, one per line
     (`subject: …` newline `description: …`); a row whose fields are all empty is an empty
     text. `entrena predict` and `entrena export` join them the same way."""
+    pad_to_multiple_of: Annotated[int, Field(ge=1)] = 1
+    """Batches (training and evaluation) are padded to their longest text rounded up to a
+    multiple of this many tokens, at most `max_length`; 1 pads to the longest only. The
+    padded slots are masked: predictions, the loss and the gradients are unchanged. Fewer
+    distinct batch widths mean fewer kernel shapes and a flatter CPU heap over a fit
+    (docs/benchmarks.md, "Padding batches to a multiple")."""
 
     @field_validator("text_column")
     @classmethod

@@ -80,24 +80,28 @@ def text_planning(loaded: Any, sources: dict[str, str], prepared: Any,
     epoch 0."""
     from pathlib import Path as _Path
 
+    from entrena.data.batching import padded_width
     from entrena.data.loaders import TextBatches
     from entrena.tasks.text_classification.model import meta_classifier
 
     cfg = loaded.config
     max_length = int(prepared.max_length)
+    multiple = cfg.data.pad_to_multiple_of
     architecture = cfg.model.architecture.model_dump() if cfg.model.architecture else None
     num_labels = outputs
 
-    def lengths(role: str) -> Any:
+    def lengths(role: str) -> Any:  # as wide as the batches are padded (the widest rules)
         encoded = prepared.encoded.get(role)
-        return encoded.lengths(max_length) if encoded is not None else []
+        return padded_width(encoded.lengths(max_length), multiple, max_length) \
+            if encoded is not None else []
 
     def probe_batches(batch_size: int) -> list[dict[str, Any]]:
         t = cfg.train
         batches = TextBatches(prepared.encoded["train"], prepared.targets("train"),
                               max_length=max_length, batch_size=batch_size,
                               pad_id=prepared.pad_token_id, shuffle=True,
-                              group_by_length=t.group_by_length, seed=t.seed)
+                              group_by_length=t.group_by_length, seed=t.seed,
+                              pad_to_multiple_of=multiple)
         plan = batches.plan(0)
         full = [b for b in plan if len(b) == batch_size] or plan
         by_length = sorted(full, key=lambda b: int(batches.lengths[b].max()))
@@ -110,9 +114,11 @@ def text_planning(loaded: Any, sources: dict[str, str], prepared: Any,
                 continue
             batches = TextBatches(prepared.encoded[role], prepared.targets(role),
                                   max_length=max_length, batch_size=batch_size,
-                                  pad_id=prepared.pad_token_id, shuffle=False)
+                                  pad_id=prepared.pad_token_id, shuffle=False,
+                                  pad_to_multiple_of=multiple)
             for b in batches.plan(0):
-                tokens = int(batches.lengths[b].max()) * len(b)
+                tokens = padded_width(int(batches.lengths[b].max()), multiple,
+                                      max_length) * len(b)
                 if longest is None or tokens > longest[0]:
                     longest = (tokens, batches, b)
         assert longest is not None, "no evaluation split"
@@ -184,7 +190,8 @@ class TextClassificationTask:
                            max_length=prepared.max_length,
                            batch_size=batch_size, pad_id=prepared.pad_token_id,
                            shuffle=shuffle, group_by_length=tcfg.group_by_length,
-                           seed=tcfg.seed)
+                           seed=tcfg.seed,
+                           pad_to_multiple_of=loaded.config.data.pad_to_multiple_of)
 
     def baselines(self, loaded: Any, prepared: PreparedData) -> dict[str, dict[str, Any]]:
         """Majority class and TF-IDF + logistic regression, fitted on the training texts."""

@@ -126,7 +126,8 @@ class TextRegressionTask:
         return TextBatches(prepared.encoded[role], prepared.target_scaler.to_model(split.labels),
                            max_length=prepared.max_length, batch_size=batch_size,
                            pad_id=prepared.pad_token_id, shuffle=shuffle,
-                           group_by_length=tcfg.group_by_length, seed=tcfg.seed)
+                           group_by_length=tcfg.group_by_length, seed=tcfg.seed,
+                           pad_to_multiple_of=loaded.config.data.pad_to_multiple_of)
 
     def baselines(self, loaded: Any, prepared: WithTarget) -> dict[str, dict[str, Any]]:
         """The training mean and TF-IDF + ridge, fitted on the training texts."""
