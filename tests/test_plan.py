@@ -156,6 +156,12 @@ def test_train_writes_plan_json_and_plan_vs_actual(tiny_config, config_file, tmp
     assert cached["train_step_bytes"] == calibration["train_step_bytes"]
     assert cached["eval_step_bytes"] == calibration["eval_step_bytes"]
     assert cached["source"] == "training steps" and cached["steps"] == 1
+    # ... and how far above its base the first fit peaked: the second plan counts at least
+    # that (a CPU fit's heap grows past one measured step)
+    above = comparison["peak_memory_bytes"]["actual"] - calibration["base_rss_bytes"]
+    assert above > 0 and cached["fit_peak_above_base_bytes"] == pytest.approx(above)
+    assert second["options"][0]["peak_memory_bytes"] >= \
+        cached["base_rss_bytes"] + above - 1
 
 
 @pytest.mark.slow

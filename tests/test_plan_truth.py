@@ -107,6 +107,35 @@ def test_a_measured_step_replaces_the_modelled_terms_on_a_cpu(tiny_profile):
     assert measured.peak_bytes != modelled.peak_bytes
 
 
+def test_an_earlier_fits_peak_raises_the_measured_plan_never_lowers_it(tiny_profile):
+    kwargs = dict(batch_size=16, tokens=64, device="cpu", precision="32-true",
+                  base_bytes=1e9, weights_in_base=True, measured=(3e8, 5e8))
+    step = training_memory(tiny_profile, **kwargs)
+    grown = training_memory(tiny_profile, fit_above_base=2e9, **kwargs)
+    assert grown.peak_bytes == pytest.approx(1e9 + 2e9)
+    assert grown.overhead_bytes - step.overhead_bytes == pytest.approx(grown.peak_bytes
+                                                                       - step.peak_bytes)
+    small = training_memory(tiny_profile, fit_above_base=1e6, **kwargs)
+    assert small.peak_bytes == step.peak_bytes and small.overhead_bytes == step.overhead_bytes
+
+
+def test_the_fits_peak_is_kept_beside_the_cached_step_memory(tmp_path):
+    import json
+
+    from entrena.recipes.planning import _cached_memory, _record_fit_peak
+
+    path = tmp_path / "memory-x.json"
+    path.write_text(json.dumps({"train_step_bytes": 1.0, "eval_step_bytes": 2.0,
+                                "memory_shapes": {"train": [2, 8], "eval": None}}))
+    assert _cached_memory(path, "cpu", "32-true", 5.0).fit_peak_above_base_bytes is None
+    _record_fit_peak(path, 300.0)
+    _record_fit_peak(path, 100.0)  # a smaller fit keeps the larger figure
+    cached = _cached_memory(path, "cpu", "32-true", 5.0)
+    assert cached.fit_peak_above_base_bytes == 300.0 and cached.train_step_bytes == 1.0
+    _record_fit_peak(tmp_path / "absent.json", 1.0)  # no entry: nothing written, no error
+    assert not (tmp_path / "absent.json").exists()
+
+
 @pytest.fixture(scope="module")
 def tiny_profile():
     from conftest import TINY_ARCHITECTURE

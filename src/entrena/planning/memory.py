@@ -136,7 +136,8 @@ def activation_bytes(profile: ModelProfile, tokens: int, *, device: str,
 def training_memory(profile: ModelProfile, *, batch_size: int, tokens: int, device: str,
                     precision: str, base_bytes: float = 0.0,
                     weights_in_base: bool = False, undo_copy: bool = False,
-                    measured: tuple[float, float | None] | None = None) -> MemoryEstimate:
+                    measured: tuple[float, float | None] | None = None,
+                    fit_above_base: float | None = None) -> MemoryEstimate:
     """Predict the peak memory of training at ``batch_size`` × ``tokens``.
 
     On a CPU with ``measured`` (the probe's :mod:`~entrena.planning.memory_probe` figures at
@@ -157,6 +158,11 @@ def training_memory(profile: ModelProfile, *, batch_size: int, tokens: int, devi
             from before each step (``train.divergence_factor`` set; engine/guard.py).
         measured: CPU only: ``(train_step_bytes, eval_step_bytes or None)`` measured by the
             probe at this batch.
+        fit_above_base: CPU only, with ``measured``: how far above its base an earlier fit of
+            this model at this batch shape peaked on this machine (its resident set's
+            high-water mark; over a fit glibc's heap keeps growing past one measured step,
+            docs/benchmarks.md "Padding batches to a multiple"). The peak is at least
+            ``base_bytes`` plus this; the excess is counted in the overhead.
 
     Returns:
         The :class:`MemoryEstimate`.
@@ -179,6 +185,9 @@ def training_memory(profile: ModelProfile, *, batch_size: int, tokens: int, devi
             step = max(measured[0], measured[1] or 0.0)
             overhead = base_bytes - model_in_base + weights + undo
             peak = overhead + weights + optimizer + max(step, gradients)
+            if fit_above_base is not None and base_bytes + fit_above_base > peak:
+                overhead += base_bytes + fit_above_base - peak
+                peak = base_bytes + fit_above_base
             return MemoryEstimate(weights, gradients, optimizer, max(0.0, step - gradients),
                                   0.0, overhead, peak, batch_size, tokens)
         overhead = base_bytes - model_in_base + weights + CPU_ALLOCATOR_OVERHEAD_BYTES + undo

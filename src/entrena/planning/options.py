@@ -216,15 +216,16 @@ def local_option(machine: Machine, catalog: Catalog, profile: ModelProfile, shap
         efficiency = catalog.efficiency.get(f"cpu_{isa}") or (
             catalog.efficiency.get("cpu_fp32") if isa in ("avx2_fma", "sse") else None)
         capacity = machine.memory.get("available_bytes")
-        measured = None
+        measured, fit_above_base = None, None
         if (calibration is not None and calibration.device == "cpu"
                 and calibration.train_step_bytes is not None):
             measured = (calibration.train_step_bytes, calibration.eval_step_bytes)
+            fit_above_base = calibration.fit_peak_above_base_bytes
         estimate = training_memory(profile, batch_size=shape.batch_size,
                                    tokens=shape.train.longest, device="cpu",
                                    precision=precision, base_bytes=base_rss_bytes,
                                    weights_in_base=weights_in_base, undo_copy=shape.undo_copy,
-                                   measured=measured)
+                                   measured=measured, fit_above_base=fit_above_base)
         max_batch = largest_batch(profile, tokens=shape.train.longest, device="cpu",
                                   precision=precision, capacity_bytes=capacity or 0,
                                   base_bytes=base_rss_bytes, weights_in_base=weights_in_base,

@@ -122,6 +122,9 @@ class Calibration:
             ``"training steps"`` (the fit's own optimizer steps after its first).
         memory_cached: The memory figures come from an earlier run's measurement of the
             same model, batch shape, precision and machine (``entrena train``'s cache).
+        fit_peak_above_base_bytes: How far above its base the largest earlier fit of that
+            model and batch shape on this machine peaked (from the same cache; ``None``:
+            no fit recorded yet). The CPU plan's peak is at least the base plus this.
     """
 
     device: str
@@ -138,6 +141,7 @@ class Calibration:
     memory_shapes: dict[str, Any] | None = None
     source: str = "probe"
     memory_cached: bool = False
+    fit_peak_above_base_bytes: float | None = None
 
     @property
     def timed(self) -> bool:

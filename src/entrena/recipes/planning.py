@@ -156,6 +156,7 @@ class FitPlan:
     document: dict[str, Any]
     _replan: Callable[[Calibration], dict[str, Any]] | None = None
     _batch_flops: Callable[[float, float], float] | None = None
+    _record_peak: Callable[[float], None] | None = None
 
     @property
     def needs_timing(self) -> bool:
@@ -166,6 +167,13 @@ class FitPlan:
         """Training FLOPs of a step of ``batch_size`` examples padded to ``tokens``."""
         assert self._batch_flops is not None
         return self._batch_flops(batch_size, tokens)
+
+    def record_peak(self, peak_bytes: float) -> None:
+        """Keep the fit's peak (CPU resident set, bytes) beside the cached step memory, so
+        that the next plan of this model and batch shape on this machine counts what the
+        heap grew over a whole fit (a no-op off a CPU or without a cache entry)."""
+        if self._record_peak is not None and peak_bytes:
+            self._record_peak(peak_bytes)
 
     def timed(self, steps: Calibration) -> dict[str, Any]:
         """The plan again with the step timing of ``steps`` (memory figures unchanged)."""
@@ -245,11 +253,18 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
             extra={**(llm_plan_details(spec.llm) if spec.llm else {}),
                    "planning_time_s": planning_s})
 
+    record = None
+    if cache is not None and base_rss is not None:
+        def record(peak_bytes: float) -> None:
+            _record_fit_peak(cache, peak_bytes - base_rss)
+
     return FitPlan(build(memory), lambda steps: build(memory.with_steps(steps)),
-                   lambda size, tokens: batch_flops(profile, size, tokens))
+                   lambda size, tokens: batch_flops(profile, size, tokens), record)
 
 
 _MEMORY_FIELDS = ("train_step_bytes", "eval_step_bytes", "memory_shapes")
+FIT_PEAK_FIELD = "fit_peak_above_base_bytes"
+"""The step-memory cache entry's record of the largest fit's peak above its base, bytes."""
 
 
 def _memory_cache_path(loaded: LoadedConfig, spec: PlanningSpec, machine: Machine,
@@ -299,6 +314,7 @@ def _cached_memory(path: Path | None, device: str, precision: str,
         return Calibration(device=device, precision=precision, flops_per_s=None,
                            step_overhead_s=0.0, probe_s=0.0, steps=0, shapes=[],
                            base_rss_bytes=base_rss, memory_cached=True,
+                           fit_peak_above_base_bytes=saved.get(FIT_PEAK_FIELD),
                            **{k: saved[k] for k in _MEMORY_FIELDS})
     except (OSError, ValueError, TypeError, KeyError):
         return None  # a damaged or outdated entry is measured again
@@ -315,6 +331,22 @@ def _cache_memory(path: Path | None, memory: Calibration) -> None:
                           durable=False)
     except OSError:
         log.debug("could not cache the step memory in %s", path, exc_info=True)
+
+
+def _record_fit_peak(path: Path, above_base: float) -> None:
+    """Raise the cache entry's ``fit_peak_above_base_bytes`` to ``above_base`` (bytes) when
+    larger (the entry written by the probe of the same run; absent: nothing is kept)."""
+    import json
+
+    from entrena.core.files import write_json_atomic
+
+    try:
+        saved = json.loads(path.read_text())
+        if above_base <= (saved.get(FIT_PEAK_FIELD) or 0.0):
+            return
+        write_json_atomic(path, {**saved, FIT_PEAK_FIELD: float(above_base)}, durable=False)
+    except (OSError, ValueError, TypeError, AttributeError):
+        log.debug("could not keep the fit's peak in %s", path, exc_info=True)
 
 
 def plan_vs_actual(plan_document_: dict[str, Any] | None, *, peak_memory_bytes: int | None,
@@ -392,6 +424,9 @@ def plan_run(loaded: LoadedConfig, sources: dict[str, str], prepared: Any, model
                 else "measured at the longest batch by an earlier run, cached"
                 if calibration.get("memory_cached")
                 else f"measured at the longest batch in {calibration['probe_s']:.1f}s")
+    if calibration.get(FIT_PEAK_FIELD) is not None:
+        measured += (f"; an earlier fit of this shape here peaked "
+                     f"{format_bytes(calibration[FIT_PEAK_FIELD])} above its base")
     epoch = local["epoch_time_s"]
     log.info("plan: peak memory %s (%s); %s per epoch of training steps%s",
              format_bytes(local["peak_memory_bytes"] or 0), measured,

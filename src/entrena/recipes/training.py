@@ -407,6 +407,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                                     samples_seen=state.samples_seen, train_rows=len(splits.train))
         if comparison is not None:
             metrics["plan_vs_actual"] = comparison
+        if fit_plan is not None and fit_peak_bytes:
+            fit_plan.record_peak(fit_peak_bytes)
         metrics["efficiency"], metrics["diagnosis"] = efficiency_metrics(
             state, efficiency, precision=backend.precision, max_epochs=tcfg.max_epochs, plan=plan,
             plan_vs_actual=comparison)
