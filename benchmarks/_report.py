@@ -88,13 +88,30 @@ def run_all(prefix: str, jobs: list[tuple], run: Any) -> tuple[list[dict], list[
     return results, load
 
 
+def forget_fit_peaks() -> None:
+    """Drop the fit peaks ``entrena train`` keeps beside its cached step memory
+    (``<cache>/profiles/memory-*.json``), so that the next plan is a first fit's: a plan
+    check measures the planner, not the memory of an earlier run of the same shape."""
+    import json
+
+    from entrena.data.remote import default_cache_dir
+    from entrena.recipes.planning import FIT_PEAK_FIELD
+
+    for path in (default_cache_dir() / "profiles").glob("memory-*.json"):
+        saved = json.loads(path.read_text())
+        if saved.pop(FIT_PEAK_FIELD, None) is not None:
+            path.write_text(json.dumps(saved))
+
+
 def train_json(config: Path, run_dir: Path, sets: list[str]) -> dict:
     """``entrena train CONFIG --run-dir RUN_DIR --restart --json --set …``: its metrics
-    (the printed JSON). Exits with the run's stderr tail when it fails."""
+    (the printed JSON), planned as a first fit (:func:`forget_fit_peaks`). Exits with the
+    run's stderr tail when it fails."""
     import json
     import subprocess
     import sys
 
+    forget_fit_peaks()
     entrena = Path(sys.executable).with_name("entrena")
     command = [str(entrena), "train", str(config), "--run-dir", str(run_dir), "--restart",
                "--json", *[arg for item in sets for arg in ("--set", item)]]
