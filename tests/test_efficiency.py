@@ -116,6 +116,14 @@ def test_diagnosis_findings_name_their_figure_and_change():
     assert "6.0 min" in found["early_stopping_saved"]["message"]
     assert "0.20 USD" in found["early_stopping_saved"]["message"]
     assert "epoch_time_s" in found["plan_off"]["figure"] and "3.00x" in found["plan_off"]["figure"]
+    assert "--calibrate" in found["plan_off"]["change"]
+    # a CPU fit above its planned memory: the heap grew, and the next plan knows it
+    above = {"peak_memory_bytes": {"predicted": 100, "actual": 136}}
+    grown = next(f for f in diagnose(summary, plan_vs_actual=above,
+                                     fit={"peak_remembered": True}) if f["code"] == "plan_off")
+    assert "planned from this fit's peak" in grown["change"]
+    unknown = next(f for f in diagnose(summary, plan_vs_actual=above) if f["code"] == "plan_off")
+    assert "--calibrate" in unknown["change"]
     for finding in found.values():
         assert finding["figure"] and finding["change"]
     assert window_findings({"data_wait_fraction": 0.1, "padding_fraction": 0.1}) == []

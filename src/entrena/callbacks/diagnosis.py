@@ -114,7 +114,9 @@ def diagnose(summary: dict[str, Any], *, plan_vs_actual: dict[str, Any] | None =
         summary: ``metrics.json``'s ``efficiency`` (plus ``device``, ``precision``,
             ``threads``, ``cores``).
         plan_vs_actual: ``metrics.json``'s ``plan_vs_actual``.
-        fit: ``{"stop_reason", "epochs", "max_epochs", "epoch_time_s", "usd_per_hour"}``.
+        fit: ``{"stop_reason", "epochs", "max_epochs", "epoch_time_s", "usd_per_hour",
+            "peak_remembered"}`` (the last: the fit's peak was kept for the next plan of its
+            shape, so a CPU peak above the plan needs no action).
 
     Returns:
         The findings, in :data:`GROUPS` order (:func:`order_findings`).
@@ -173,11 +175,16 @@ def diagnose(summary: dict[str, Any], *, plan_vs_actual: dict[str, Any] | None =
         predicted, actual = pair.get("predicted"), pair.get("actual")
         if predicted and actual and abs(actual / predicted - 1) > tolerance:
             ratio = actual / predicted
+            grew = (key == "peak_memory_bytes" and ratio > 1
+                    and bool((fit or {}).get("peak_remembered")))
             found.append(_finding(
                 "plan_off", f"{key}: actual {actual:.4g} vs predicted {predicted:.4g} "
                 f"({ratio:.2f}x)",
                 f"plan vs actual: {key} off by {abs(ratio - 1):.0%} (tolerance "
                 f"{tolerance:.0%})",
+                "nothing to do: the C allocator's heap grew over the fit past the one step "
+                "the plan measured; the next fit of this model and batch shape here is "
+                "planned from this fit's peak" if grew else
                 "re-plan with entrena plan --calibrate on an idle machine; other load or a "
                 "changed config shifts the figures"))
     return order_findings(found)

@@ -89,15 +89,18 @@ def build_monitor(*, plan: dict[str, Any] | None, lengths: np.ndarray, accelerat
 
 def efficiency_metrics(state: TrainState, monitor: EfficiencyMonitor, *, precision: str,
                        max_epochs: int, plan: dict[str, Any] | None,
-                       plan_vs_actual: dict[str, Any] | None) -> tuple[dict[str, Any], list]:
-    """``(efficiency, diagnosis)`` for ``metrics.json``; each finding is logged."""
+                       plan_vs_actual: dict[str, Any] | None,
+                       peak_remembered: bool = False) -> tuple[dict[str, Any], list]:
+    """``(efficiency, diagnosis)`` for ``metrics.json``; each finding is logged.
+    ``peak_remembered``: the fit's peak was kept for the next plan of its shape
+    (:meth:`~entrena.recipes.planning.FitPlan.record_peak`)."""
     summary = state.extras.get("efficiency") or monitor.summary(state)
     summary = {**summary, "precision": precision}
     epochs = state.epoch + (1 if state.batch_in_epoch else 0)
     local = next((o for o in (plan or {}).get("options", []) if o.get("kind") == "local"), {})
     fit = {"stop_reason": state.stop_reason, "epochs": epochs, "max_epochs": max_epochs,
            "epoch_time_s": state.train_time_s / epochs if epochs else None,
-           "usd_per_hour": local.get("usd_per_hour")}
+           "usd_per_hour": local.get("usd_per_hour"), "peak_remembered": peak_remembered}
     findings = diagnose(summary, plan_vs_actual=plan_vs_actual, fit=fit)
     for finding in findings:
         log_finding(finding)

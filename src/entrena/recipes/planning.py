@@ -156,7 +156,7 @@ class FitPlan:
     document: dict[str, Any]
     _replan: Callable[[Calibration], dict[str, Any]] | None = None
     _batch_flops: Callable[[float, float], float] | None = None
-    _record_peak: Callable[[float], None] | None = None
+    _record_peak: Callable[[float], bool] | None = None
 
     @property
     def needs_timing(self) -> bool:
@@ -168,12 +168,14 @@ class FitPlan:
         assert self._batch_flops is not None
         return self._batch_flops(batch_size, tokens)
 
-    def record_peak(self, peak_bytes: float) -> None:
+    def record_peak(self, peak_bytes: float) -> bool:
         """Keep the fit's peak (CPU resident set, bytes) beside the cached step memory, so
         that the next plan of this model and batch shape on this machine counts what the
-        heap grew over a whole fit (a no-op off a CPU or without a cache entry)."""
-        if self._record_peak is not None and peak_bytes:
-            self._record_peak(peak_bytes)
+        heap grew over a whole fit. Returns whether that entry exists (``False`` off a CPU,
+        for a model without a shape key, or when it could not be read)."""
+        if self._record_peak is None or not peak_bytes:
+            return False
+        return self._record_peak(peak_bytes)
 
     def timed(self, steps: Calibration) -> dict[str, Any]:
         """The plan again with the step timing of ``steps`` (memory figures unchanged)."""
@@ -255,8 +257,8 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
 
     record = None
     if cache is not None and base_rss is not None:
-        def record(peak_bytes: float) -> None:
-            _record_fit_peak(cache, peak_bytes - base_rss)
+        def record(peak_bytes: float) -> bool:
+            return _record_fit_peak(cache, peak_bytes - base_rss)
 
     return FitPlan(build(memory), lambda steps: build(memory.with_steps(steps)),
                    lambda size, tokens: batch_flops(profile, size, tokens), record)
@@ -333,20 +335,23 @@ def _cache_memory(path: Path | None, memory: Calibration) -> None:
         log.debug("could not cache the step memory in %s", path, exc_info=True)
 
 
-def _record_fit_peak(path: Path, above_base: float) -> None:
+def _record_fit_peak(path: Path, above_base: float) -> bool:
     """Raise the cache entry's ``fit_peak_above_base_bytes`` to ``above_base`` (bytes) when
-    larger (the entry written by the probe of the same run; absent: nothing is kept)."""
+    larger (the entry written by the probe of the same run; absent: nothing is kept).
+    Returns whether the entry holds at least ``above_base`` now."""
     import json
 
     from entrena.core.files import write_json_atomic
 
     try:
         saved = json.loads(path.read_text())
-        if above_base <= (saved.get(FIT_PEAK_FIELD) or 0.0):
-            return
-        write_json_atomic(path, {**saved, FIT_PEAK_FIELD: float(above_base)}, durable=False)
+        if above_base > (saved.get(FIT_PEAK_FIELD) or 0.0):
+            write_json_atomic(path, {**saved, FIT_PEAK_FIELD: float(above_base)},
+                              durable=False)
+        return True
     except (OSError, ValueError, TypeError, AttributeError):
         log.debug("could not keep the fit's peak in %s", path, exc_info=True)
+        return False
 
 
 def plan_vs_actual(plan_document_: dict[str, Any] | None, *, peak_memory_bytes: int | None,

@@ -407,11 +407,10 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                                     samples_seen=state.samples_seen, train_rows=len(splits.train))
         if comparison is not None:
             metrics["plan_vs_actual"] = comparison
-        if fit_plan is not None and fit_peak_bytes:
-            fit_plan.record_peak(fit_peak_bytes)
+        remembered = fit_plan is not None and fit_plan.record_peak(fit_peak_bytes or 0)
         metrics["efficiency"], metrics["diagnosis"] = efficiency_metrics(
             state, efficiency, precision=backend.precision, max_epochs=tcfg.max_epochs, plan=plan,
-            plan_vs_actual=comparison)
+            plan_vs_actual=comparison, peak_remembered=remembered)
         # The task's own advice speaks for the baselines when it has some (the tabular task's
         # trees_enough); the generic tie or loss is already logged by baseline_verdict.
         generic = baseline_finding(metrics["baseline"]["comparison"]) if finding is None else None
