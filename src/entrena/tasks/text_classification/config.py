@@ -35,7 +35,7 @@ class TextDataConfig(DataConfig):
     """Batches (training and evaluation) are padded to their longest text rounded up to a
     multiple of this many tokens, at most `max_length`; 1 pads to the longest only. The
     padded slots are masked: the logits, the loss and the gradients are unchanged (tested).
-    Few batch widths keep a CPU fit fast and its memory flat (each new width leaves the C
+    Few batch widths keep a CPU fit faster and its memory lower (each new width leaves the C
     allocator's heap larger and meets uncached kernels): the demo (`make demo`, Intel Xeon
     with AMX, bf16, seeds 42 and 43) trained in 329/337 s of steps with 16 and 348/349 s
     with 32 against 481/398 s with 1, peaking at 3.47/3.63, 3.20/3.22 and 5.53/5.54 GiB,
