@@ -272,8 +272,9 @@ FIT_PEAK_FIELD = "fit_peak_above_base_bytes"
 def _memory_cache_path(loaded: LoadedConfig, spec: PlanningSpec, machine: Machine,
                        device: str, precision: str, shape: Any,
                        unfused_up_to: int = 0) -> Path | None:
-    """Where the step-memory measurement of this model, batch shape, precision and machine
-    is kept (``<cache>/profiles/memory-<key>.json``), or ``None`` for a model the task gives
+    """Where the step-memory measurement of this model, batch shape, padding multiple,
+    precision and machine is kept, with the largest peak a fit of it reached
+    (``<cache>/profiles/memory-<key>.json``), or ``None`` for a model the task gives
     no shape key for, or a GPU (whose allocator state other processes share).
     ``unfused_up_to``: the longest length the model trains with the unfused attention
     products (:func:`entrena.engine.attention.eager_up_to`), which the measurement covers."""
@@ -295,6 +296,8 @@ def _memory_cache_path(loaded: LoadedConfig, spec: PlanningSpec, machine: Machin
         cpu.model, sorted(k for k, v in cpu.features.items() if v), cpu.torch_capability,
         shape.threads, [importlib.metadata.version(d) for d in ("torch", "transformers")],
         unfused_up_to,
+        # the batch widths a fit meets shape its heap, so the fit peak kept here too
+        getattr(cfg.data, "pad_to_multiple_of", None),
     ], sort_keys=True, default=str)
     key = hashlib.sha256(blob.encode()).hexdigest()[:20]
     configured = getattr(cfg.data, "cache_dir", None)
