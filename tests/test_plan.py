@@ -159,9 +159,12 @@ def test_train_writes_plan_json_and_plan_vs_actual(tiny_config, config_file, tmp
     # ... and how far above its base the first fit peaked: the second plan counts at least
     # that (a CPU fit's heap grows past one measured step)
     above = comparison["peak_memory_bytes"]["actual"] - calibration["base_rss_bytes"]
-    assert above > 0 and cached["fit_peak_above_base_bytes"] == pytest.approx(above)
+    if above > 0:
+        assert cached["fit_peak_above_base_bytes"] == pytest.approx(above)
+    else:  # the fit stayed inside a heap earlier tests in this process had freed: no rise
+        assert not cached.get("fit_peak_above_base_bytes")
     assert second["options"][0]["peak_memory_bytes"] >= \
-        cached["base_rss_bytes"] + above - 1
+        cached["base_rss_bytes"] + max(above, 0) - 1
 
 
 @pytest.mark.slow
