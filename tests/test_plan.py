@@ -46,11 +46,10 @@ def test_plan_document_has_the_keys_scripts_depend_on(tiny_config, config_file):
     # so plans) in the slow tests/test_llm_sft.py.
     p.parent.name for p in sorted(EXAMPLES.glob("*/config.yaml"))
     if p.parent.name != "reviews-chat"])
-def test_every_shipped_example_config_is_planned(example, reviews_data, request):
+def test_every_shipped_example_config_is_planned(example, request):
     # each example's data comes from its own fixture (written when missing), so the test
     # does not rely on another file's tests having written it first
-    if example != "reviews":
-        request.getfixturevalue(f"{example}_data")
+    request.getfixturevalue(f"{example}_data")
     result = plan(EXAMPLES / example / "config.yaml", local_only=True)
     local = result.options[0]
     assert local.fits and local.peak_memory_bytes > 0
