@@ -112,6 +112,11 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=CONFIG,
                         help="the demo to train (default: the reviews demo; "
                              "examples/reviews-chat/config.yaml: the LLM demo)")
+    parser.add_argument("--section-suffix", default="",
+                        help="appended to the docs section's name and title, so that a "
+                             "measurement on another CPU kind is kept beside the first "
+                             "(e.g. '-avx512-bf16' with ' (AMD EPYC, AVX-512 BF16)')")
+    parser.add_argument("--title-suffix", default="")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     KEY, CONFIG = args.key, args.config.resolve()
@@ -119,6 +124,7 @@ def main() -> None:
     llm = CONFIG == LLM_CONFIG
     if llm:
         section, title = section.replace("-demo", "-llm-demo"), title + " (LLM, LoRA)"
+    section, title = section + args.section_suffix, title + args.title_suffix
     # Alternate which value goes first, so neither always meets a colder machine.
     jobs = [(seed, value) for index, seed in enumerate(args.seeds)
             for value in (args.values if index % 2 == 0 else list(reversed(args.values)))]
@@ -161,6 +167,8 @@ def main() -> None:
                + ("--config examples/reviews-chat/config.yaml " if llm else "")
                + "--seeds "
                + " ".join(map(str, args.seeds)) + " --values " + " ".join(args.values)
+               + (f" --section-suffix={args.section_suffix}" if args.section_suffix else "")
+               + (f" --title-suffix '{args.title_suffix}'" if args.title_suffix else "")
                + " --write")
     publish_runs(
         section, title,

@@ -39,8 +39,9 @@ class TextDataConfig(DataConfig):
     allocator's heap larger and meets uncached kernels): the demo (`make demo`, Intel Xeon
     with AMX, bf16, seeds 42 and 43) trained in 329/337 s of steps with 16 and 348/349 s
     with 32 against 481/398 s with 1, peaking at 3.47/3.63, 3.20/3.22 and 5.53/5.54 GiB,
-    test accuracy 0.870/0.854, 0.852/0.849 and 0.858/0.857 (docs/benchmarks.md, "Padding
-    batches to a multiple")."""
+    test accuracy 0.870/0.854, 0.852/0.849 and 0.858/0.857; on an AMD EPYC with AVX-512
+    BF16, 247/249 s with 16, 261/266 s with 32 and 257/267 s with 1, peaking at 3.16/3.37,
+    3.03/3.13 and 4.83/4.87 GiB (docs/benchmarks.md, "Padding batches to a multiple")."""
 
     @field_validator("text_column")
     @classmethod
