@@ -25,7 +25,9 @@ compares the LLM demo's frozen base stored in float32 and in bfloat16
 (:mod:`entrena.engine.frozen`; section ``bench:base-dtype-llm-demo``);
 ``--key data.pad_to_multiple_of --values 1 32 --config examples/reviews-chat/config.yaml``
 the LLM demo's batches padded to their longest example or to a multiple of 32 tokens
-(section ``bench:pad-multiple-llm-demo``).
+(section ``bench:pad-multiple-llm-demo``). ``--section-suffix=-avx512-bf16 --title-suffix
+' (AMD EPYC, AVX-512 BF16)'`` writes a measurement on another CPU kind to a section of its
+own, beside the first (section ``bench:pad-multiple-demo-avx512-bf16``).
 
 Usage::
 
@@ -116,7 +118,8 @@ def main() -> None:
                         help="appended to the docs section's name and title, so that a "
                              "measurement on another CPU kind is kept beside the first "
                              "(e.g. '-avx512-bf16' with ' (AMD EPYC, AVX-512 BF16)')")
-    parser.add_argument("--title-suffix", default="")
+    parser.add_argument("--title-suffix", default="",
+                        help="appended to the section's title (the CPU kind, in words)")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     KEY, CONFIG = args.key, args.config.resolve()
