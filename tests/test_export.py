@@ -47,11 +47,8 @@ def error_line(result: subprocess.CompletedProcess[str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny_run(tmp_path_factory: pytest.TempPathFactory, reviews_data: Path) -> Path:
     """A finished tiny run (trained once for the module)."""
-    if not (REVIEWS / "data" / "test.csv").is_file():
-        subprocess.run([sys.executable, str(REVIEWS / "prepare_data.py")], cwd=ROOT, check=True,
-                       timeout=300)
     run_dir = tmp_path_factory.mktemp("export") / "runs" / "tiny"
     entrena.train(TINY, run_dir=run_dir, overrides=TINY_OVERRIDES)
     return run_dir
@@ -458,13 +455,10 @@ def test_export_and_predict_help_do_not_import_torch(tmp_path):
 # --- the real MiniLM (slow) ---------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_minilm_exports_with_parity_in_every_format(tmp_path):
+def test_minilm_exports_with_parity_in_every_format(tmp_path, reviews_data):
     """MiniLM-L6 (the demo's model), briefly fine-tuned on 300 reviews: ONNX fp32 within 1e-4,
     int8 agreeing on >= 99% of 300 test reviews, TorchScript within 1e-4, and predict from the
     ONNX bundle reproducing the PyTorch labels."""
-    if not (REVIEWS / "data" / "test.csv").is_file():
-        subprocess.run([sys.executable, str(REVIEWS / "prepare_data.py")], cwd=ROOT, check=True,
-                       timeout=300)
     run = tmp_path / "runs" / "minilm"
     entrena.train(REVIEWS / "config.yaml", run_dir=run, overrides={
         "tracking.enabled": False, "train.max_epochs": 1, "data.max_train_samples": 300,
