@@ -31,7 +31,9 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import ROOT  # noqa: E402
+
 CONFIG = ROOT / "examples" / "reviews" / "config.yaml"
 
 

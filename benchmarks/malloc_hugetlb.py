@@ -28,7 +28,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import ROOT  # noqa: E402
+
 WIDTHS = (122, 200, 64, 272, 122, 160, 96, 240)
 TUNABLE = "glibc.malloc.hugetlb=1"
 

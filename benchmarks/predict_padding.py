@@ -16,10 +16,12 @@ RUN_DIR: a finished ``entrena train examples/reviews/config.yaml`` run.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import ROOT  # noqa: E402
 
 
 def main() -> None:
