@@ -200,6 +200,10 @@ def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Any
     from entrena.engine.frozen import store_frozen_weights
 
     store_frozen_weights(model, getattr(cfg.model, "base_dtype", None), precision)  # as the fit
+    if device == "cpu":
+        from entrena.engine.mapped import copy_mapped_weights
+
+        copy_mapped_weights(model)  # as the fit: its timed steps write the weights
     calibration = calibrate(model, loaded, task, spec, profile, machine, catalog, device,
                              precision, base_rss)
     return calibration, base_rss

@@ -65,6 +65,7 @@ from entrena.engine.compiling import compile_decision, compile_model
 from entrena.engine.distributed import ShardedBatches
 from entrena.engine.frozen import store_frozen_weights
 from entrena.engine.loop import FitSettings, fit, predict
+from entrena.engine.mapped import copy_mapped_weights
 from entrena.errors import ConfigError, Interrupted, NonFiniteError
 from entrena.hardware.catalog import load_catalog
 from entrena.hardware.cost import HourlyPrice, hourly_price, run_cost
@@ -184,6 +185,10 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                              cpu_bf16=auto_cpu_bf16(model, tcfg.precision))
     world, leader = backend.world_size, backend.is_global_zero  # only rank 0 writes and tracks
     log.info("device %s, precision %s, %d CPU threads", backend.device, backend.precision, threads)
+    if backend.accelerator == "cpu":  # before any step writes them (engine/mapped.py)
+        note = copy_mapped_weights(model)
+        if note:
+            log.info(note)
     attention = getattr(cfg.model, "attn_implementation", None)
     if attention is not None:  # before the plan: its memory probe and timed steps use it
         note = apply_attention(model, attention, device=backend.accelerator,
