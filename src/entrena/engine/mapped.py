@@ -5,13 +5,14 @@ Transformers loads a ``.safetensors`` checkpoint through a private memory map of
 until something writes to it. On a CPU the first write is the first optimizer step, and
 the kernel then copies each 4 KiB page on its own fault (copy-on-write), flushing the
 other cores' TLBs for every page it replaces: with two threads updating in parallel that
-is hundreds of inter-processor interrupts per MiB, each a VM exit on a cloud machine. For
-MiniLM-L6 (86 MiB of weights, 2 threads, AMD EPYC with AVX-512 BF16 under a hypervisor)
-the first fused AdamW step took 0.33 s against 0.05 s with the weights copied beforehand
-and 0.01–0.02 s for a later step (``perf``: 29% of it in ``native_write_msr``, 21% in
-``smp_call_function_many_cond``, 15% spinning on the page-table lock;
-``benchmarks/mapped_weights.py``, docs/benchmarks.md). Copying them once, on one thread,
-before the fit costs 0.04–0.1 s and leaves the file unmapped.
+is up to one inter-processor interrupt per page, each a VM exit on a cloud machine. For
+MiniLM-L6 (86 MiB of weights, batch 32 × 128, 2 threads, AMD EPYC with AVX-512 BF16 under a
+hypervisor) the first fused AdamW step took 0.23–0.24 s with the weights mapped against
+0.02–0.04 s with them copied beforehand, and 0.01–0.02 s for a later step (``perf``: 29%
+of the mapped step in ``native_write_msr``, 21% in ``smp_call_function_many_cond``, 15%
+spinning on the page-table lock). The copy, once, on one thread, before the fit, took
+0.04–0.05 s (``benchmarks/mapped_weights.py``; docs/benchmarks.md, "Trained weights in the
+checkpoint's memory map") and leaves the file unmapped.
 
 Only trained parameters are copied: a frozen base (a LoRA run) is never written, so its
 pages stay shared with the page cache at no cost.
