@@ -408,6 +408,22 @@ def test_bad_export_options_fail_before_reading_the_run(tmp_path, options, messa
         entrena.export(tmp_path / "not-even-a-run", **options)
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--atol", "-1"], "error: --atol -1.0: the largest allowed difference must be a number >= 0"),
+    (["--atol", "nan"], "error: --atol nan: the largest allowed difference must be a number"),
+    (["--latency-calls", "0"], "error: --latency-calls 0: give at least 1 timed call"),
+    (["--parity-data", "missing.csv"], "error: --parity-data missing.csv: no such file or "
+                                       "folder; give an existing data file"),
+])
+def test_bad_check_options_exit_2_before_reading_the_run(tmp_path, args, message):
+    # Before: --atol -1 ran the whole export and exited 3 (parity "failed"); --latency-calls 0
+    # exited 1 (IndexError) after the export; a missing --parity-data blamed "data.parity" and
+    # the config.
+    result = cli("export", tmp_path / "not-even-a-run", *args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert error_line(result).startswith(message)
+
+
 def test_export_never_replaces_a_folder_that_is_not_a_bundle(tiny_run, tmp_path):
     (tmp_path / "mine.txt").write_text("keep me")
     with pytest.raises(DataError, match="exists and is not an export bundle"):

@@ -110,10 +110,11 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
 
     Raises:
         ConfigError: Unknown format, a quantisation or opset the format or the installed
-            exporter does not support (before anything is loaded), a format the run's task
-            does not export to.
+            exporter does not support, a negative ``atol``, ``latency_calls`` below 1 (before
+            anything is loaded), a format the run's task does not export to.
         ResourceError: ``--format gguf`` without llama-cpp-python installed.
-        DataError: The run has no finished model (the message says what is missing and which
+        DataError: A local ``parity_data`` that does not exist (before the run is read); the
+            run has no finished model (the message says what is missing and which
             command makes it), ``output`` is an existing folder that is not a bundle, or the
             parity data cannot be read.
         ParityFailed: The check failed; the bundle and ``export.json`` were written with
@@ -130,6 +131,17 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
     if parity_prompts < 1:
         raise ConfigError(f"--parity-prompts {parity_prompts}: give at least 1 (50 or more for "
                           "a meaningful agreement)")
+    if not atol >= 0:  # NaN too
+        raise ConfigError(f"--atol {atol}: the largest allowed difference must be a number >= 0; "
+                          "leave it out for 1e-4")
+    if latency_calls < 1:
+        raise ConfigError(f"--latency-calls {latency_calls}: give at least 1 timed call (the "
+                          "default is 50)")
+    if parity_data is not None and "://" not in str(parity_data) \
+            and not any(c in str(parity_data) for c in "*?[") and not Path(parity_data).exists():
+        raise DataError(f"--parity-data {parity_data}: no such file or folder; give an existing "
+                        "data file (an image model: also a folder), or leave --parity-data out "
+                        "to check parity on the run's test split")
     model_run = locate_run(run, model_files=model_files)
     task = get_task(model_run.config.get("task"))
     if fmt.name not in task.export_formats:
