@@ -424,6 +424,18 @@ def test_bad_check_options_exit_2_before_reading_the_run(tmp_path, args, message
     assert error_line(result).startswith(message)
 
 
+def test_predict_batch_size_below_1_names_the_option(tmp_path):
+    # Before: "batch size and chunk rows must be >= 1; got 0 and 1000" (no option, and a
+    # "chunk rows" the CLI does not have).
+    (tmp_path / "in.csv").write_text("text\ngreat\n")
+    result = cli("predict", tmp_path / "not-a-run", "-i", tmp_path / "in.csv", "-o",
+                 tmp_path / "out.csv", "--batch-size", "0", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert error_line(result) == ("error: --batch-size 0: give at least 1 row per model call "
+                                  "(the default is 32)")
+    assert not (tmp_path / "out.csv").exists()
+
+
 def test_export_never_replaces_a_folder_that_is_not_a_bundle(tiny_run, tmp_path):
     (tmp_path / "mine.txt").write_text("keep me")
     with pytest.raises(DataError, match="exists and is not an export bundle"):

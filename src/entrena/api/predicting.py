@@ -77,9 +77,12 @@ def predict(run: str | Path, data: str | Path, *, output: str | Path | None = No
     )
     from entrena.tasks.registry import get_task, model_files
 
-    if batch_size < 1 or chunk_rows < 1:
-        raise ConfigError(f"batch size and chunk rows must be >= 1; got {batch_size} and "
-                          f"{chunk_rows}")
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size {batch_size}: give at least 1 row per model call "
+                          "(the default is 32)")
+    if chunk_rows < 1:
+        raise ConfigError(f"chunk_rows={chunk_rows}: give at least 1 row per chunk (the "
+                          "default is 1000)")
     if on_bad_rows is not None and on_bad_rows not in ("skip", "error"):
         raise ConfigError(f"--on-bad-rows {on_bad_rows!r}: use skip or error")
     if backend is not None and backend not in BACKENDS:
