@@ -166,3 +166,33 @@ def test_report_compare_writes_one_page_of_the_runs_side_by_side(tmp_path):
     absent = CliRunner().invoke(app, ["report", "--compare", "runs/a", "nowhere"])
     assert absent.exit_code == 2 and "not a run directory" in absent.output
     assert "nowhere" in absent.output
+
+
+def test_report_bad_files_and_output_folder_end_in_one_line(tmp_path, monkeypatch):
+    # Before: an events.jsonl that is not UTF-8 and `--compare -o FOLDER` both ended in a
+    # Python traceback (exit 1); any internal error of `report` did too.
+    from typer.testing import CliRunner
+
+    from entrena.cli import app
+
+    for name in ("a", "b"):
+        write_run(tmp_path / "runs" / name)
+    with (tmp_path / "runs" / "b" / "events.jsonl").open("ab") as handle:
+        handle.write(b"\xf2\x00garbage\xff\n")
+    broken = CliRunner().invoke(app, ["report", "runs/b"])
+    assert broken.exit_code == 0, broken.output
+    assert (tmp_path / "runs" / "b" / "report.html").is_file()
+    folder = CliRunner().invoke(app, ["report", "--compare", "runs/a", "runs/b", "-o", "runs"])
+    assert folder.exit_code == 2, folder.output
+    assert ("error: report --compare --output runs is a folder; give a file name such as "
+            "runs/compare.html") in folder.output
+    assert not (tmp_path / "runs" / "compare.html").exists()
+
+    def crash(run_dir):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("entrena.api.reporting.write_report", crash)
+    internal = CliRunner().invoke(app, ["report", "runs/a"])
+    assert internal.exit_code == 1, internal.output
+    assert "error: internal error: RuntimeError: boom; rerun with --verbose" in internal.output
+    assert "Traceback" not in internal.output

@@ -49,7 +49,7 @@ def compare(runs: list[str | Path], output: str | Path | None = None) -> Path:
 
     Raises:
         ConfigError: Fewer than two runs, a folder that is not a run directory (each named),
-            or an output whose folder does not exist.
+            or an output that is a folder or whose folder does not exist.
     """
     from entrena.core.files import write_atomic
     from entrena.reporting.compare import COMPARE_FILE, build_comparison
@@ -69,6 +69,9 @@ def compare(runs: list[str | Path], output: str | Path | None = None) -> Path:
         path = parent / COMPARE_FILE
     else:
         path = Path(output)
+        if path.is_dir():
+            raise ConfigError(f"report --compare --output {path} is a folder; give a file name "
+                              f"such as {path / COMPARE_FILE}")
         if not path.parent.is_dir():
             raise ConfigError(f"report --compare --output {path}: the folder {path.parent} "
                               f"does not exist; create it or choose another path")

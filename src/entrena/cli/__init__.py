@@ -570,13 +570,14 @@ def report(runs: Annotated[list[Path], typer.Argument(
         _fail(f"report: got {len(runs)} run directories"
               + (" and --output" if output is not None else "")
               + "; give one RUN, or add --compare to compare several", 2)
-    try:
+
+    def call() -> Any:
         from entrena.api.reporting import compare as compare_fn
         from entrena.api.reporting import report as report_fn
 
-        path = compare_fn(runs, output) if compare else report_fn(runs[0])
-    except EntrenaError as exc:
-        _fail(str(exc), exc.exit_code)
+        return compare_fn(runs, output) if compare else report_fn(runs[0])
+
+    path = _call_verb(call, verbose)
     sys.stderr.write(f"{'comparison' if compare else 'report'}: {path}\n")
     if open_:
         import webbrowser

@@ -44,10 +44,11 @@ STYLE = (
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    """The records of ``events.jsonl`` (a torn last line is skipped)."""
+    """The records of ``events.jsonl`` (a torn last line, or any line that is not JSON, even
+    one that is not UTF-8, is skipped)."""
     records = []
     if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 records.append(json.loads(line))
             except ValueError:
