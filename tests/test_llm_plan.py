@@ -121,3 +121,19 @@ def test_gradient_checkpointing_keeps_layer_inputs_and_one_layer():
                         for g in (False, True))
     assert recomputed.activations_bytes < kept.activations_bytes / 5
     assert recomputed.weights_bytes == kept.weights_bytes
+
+
+def test_cli_llm_counts_below_1_and_a_file_that_is_not_json_say_which(tmp_path):
+    # Before: "--context, --batch-size and --lora-rank must be at least 1" whichever was
+    # wrong, with no value; a file that is not JSON got no fix.
+    zero = run_cli("plan", "--llm", "llama-3-8b", "--batch-size", "0", cwd=tmp_path)
+    assert zero.returncode == 2, zero.stderr
+    assert zero.stderr.strip().splitlines()[-1].startswith(
+        "error: --batch-size 0: must be at least 1 (")
+    assert "--context 4096" not in zero.stderr
+    with pytest.raises(ConfigError, match=r"^--context -5, --lora-rank 0: must be at least 1"):
+        plan_llm("llama-3-8b", mode="lora", context=-5, lora_rank=0)
+    (tmp_path / "notes.json").write_text("not json")
+    with pytest.raises(ConfigError, match=r"notes.json: not a readable JSON config \(.*\); "
+                                          r"give a Hugging Face config.json"):
+        plan_llm(str(tmp_path / "notes.json"))

@@ -171,7 +171,8 @@ def load_llm_shape(name_or_path: str | Path) -> LlmShape:
         try:
             config = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise ConfigError(f"{path}: not a readable JSON config ({exc})") from None
+            raise ConfigError(f"{path}: not a readable JSON config ({exc}); give a Hugging "
+                              "Face config.json (or its folder) or a known model name") from None
         source = str(path)
     elif text.lower() in known:
         entry = known[text.lower()]
@@ -267,8 +268,13 @@ def llm_memory(shape: LlmShape, *, mode: str = "inference", context: int = 4096,
     if quantization not in QUANTIZATIONS:
         raise ConfigError(f"--quantization: {quantization!r} is not one of "
                           f"{', '.join(QUANTIZATIONS)}")
-    if context < 1 or batch_size < 1 or lora_rank < 1:
-        raise ConfigError("--context, --batch-size and --lora-rank must be at least 1")
+    below = [f"{option} {value}" for option, value in (
+        ("--context", context), ("--batch-size", batch_size), ("--lora-rank", lora_rank))
+        if value < 1]
+    if below:
+        raise ConfigError(f"{', '.join(below)}: must be at least 1 (--context: tokens per "
+                          "sequence, --batch-size: sequences at once, --lora-rank: the "
+                          "adapters' rank)")
     linear, other = shape.parameter_counts()
     b, s, h, i = batch_size, context, shape.hidden_size, shape.intermediate_size
     p = float(activation_bytes)
