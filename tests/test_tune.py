@@ -365,3 +365,25 @@ def test_a_journal_storage_that_cannot_be_written_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match=r"--storage 'journal:.*': cannot open the journal "
                                           r"file .*; give a writable path"):
         open_storage(f"journal:{tmp_path / 'file' / 'study.log'}")
+
+
+@pytest.mark.parametrize("space, message", [
+    ({"train.batch_size": {"choices": [0, 8]}},
+     "tune.space.train.batch_size: the choice 0 is not a valid train.batch_size (Input should "
+     "be greater than or equal to 1); change tune.space.train.batch_size"),
+    ({"train.max_epochs": {"low": 1.0, "high": 3.0}},
+     "tune.space.train.max_epochs: the range value 1.0000000000000002 is not a valid "
+     "train.max_epochs (Input should be a valid integer, got a number with a fractional part)"),
+    ({"train.learning_rate": {"low": -1, "high": 1}},
+     "tune.space.train.learning_rate: the range value -1 is not a valid train.learning_rate"),
+])
+def test_a_space_that_draws_values_the_config_refuses_fails_before_the_study(
+        tiny_config, tmp_path, space, message):
+    # Before: the study opened (study.db written) and failed at the first trial that drew
+    # such a value, Optuna's traceback in the log, blaming "--set train.batch_size".
+    tiny_config["tune"] = {"space": space}
+    with pytest.raises(ConfigError) as info:
+        entrena.tune(tiny_config, trials=1, run_dir=tmp_path / "study")
+    assert str(info.value).startswith(message)
+    assert not (tmp_path / "study").exists()
+

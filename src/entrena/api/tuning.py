@@ -57,6 +57,33 @@ def _budget(budget: str | float | None) -> Budget | None:
         raise ConfigError(str(exc)) from None
 
 
+def _check_space(config: Any, fixed: dict[str, Any], space: dict[str, Any]) -> None:
+    """Refuse, before the study opens, a search space that draws values the config refuses:
+    each choice, each bound and, for a range drawn as floats, a value just above its low (an
+    integer key refuses it) is tried on the config as a trial would apply it."""
+    for key, spec in space.items():
+        if spec.choices is not None:
+            values, what = list(spec.choices), "choice"
+        else:
+            values, what = [spec.low, spec.high], "range value"
+            drawn_as_int = isinstance(spec.low, int) and isinstance(spec.high, int) and (
+                spec.step is None or isinstance(spec.step, int))
+            if not drawn_as_int and spec.low < spec.high:
+                values.append(math.nextafter(float(spec.low), float(spec.high)))
+        for value in values:
+            try:
+                load_config(config, {**fixed, key: value})
+            except ConfigError as exc:
+                reason = str(exc).split(" is invalid: ", 1)[-1].replace("\n", "; ")
+                raise ConfigError(
+                    f"tune.space.{key}: the {what} {value!r} is not a valid {key} ({reason}); "
+                    f"change tune.space.{key}"
+                    + ("" if spec.choices is not None or not isinstance(spec.low, float)
+                       or not spec.low.is_integer() else
+                       " (integer bounds such as low: 1, high: 4 search whole numbers)")
+                ) from None
+
+
 def _cost_per_trial_usd(config: Any, run_dir: Path, overrides: dict[str, Any]) -> float:
     """The planner's cost of one trial on this machine (the tuned run as configured)."""
     from entrena.api.planning import plan
@@ -230,7 +257,8 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
         The :class:`TuneResult`.
 
     Raises:
-        ConfigError: Invalid config or search space, budget in an unknown unit, a storage
+        ConfigError: Invalid config or search space (a choice or bound the config refuses,
+            before the study opens), budget in an unknown unit, a storage
             URL that cannot be opened, or a money budget without a price for this machine.
     """
     from entrena.tuning import DEFAULT_SPACE, run_study
@@ -242,9 +270,10 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
     name = study or cfg.name
     study_dir = Path(run_dir) if run_dir is not None else resolve_run_dir(cfg.name, None).with_name(
         f"{cfg.name}-tune")
+    space = cfg.tune.space or DEFAULT_SPACE
+    _check_space(config, fixed, space)
     study_dir.mkdir(parents=True, exist_ok=True)
     storage_url = storage or f"sqlite:///{(study_dir / 'study.db').resolve()}"
-    space = cfg.tune.space or DEFAULT_SPACE
     metric = cfg.tune.metric
     direction = cfg.tune.direction
     if direction == "auto":
