@@ -387,3 +387,14 @@ def test_a_space_that_draws_values_the_config_refuses_fails_before_the_study(
     assert str(info.value).startswith(message)
     assert not (tmp_path / "study").exists()
 
+
+def test_a_failed_trial_logs_no_traceback_of_an_entrena_error(tiny_config, config_file,
+                                                              tmp_path):
+    # A choice only the data can refuse fails in its trial: before, Optuna's warning carried
+    # the whole traceback to stderr; now the error's own line says it.
+    tiny_config["tune"] = {"space": {"data.text_column": {"choices": ["nope"]}}}
+    result = run_cli("tune", config_file(tiny_config), "--trials", "1", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "data.text_column = 'nope' is not a column" in result.stderr.splitlines()[-1]

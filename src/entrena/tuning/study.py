@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from entrena.config.schema import ParamSpec
-from entrena.errors import ConfigError, NonFiniteError
+from entrena.errors import ConfigError, EntrenaError, NonFiniteError
 from entrena.tuning.pruning import Reporter
 from entrena.tuning.space import suggest
 
@@ -23,6 +23,17 @@ log = logging.getLogger("entrena")
 TrialFunction = Callable[[int, dict[str, Any], Reporter, float], float]
 """``run(trial_number, params, report, max_time_s) -> objective value``: trains one trial
 (``report`` feeds the pruner; raising ``optuna.TrialPruned`` marks the trial pruned)."""
+
+
+class _NoTracebackOfEntrenaErrors(logging.Filter):
+    """Optuna logs a failed trial with its traceback; an :class:`EntrenaError` says what and
+    how in its message (the CLI's error line, or a ``NonFiniteError`` trial's failure), so its
+    traceback is dropped; other exceptions keep theirs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], EntrenaError):
+            record.exc_info, record.exc_text = None, None
+        return True
 
 
 @dataclass
@@ -138,6 +149,9 @@ def run_study(run_trial: TrialFunction, *, space: dict[str, ParamSpec], study_na
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    trial_log = logging.getLogger("optuna.study._optimize")
+    if not any(isinstance(f, _NoTracebackOfEntrenaErrors) for f in trial_log.filters):
+        trial_log.addFilter(_NoTracebackOfEntrenaErrors())
     if n_trials is None and timeout_s is None:
         raise ConfigError("give --trials N or a time budget (--budget 30m); otherwise the "
                           "search would never end")
