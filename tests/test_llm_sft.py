@@ -292,6 +292,26 @@ def test_predict_writes_generated_text_for_every_row(tiny_run):
     assert sum(r["generated_text"] in ("great", "other") for r in rows) >= 4
 
 
+def test_predict_input_errors_say_how_and_text_column_is_refused(tiny_run, tmp_path):
+    # Before: a missing 'messages' column gave no fix, and --text-column was silently ignored.
+    _, run_dir, result, _ = tiny_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    (tmp_path / "in.csv").write_text("text\nhello\n")
+    missing = run_cli("predict", run_dir, "-i", "in.csv", "-o", "out.csv", cwd=tmp_path)
+    assert missing.returncode == 2, missing.stderr
+    line = missing.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: in.csv: column(s) 'messages' needed by the messages format "
+                           "are missing; columns are: 'text'; give rows shaped as the training")
+    ignored = run_cli("predict", run_dir, "-i", "in.csv", "-o", "out.csv", "--text-column",
+                      "text", cwd=tmp_path)
+    assert ignored.returncode == 2, ignored.stderr
+    assert ignored.stderr.strip().splitlines()[-1] == (
+        "error: --text-column 'text': a chat model reads the columns it was trained on "
+        "('messages'), not one named here; leave --text-column out and rename the input's "
+        "columns")
+    assert not (tmp_path / "out.csv").exists()
+
+
 def test_any_two_class_csv_trains_through_the_demo_config(tmp_path, smol_tokenizer):
     """Done-when 2 where it can be checked in seconds: the shipped reviews-chat config with
     only the data keys the issue names overridden (train, test, template, response column)

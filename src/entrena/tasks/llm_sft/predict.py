@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from entrena.errors import DataError
+from entrena.errors import ConfigError, DataError
 
 __all__ = ["predict_chats"]
 
@@ -49,6 +49,15 @@ def _prompt_turns(row: dict[str, Any], meta: dict[str, Any], where: str) -> list
     return system + [{"role": "user", "content": str(row.get(meta["prompt_column"], ""))}]
 
 
+def _meta_columns(meta: dict[str, Any]) -> str:
+    """The input columns a chat model reads, for messages."""
+    from entrena.tasks.llm_sft.chats import template_fields
+
+    if meta["format"] == "template":
+        return ", ".join(map(repr, template_fields(meta["prompt_template"])))
+    return repr(meta["messages_column"] if meta["format"] == "messages" else meta["prompt_column"])
+
+
 def _check_columns(rows: list[tuple[int, dict[str, Any]]], meta: dict[str, Any],
                    name: str) -> None:
     from entrena.tasks.llm_sft.chats import template_fields
@@ -64,7 +73,9 @@ def _check_columns(rows: list[tuple[int, dict[str, Any]]], meta: dict[str, Any],
     missing = [c for c in wanted if c not in columns]
     if missing:
         raise DataError(f"{name}: column(s) {', '.join(map(repr, missing))} needed by {what} "
-                        f"are missing; columns are: {', '.join(map(repr, columns)) or 'none'}")
+                        f"are missing; columns are: {', '.join(map(repr, columns)) or 'none'}; "
+                        "give rows shaped as the training data (rename the column(s) in the "
+                        "input)")
 
 
 def predict_chats(location: Any, data: Path, output: Path, options: Any) -> dict[str, Any]:
@@ -81,6 +92,7 @@ def predict_chats(location: Any, data: Path, output: Path, options: Any) -> dict
         ``output``, ``eos_share``, ``time_s`` …), shaped as the other tasks' summaries.
 
     Raises:
+        ConfigError: ``--text-column`` was given (a chat model reads its training columns).
         DataError: An unsupported file type, an unreadable file, or missing columns (checked
             before the model is loaded).
     """
@@ -96,6 +108,10 @@ def predict_chats(location: Any, data: Path, output: Path, options: Any) -> dict
     from entrena.tasks.llm_sft.tokens import tokenize_example
 
     started = time.perf_counter()
+    if options.input_column is not None:
+        raise ConfigError(f"--text-column {options.input_column!r}: a chat model reads the "
+                          f"columns it was trained on ({_meta_columns(location.meta)}), not one "
+                          "named here; leave --text-column out and rename the input's columns")
     fmt = _FORMATS.get(data.suffix.lower())
     if fmt is None:
         raise DataError(f"--input {data}: unsupported file type {data.suffix!r}; use "
