@@ -436,6 +436,47 @@ def test_predict_batch_size_below_1_names_the_option(tmp_path):
     assert not (tmp_path / "out.csv").exists()
 
 
+def test_damaged_model_files_are_a_one_line_error(tiny_run, onnx_bundle, tmp_path):
+    # Before: each of these was "internal error: SafetensorError / KeyError: 'labels' /
+    # InvalidProtobuf" with exit 1.
+    import shutil
+
+    from entrena.errors import ModelError
+
+    (tmp_path / "in.csv").write_text("review\ngreat coffee\n")
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("export"))
+    weights = run / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1000])
+    result = cli("predict", run, "-i", tmp_path / "in.csv", "-o", tmp_path / "out.csv",
+                 cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    line = error_line(result)
+    assert f"{weights}: the saved model file is damaged (cut short: " in line
+    assert f"train it again: entrena train CONFIG --run-dir {run} --restart" in line
+    assert not (tmp_path / "out.csv").exists()
+    with pytest.raises(ModelError, match="model.safetensors: the saved model file is damaged"):
+        entrena.export(run, **FAST)
+    assert not (run / "export").exists()
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(onnx_bundle.bundle_dir, bundle)
+    (bundle / "entrena_model.json").write_text("{broken")
+    with pytest.raises(ModelError, match=r"entrena_model.json: the saved model file is damaged "
+                                         r"\(JSONDecodeError: .*\); export it again: entrena "
+                                         r"export "):
+        entrena.predict(bundle, tmp_path / "in.csv", output=tmp_path / "out.csv",
+                        progress=False)
+    shutil.copy(onnx_bundle.bundle_dir / "entrena_model.json", bundle)
+    (bundle / "model.onnx").write_bytes(b"not an onnx file")
+    result = cli("predict", bundle, "-i", tmp_path / "in.csv", "-o", tmp_path / "out.csv",
+                 cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "model.onnx: ONNX Runtime cannot load this file (" in error_line(result)
+    assert "export it again with: entrena export RUN" in error_line(result)
+    assert not (tmp_path / "out.csv").exists()
+
+
 def test_export_never_replaces_a_folder_that_is_not_a_bundle(tiny_run, tmp_path):
     (tmp_path / "mine.txt").write_text("keep me")
     with pytest.raises(DataError, match="exists and is not an export bundle"):

@@ -246,8 +246,9 @@ def test_gguf_export_of_a_classifier_run_is_refused(tmp_path):
     (run_dir / "status.json").write_text('{"status": "finished"}', encoding="utf-8")
     from entrena.tasks.registry import model_files
 
-    for name in model_files("text-classification"):
-        (run_dir / "model" / name).write_text("{}", encoding="utf-8")
+    for name in model_files("text-classification"):  # empty but well-formed files
+        (run_dir / "model" / name).write_bytes(
+            (2).to_bytes(8, "little") + b"{}" if name.endswith(".safetensors") else b"{}")
     done = invoke("export", run_dir, "--format", "gguf")
     assert done.stderr.count("\n") == 1 and _one_error_line(done) == (
         "error: --format gguf: a text-classification model exports to onnx or torchscript "

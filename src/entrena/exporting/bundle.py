@@ -26,11 +26,11 @@ import yaml
 
 from entrena.core.files import dumps_strict
 from entrena.core.rundir import RunPaths, read_status
-from entrena.errors import DataError
+from entrena.errors import DataError, ModelError
 
 __all__ = ["MANIFEST_FILE", "CARD_FILE", "META_FILE", "ExportRequest", "Preprocessing", "RunModel",
            "locate_run", "is_bundle", "read_manifest", "default_bundle_dir", "bundle_name",
-           "find_run_bundle", "finish_bundle", "versions", "parity_source"]
+           "find_run_bundle", "finish_bundle", "versions", "parity_source", "check_model_files"]
 
 MANIFEST_FILE = "export.json"
 CARD_FILE = "MODEL_CARD.md"
@@ -127,6 +127,43 @@ def _read_json(path: Path) -> dict[str, Any]:
         return {}
 
 
+def _damage(path: Path) -> str | None:
+    """What is wrong with a saved model file that cannot be read, or ``None``: a ``.json`` file
+    must be a JSON object; a ``.safetensors`` file's header (a little-endian u64 length, then
+    JSON) must parse and its tensors' bytes fit in the file. Other files are not checked."""
+    try:
+        if path.suffix == ".json":
+            if not isinstance(json.loads(path.read_text(encoding="utf-8")), dict):
+                return "not a JSON object"
+        elif path.suffix == ".safetensors":
+            size = path.stat().st_size
+            with path.open("rb") as handle:
+                length = int.from_bytes(handle.read(8), "little")
+                if size < 8 or length > size - 8:
+                    return f"header of {length} bytes in a file of {size}"
+                header = json.loads(handle.read(length))
+            ends = [entry["data_offsets"][1] for name, entry in header.items()
+                    if name != "__metadata__"]
+            if max(ends, default=0) > size - 8 - length:
+                return f"cut short: its tensors need {max(ends) + 8 + length} bytes, it has {size}"
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+    return None
+
+
+def check_model_files(folder: Path, names: Sequence[str], fix: str) -> None:
+    """Refuse a saved model whose files are damaged (checked before any is loaded).
+
+    Raises:
+        ModelError: Names the first damaged file, what is wrong, and ``fix``.
+    """
+    for name in names:
+        problem = _damage(folder / name)
+        if problem is not None:
+            raise ModelError(f"{folder / name}: the saved model file is damaged ({problem}); "
+                             f"{fix}")
+
+
 def _status(paths: RunPaths) -> str | None:
     status = read_status(paths)
     return status["status"] if status else None
@@ -146,6 +183,7 @@ def locate_run(run: str | Path, *, verb: str = "export",
     Raises:
         DataError: ``run`` is not a directory, or holds no finished model; the message says
             what is missing and which command makes it.
+        ModelError: A model file is damaged (:func:`check_model_files`).
     """
     paths = RunPaths(Path(run))
     make = f"train it first: entrena train CONFIG --run-dir {paths.root}"
@@ -170,6 +208,8 @@ def locate_run(run: str | Path, *, verb: str = "export",
             what.append(f"missing {', '.join(missing)}")
         raise DataError(f"{paths.root}: no finished model to {verb} ({'; '.join(what)}); "
                         f"{make}")
+    check_model_files(paths.model, required, f"train it again: entrena train CONFIG --run-dir "
+                      f"{paths.root} --restart")
     return RunModel(paths, _read_json(paths.model / META_FILE), config,
                     _read_json(paths.metrics), _read_json(paths.data_report))
 

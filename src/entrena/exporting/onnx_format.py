@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from entrena.errors import ConfigError
+from entrena.errors import ConfigError, ModelError
 
 __all__ = ["DEFAULT_OPSET", "supported_opsets", "check_opset", "export_onnx",
            "export_onnx_batched", "quantize_int8", "OnnxRunner", "file_opset"]
@@ -218,8 +218,14 @@ class OnnxRunner:
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        self.session = ort.InferenceSession(str(path), options,
-                                            providers=["CPUExecutionProvider"])
+        try:
+            self.session = ort.InferenceSession(str(path), options,
+                                                providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - ONNX Runtime's errors share no base class
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise ModelError(f"{path}: ONNX Runtime cannot load this file ({type(exc).__name__}: "
+                             f"{first}); it is damaged or not an ONNX model: export it again "
+                             "with: entrena export RUN") from None
         self.input_names = [i.name for i in self.session.get_inputs()]
 
     def __call__(self, *inputs: np.ndarray) -> np.ndarray:

@@ -25,6 +25,7 @@ from entrena.core.rundir import RunPaths
 from entrena.errors import DataError
 from entrena.exporting.bundle import (
     META_FILE,
+    check_model_files,
     find_run_bundle,
     is_bundle,
     locate_run,
@@ -130,6 +131,8 @@ def locate_model(source: str | Path, backend: str | None, *, model_files: Any = 
     path = Path(source)
     if is_bundle(path):
         manifest = read_manifest(path)
+        check_model_files(path, [META_FILE], f"export it again: entrena export "
+                          f"{manifest.get('run', 'RUN')}")
         runs_on = FORMATS[manifest["format"]].runs_on if manifest.get("format") in FORMATS \
             else "onnx"
         if backend is not None and backend != runs_on:
