@@ -272,13 +272,16 @@ def tracked_run(reviews_data: Path, tmp_path_factory: pytest.TempPathFactory) ->
     keep = Keep()
     logging.getLogger("entrena").addHandler(keep)
     base.TRACKERS["broken"] = lambda context: Broken()
+    previous_cwd = Path.cwd()
+    os.chdir(root)  # a relative run directory, as `entrena train` makes by default
     try:
         result = entrena.train(EXAMPLES / "tiny" / "config.yaml",
-                               run_dir=root / "runs" / "tiny", overrides=[
+                               run_dir=Path("runs") / "tiny", overrides=[
             "data.max_train_samples=64", "data.max_eval_samples=32", "train.max_epochs=1",
             "train.num_threads=1", "train.log_every_steps=1", "tracking.log_model=true",
             f"tracking.backends=[{','.join(backends)}]"])
     finally:
+        os.chdir(previous_cwd)
         del base.TRACKERS["broken"]
         logging.getLogger("entrena").removeHandler(keep)
         for key, value in saved.items():
@@ -286,5 +289,6 @@ def tracked_run(reviews_data: Path, tmp_path_factory: pytest.TempPathFactory) ->
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    return types.SimpleNamespace(run_dir=result.run_dir, uri=f"sqlite:///{root / 'runs'}/mlflow.db",
+    return types.SimpleNamespace(run_dir=root / result.run_dir,
+                                 uri=f"sqlite:///{root / 'runs'}/mlflow.db",
                                  warnings=keep.messages, wandb=wandb)

@@ -182,7 +182,8 @@ def _close_pruned_run(study_dir: Path, cfg: Config, trial_dir: Path) -> None:
         if experiment is None:
             return
         for run in client.search_runs([experiment.experiment_id],
-                                      filter_string=f"tags.`entrena.run_dir` = '{trial_dir}'"):
+                                      filter_string=f"tags.`entrena.run_dir` = "
+                                                    f"'{trial_dir.resolve()}'"):
             client.set_tag(run.info.run_id, "entrena.pruned", "true")
             client.set_terminated(run.info.run_id, status="KILLED")
     except Exception as exc:  # noqa: BLE001 - tracking never stops the search

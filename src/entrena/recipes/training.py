@@ -294,7 +294,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         del payload
     for tracker in trackers:
         tracker.start(cfg.model_dump(mode="json"),
-                      tags={"entrena.run_dir": str(paths.root), **(tracking_tags or {})})
+                      tags={"entrena.run_dir": str(paths.root.resolve()),
+                            **(tracking_tags or {})})
     try:
         resolved = loaded.portable_dump()  # as training.py hashes and compares it
 
