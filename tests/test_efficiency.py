@@ -98,6 +98,7 @@ def test_padding_to_max_length_is_diagnosed_as_padding_waste():
     assert summary["padding_fraction"] == 0.75
     finding = next(f for f in diagnose(summary) if f["code"] == "padding_waste")
     assert "75%" in finding["figure"] and "group_by_length" in finding["change"]
+    assert "data.pad_to_multiple_of" in finding["change"]  # the other padding lever
 
 
 def test_diagnosis_findings_name_their_figure_and_change():

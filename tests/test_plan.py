@@ -40,6 +40,21 @@ def test_plan_document_has_the_keys_scripts_depend_on(tiny_config, config_file):
     json.dumps(doc)
 
 
+def test_padding_to_a_multiple_widens_the_batches_not_the_texts(tiny_config, config_file):
+    """The data line of the plan counts real tokens; the padding to a multiple shows in the
+    padding share and the batch widths (short texts: 16 tokens pad many to 32)."""
+    docs = {}
+    for multiple in (1, 16):
+        config = {**tiny_config, "data": {**tiny_config["data"],
+                                          "pad_to_multiple_of": multiple}}
+        docs[multiple] = plan(config_file(config, f"m{multiple}.yaml"),
+                              local_only=True).as_dict()["data"]
+    assert docs[16]["mean_length"] == docs[1]["mean_length"] < docs[1]["longest_batch_tokens"]
+    assert docs[16]["longest_batch_tokens"] % 16 == 0
+    assert docs[16]["longest_batch_tokens"] >= docs[1]["longest_batch_tokens"]
+    assert docs[16]["padding_fraction"] > docs[1]["padding_fraction"] + 0.05
+
+
 @pytest.mark.parametrize("example", [
     # The LLM example converts and loads a 135 M-parameter model first (a minute): its plan
     # is checked by tests/test_llm_plan.py on the tiny Llama, and the real model trains (and

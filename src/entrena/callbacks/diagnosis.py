@@ -86,8 +86,9 @@ def window_findings(window: dict[str, Any]) -> list[dict[str, str]]:
             "padding_waste", f"padding {padding:.0%} of token slots",
             f"padding waste: {padding:.0%} of the tokens computed are padding (above "
             f"{PADDING_WASTE_FRACTION:.0%})",
-            "set train.group_by_length: true (batches of similar lengths) and pad per batch, "
-            "or lower model.max_length"))
+            "keep train.group_by_length: true (batches of similar lengths, the default); for "
+            "short texts lower data.pad_to_multiple_of (each batch is padded up to a multiple "
+            "of it: 16 pads a batch of 20-token texts to 32); or lower model.max_length"))
     return found
 
 

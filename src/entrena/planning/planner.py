@@ -8,7 +8,7 @@ gathers the inputs.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,8 @@ def run_shape(*, train_lengths: Sequence[int], eval_lengths: Sequence[int],
               eval_batch_size: int, precision: str, max_epochs: int, max_steps: int | None,
               gradient_accumulation_steps: int, evals_per_epoch: int, devices: int | str,
               seed: int, group_by_length: bool, accelerator: str = "auto",
-              threads: int | None = None, undo_copy: bool = False) -> RunShape:
+              threads: int | None = None, undo_copy: bool = False,
+              batch_width: Callable[[int], int] | None = None) -> RunShape:
     """The run as the loop will execute it (lengths already truncated at ``max_length``).
 
     Args:
@@ -46,18 +47,23 @@ def run_shape(*, train_lengths: Sequence[int], eval_lengths: Sequence[int],
         accelerator: ``train.accelerator``.
         threads: ``train.num_threads`` (``None``: all physical cores).
         undo_copy: ``train.divergence_factor`` is set (the loop keeps a step of undo).
+        batch_width: A batch's padded width from its longest example's length (the task's
+            :attr:`~entrena.tasks.base.PlanningSpec.batch_width`); ``None``: that length.
 
     Returns:
         The :class:`~entrena.planning.options.RunShape`.
     """
-    train = epoch_batches(train_lengths, batch_size, seed=seed, group_by_length=group_by_length)
+    train = epoch_batches(train_lengths, batch_size, seed=seed, group_by_length=group_by_length,
+                          batch_width=batch_width)
     steps_per_epoch = max(1, math.ceil(train.batches / gradient_accumulation_steps))
     planned_steps = steps_per_epoch * max_epochs
     steps = min(planned_steps, max_steps) if max_steps else planned_steps
     epochs = steps / steps_per_epoch
     evals = max(1, math.ceil(epochs * evals_per_epoch))
-    evaluation = epoch_batches(eval_lengths, eval_batch_size, seed=seed, shuffle=False)
-    test = epoch_batches(test_lengths, eval_batch_size, seed=seed, shuffle=False)
+    evaluation = epoch_batches(eval_lengths, eval_batch_size, seed=seed, shuffle=False,
+                               batch_width=batch_width)
+    test = epoch_batches(test_lengths, eval_batch_size, seed=seed, shuffle=False,
+                         batch_width=batch_width)
     eval_flops = FORWARD_SHARE * ((evals + 1) * evaluation.flops(profile).sum()
                                   + test.flops(profile).sum())  # +1: rescored with best weights
     return RunShape(batch_size=batch_size, precision=precision, epochs=epochs,

@@ -14,7 +14,7 @@ per token: Kaplan et al. 2020, "Scaling Laws for Neural Language Models", §2.1)
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -70,7 +70,8 @@ class BatchPlan:
 
 
 def epoch_batches(lengths: Sequence[int], batch_size: int, *, seed: int,
-                  group_by_length: bool = True, shuffle: bool = True) -> BatchPlan:
+                  group_by_length: bool = True, shuffle: bool = True,
+                  batch_width: Callable[[int], int] | None = None) -> BatchPlan:
     """The batches of the first epoch, built by the same functions the loader uses.
 
     Args:
@@ -79,6 +80,8 @@ def epoch_batches(lengths: Sequence[int], batch_size: int, *, seed: int,
         seed: ``train.seed`` (the loader shuffles epoch e with ``seed + e``).
         group_by_length: ``train.group_by_length``.
         shuffle: Training order; ``False`` gives the evaluation order (sorted by length).
+        batch_width: A batch's padded width from its longest example's length
+            (:attr:`~entrena.tasks.base.PlanningSpec.batch_width`); ``None``: that length.
 
     Returns:
         The :class:`BatchPlan`.
@@ -94,7 +97,9 @@ def epoch_batches(lengths: Sequence[int], batch_size: int, *, seed: int,
     else:
         plan = random_batches(len(lengths), batch_size, seed)
     sizes = np.array([len(b) for b in plan], dtype=np.int64)
-    tokens = np.array([int(lengths[b].max()) if len(b) else 0 for b in plan], dtype=np.int64)
+    width = batch_width or int
+    tokens = np.array([width(int(lengths[b].max())) if len(b) else 0 for b in plan],
+                      dtype=np.int64)
     return BatchPlan(sizes, tokens, int(lengths.sum()), plan)
 
 

@@ -106,7 +106,7 @@ def run_shape_of(cfg: Config, spec: PlanningSpec, profile: Any) -> Any:
         gradient_accumulation_steps=t.gradient_accumulation_steps,
         evals_per_epoch=t.evals_per_epoch, devices=t.devices, seed=t.seed,
         group_by_length=t.group_by_length, accelerator=t.accelerator, threads=t.num_threads,
-        undo_copy=t.divergence_factor is not None)
+        undo_copy=t.divergence_factor is not None, batch_width=spec.batch_width)
 
 
 def calibrate(model: Any, loaded: LoadedConfig, task: Any, spec: PlanningSpec, profile: Any,

@@ -65,8 +65,11 @@ class PlanningSpec:
         model_name: The model as the plan names it (``minilm-l6``, ``mlp [256, 128]``).
         max_length: The longest input in tokens; 1 for fixed-size inputs (a table row or an
             image is one "token" of a fixed-size profile).
-        lengths: ``role -> tokens per example (N,)`` of that split (ones for fixed-size
-            inputs; empty for a split the data lacks).
+        lengths: ``role -> tokens per example (N,)`` of that split, before any padding (ones
+            for fixed-size inputs; empty for a split the data lacks).
+        batch_width: ``longest -> tokens``: how wide a batch whose longest example has
+            ``longest`` tokens is padded (``data.pad_to_multiple_of``); ``None``: as wide as
+            that example.
         probe_batches: ``batch_size -> batches`` (model inputs and ``labels``) of at least two
             sizes in FLOPs for the calibration probe: for sequences the median-length and the
             longest batch of the first epoch, for fixed-size inputs half a batch and a whole.
@@ -96,6 +99,7 @@ class PlanningSpec:
     example_batch: Callable[[], dict[str, Any]] | None = None
     eval_batch: Callable[[int], dict[str, Any]] | None = None
     llm: dict[str, Any] | None = None
+    batch_width: Callable[[int], int] | None = None
 
 
 def fixed_input_planning(task: Task, loaded: Any, prepared: Any,

@@ -58,9 +58,12 @@ def sft_planning(task: Any, loaded: Any, sources: dict[str, str],
 
     multiple = cfg.data.pad_to_multiple_of
 
-    def lengths(role: str) -> Any:  # as wide as the batches are padded (the widest rules)
+    def lengths(role: str) -> Any:
         split = getattr(prepared.splits, role, None)
-        return padded_width(split.lengths, multiple) if split is not None else []
+        return split.lengths if split is not None else []
+
+    def batch_width(longest: int) -> int:  # as the chat batches pad
+        return int(padded_width(longest, multiple))
 
     def probe_batches(batch_size: int) -> list[dict[str, Any]]:
         source = task.batches(loaded, prepared, "train", batch_size=batch_size, shuffle=True)
@@ -91,4 +94,4 @@ def sft_planning(task: Any, loaded: Any, sources: dict[str, str],
                         else str(cfg.model.name),
                         max_length=int(prepared.max_length), lengths=lengths,
                         probe_batches=probe_batches, eval_batch=eval_batch,
-                        llm=llm)
+                        llm=llm, batch_width=batch_width)

@@ -90,10 +90,12 @@ def text_planning(loaded: Any, sources: dict[str, str], prepared: Any,
     architecture = cfg.model.architecture.model_dump() if cfg.model.architecture else None
     num_labels = outputs
 
-    def lengths(role: str) -> Any:  # as wide as the batches are padded (the widest rules)
+    def lengths(role: str) -> Any:
         encoded = prepared.encoded.get(role)
-        return padded_width(encoded.lengths(max_length), multiple, max_length) \
-            if encoded is not None else []
+        return encoded.lengths(max_length) if encoded is not None else []
+
+    def batch_width(longest: int) -> int:  # as TextBatches pads
+        return int(padded_width(longest, multiple, max_length))
 
     def probe_batches(batch_size: int) -> list[dict[str, Any]]:
         t = cfg.train
@@ -143,7 +145,7 @@ def text_planning(loaded: Any, sources: dict[str, str], prepared: Any,
     return PlanningSpec(
         model_name=str(cfg.model.name) if cfg.model.architecture is None else "architecture",
         max_length=max_length, lengths=lengths, probe_batches=probe_batches,
-        meta_model=meta_model, profile_key=key, eval_batch=eval_batch)
+        meta_model=meta_model, profile_key=key, eval_batch=eval_batch, batch_width=batch_width)
 
 
 class TextClassificationTask:
