@@ -41,8 +41,9 @@ GROUPS = ("data", "model", "training", "hardware", "plan")
 the data, the model, the training settings (epochs, batch shapes), then the machine and the
 plan, which a newcomer acts on last."""
 FINDING_GROUPS = {
-    "no_test_split": "data", "baseline_ties": "model", "baseline_wins": "model",
-    "trees_enough": "model", "early_stopping_saved": "training", "padding_waste": "training",
+    "no_test_split": "data", "one_class": "model", "baseline_ties": "model",
+    "baseline_wins": "model", "trees_enough": "model", "early_stopping_saved": "training",
+    "padding_waste": "training",
     "input_bound": "hardware", "memory_headroom": "hardware", "memory_tight": "hardware",
     "low_mfu": "hardware", "threads_idle": "hardware", "threads_fewer_than_cores": "hardware",
     "plan_off": "plan",

@@ -195,7 +195,9 @@ _TABLE = [
     MetricKey("efficiency.precision", "", "numeric precision used"),
     MetricKey("diagnosis", "", "a list of findings, each code, group, figure (what "
               "triggered it), message and change (what to do), listed by group: data "
-              "(no_test_split), model (baseline_ties, baseline_wins, trees_enough), training "
+              "(no_test_split), model (one_class: >= 98% of the scored rows predicted as one "
+              "class that is at most 90% of them; baseline_ties, baseline_wins, "
+              "trees_enough), training "
               "(early_stopping_saved, padding_waste), then hardware and plan, whose figures a "
               "newcomer acts on last (logged at INFO, the others as warnings): input_bound "
               "(data wait > 20%), "

@@ -79,7 +79,12 @@ from entrena.recipes.planning import (
     reset_peak_memory,
 )
 from entrena.recipes.predictions import write_predictions
-from entrena.recipes.verdicts import baseline_finding, baseline_verdict, no_test_finding
+from entrena.recipes.verdicts import (
+    baseline_finding,
+    baseline_verdict,
+    no_test_finding,
+    one_class_finding,
+)
 from entrena.tasks.registry import get_task
 from entrena.tracking.base import TrackingContext, build_trackers
 from entrena.tracking.events import EventLog
@@ -421,10 +426,11 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         # trees_enough); the generic tie or loss is already logged by baseline_verdict.
         generic = baseline_finding(metrics["baseline"]["comparison"]) if finding is None else None
         no_test = no_test_finding(metrics)
-        for found in (finding, no_test):
+        one_class = one_class_finding(metrics)
+        for found in (finding, no_test, one_class):
             if found is not None:
                 log.warning("%s: %s; %s", found["figure"], found["message"], found["change"])
-        own = [f for f in (finding, generic, no_test) if f is not None]
+        own = [f for f in (one_class, finding, generic, no_test) if f is not None]
         metrics["diagnosis"] = order_findings([*own, *(metrics["diagnosis"] or [])])
 
         predictions = write_predictions(task, loaded, prepared, scored, paths.predictions)

@@ -1,6 +1,7 @@
 """What the recipe says about a finished run's scores: the comparison with the task's cheap
 baselines (a tie is a tie) and the findings it adds to the diagnosis (``model``: a baseline
-ties or wins; ``data``: no test split)."""
+ties or wins, or the model predicts one class for nearly every row; ``data``: no test
+split)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ from typing import Any
 
 from entrena.tasks.baselines import compare_with_baseline
 
-__all__ = ["baseline_finding", "baseline_verdict", "no_test_finding"]
+__all__ = ["baseline_finding", "baseline_verdict", "no_test_finding", "one_class_finding"]
+
+ONE_CLASS_SHARE = 0.98
+"""A classifier that gives one class to at least this share of the scored rows…"""
+
+ONE_CLASS_TRUE_SHARE = 0.90
+"""…while that class is at most this share of their true labels has learned the prior only
+(a model that has not yet learned, or a learning rate too low or too high to)."""
 
 log = logging.getLogger("entrena")
 
@@ -71,3 +79,33 @@ def no_test_finding(metrics: dict[str, Any]) -> dict[str, str] | None:
                        "chose the best weights, so they lean optimistic",
             "change": "set data.test to held-out rows (a file the run never trains or "
                       "validates on) for an unbiased score"}
+
+
+def one_class_finding(metrics: dict[str, Any]) -> dict[str, str] | None:
+    """A ``model`` finding when a classifier predicts (nearly) one class for every row.
+
+    Reads the confusion matrix of ``metrics["test"]`` (else ``"validation"``): rows are the
+    true labels, columns the predicted ones (:mod:`entrena.core.metrics`). ``None`` for a
+    task without one (regression, multi-label) or a model that spreads its predictions.
+    """
+    role = "test" if "test" in metrics else "validation"
+    confusion = (metrics.get(role) or {}).get("confusion_matrix")
+    if not confusion:
+        return None
+    labels, matrix = confusion["labels"], confusion["matrix"]
+    rows = sum(sum(row) for row in matrix)
+    if len(labels) < 2 or rows == 0:
+        return None
+    predicted = [sum(row[j] for row in matrix) for j in range(len(labels))]
+    top = max(range(len(labels)), key=predicted.__getitem__)
+    share, true_share = predicted[top] / rows, sum(matrix[top]) / rows
+    if share < ONE_CLASS_SHARE or true_share > ONE_CLASS_TRUE_SHARE:
+        return None
+    return {"code": "one_class",
+            "figure": f"{role}: {share:.0%} of {rows} rows predicted {labels[top]!r} "
+                      f"({true_share:.0%} are)",
+            "message": "the model predicts one class for almost every row: it learned the "
+                       "labels' proportions, not the inputs",
+            "change": "train longer (train.max_epochs) and check train.learning_rate (a model "
+                      "trained from random weights, such as a table's MLP, needs about 1e-3 "
+                      "and tens of epochs; the default 1e-4 suits a pretrained transformer)"}
