@@ -140,3 +140,21 @@ def test_measuring_the_cpu_peak_leaves_the_global_rng_alone(tmp_path):
     assert peak > 0 and "measured" in source
     assert torch.equal(torch.rand(3), expected)
     assert cpu_peak_flops_measured(tmp_path, 1) == (peak, source)  # cached
+
+
+def test_one_thread_is_not_told_to_spread_its_steps_and_good_news_is_not_a_warning(caplog):
+    import logging
+
+    from entrena.recipes.efficiency import log_finding
+
+    summary = {"device": "cpu", "cpu_utilisation": 0.3, "threads": 1, "cores": 2}
+    idle = next(f for f in diagnose(summary) if f["code"] == "threads_idle")
+    assert "batch_size" not in idle["change"] and "outside its training steps" in idle["change"]
+    saved = next(f for f in diagnose({}, fit={"stop_reason": "early_stopping", "epochs": 2,
+                                             "max_epochs": 5, "epoch_time_s": 1.0})
+                 if f["code"] == "early_stopping_saved")
+    with caplog.at_level(logging.INFO, logger="entrena"):
+        log_finding(saved)
+        log_finding(idle)
+    levels = [r.levelno for r in caplog.records]
+    assert levels == [logging.INFO, logging.INFO]  # hardware and "nothing to change": INFO

@@ -155,7 +155,10 @@ def diagnose(summary: dict[str, Any], *, plan_vs_actual: dict[str, Any] | None =
             "threads_idle", f"CPU busy {used:.0%} of {threads} thread(s) x wall time",
             f"threads not used: the process kept its {threads} thread(s) {used:.0%} busy",
             "other work is competing for the cores, or the steps are too small to spread "
-            "over threads: raise train.batch_size, or run fewer processes at once"))
+            "over threads: raise train.batch_size, or run fewer processes at once"
+            if threads > 1 else
+            "other work is competing for the core, or the run waits outside its training "
+            "steps (reading data, evaluating, checkpoints): run fewer processes at once"))
     elif device == "cpu" and threads and cores and threads < cores:
         found.append(_finding(
             "threads_fewer_than_cores", f"{threads} thread(s) on {cores} cores",

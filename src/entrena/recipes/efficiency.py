@@ -110,7 +110,10 @@ def efficiency_metrics(state: TrainState, monitor: EfficiencyMonitor, *, precisi
 def log_finding(finding: dict[str, Any]) -> None:
     """A warning for what the user can change (data, model, training); the machine's figures
     (hardware, plan) at INFO: they are in ``metrics.json`` and the report for whoever tunes
-    throughput, and a newcomer's console leads with what they can act on."""
-    level = logging.INFO if finding.get("group") in ("hardware", "plan") else logging.WARNING
+    throughput, and a newcomer's console leads with what they can act on. A finding that
+    asks for no change (early stopping's saving) is news, not a warning: INFO."""
+    quiet = finding.get("group") in ("hardware", "plan") or \
+        str(finding.get("change", "")).startswith("nothing to change")
+    level = logging.INFO if quiet else logging.WARNING
     log.log(level, "diagnosis (%s): %s [%s] -> %s", finding.get("group", "model"),
             finding["message"], finding["figure"], finding["change"])
