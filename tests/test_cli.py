@@ -391,3 +391,17 @@ def test_import_and_help_do_not_import_torch(tmp_path, argv):
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=clean_env(),
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr + result.stdout
+
+
+def test_tables_piped_to_a_file_are_not_cut_at_80_columns(monkeypatch):
+    """A plan or data table in a log file or CI: rich's default 80 columns cut the option
+    names; a pipe gets 160 unless COLUMNS says otherwise, a terminal keeps its own width."""
+    import io
+
+    from entrena.core.console import PIPE_WIDTH, stderr_console
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    assert stderr_console().width == PIPE_WIDTH
+    monkeypatch.setenv("COLUMNS", "100")
+    assert stderr_console().width == 100

@@ -229,9 +229,9 @@ def _images_note(images: dict[str, Any] | None) -> str | None:
 
 def _print(console: Any, renderable: Any) -> None:
     if console is None:
-        from rich.console import Console
+        from entrena.core.console import stderr_console
 
-        console = Console(stderr=True)
+        console = stderr_console()
     console.print(renderable, soft_wrap=True)
 
 

@@ -163,17 +163,17 @@ def _check_data_unchanged(paths: RunPaths, report: dict[str, Any],
 
 def _announce_table(console: Any, renderable: Any) -> None:
     if console is None:
-        from rich.console import Console
+        from entrena.core.console import stderr_console
 
-        console = Console(stderr=True)
+        console = stderr_console()
     console.print(renderable, soft_wrap=True)
 
 
 def _announce(console: Any, message: str) -> None:
     if console is None:
-        from rich.console import Console
+        from entrena.core.console import stderr_console
 
-        console = Console(stderr=True)
+        console = stderr_console()
     console.print(message, markup=False, highlight=False, soft_wrap=True)
 
 

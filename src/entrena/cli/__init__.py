@@ -46,9 +46,9 @@ SetOpt = Annotated[list[str] | None, typer.Option(
 
 
 def _stderr_console() -> Any:
-    from rich.console import Console
+    from entrena.core.console import stderr_console
 
-    return Console(stderr=True)
+    return stderr_console()
 
 
 class _StderrHandler(logging.StreamHandler):

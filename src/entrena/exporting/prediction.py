@@ -341,9 +341,9 @@ def stream_predictions(predictor: ChunkPredictor, data: Path, output: Path, *,
     log.info("predicting %s with %s (%s) into %s", data, model, predictor.runner.name, output)
     console = options.console
     if console is None:
-        from rich.console import Console
+        from entrena.core.console import stderr_console
 
-        console = Console(stderr=True)
+        console = stderr_console()
     counts: Counter[str] = Counter()
     added = output_columns(predictor.labels) if predictor.labels else VALUE_COLUMNS
     values = _ValueSummary()

@@ -128,9 +128,9 @@ def _cache_dir(loaded: LoadedConfig) -> Any:
 def _console(console: Any) -> Any:
     if console is not None:
         return console
-    from rich.console import Console
+    from entrena.core.console import stderr_console
 
-    return Console(stderr=True)
+    return stderr_console()
 
 
 def _cpu_features(accelerator: str) -> dict[str, bool] | None:
