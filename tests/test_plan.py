@@ -55,6 +55,22 @@ def test_padding_to_a_multiple_widens_the_batches_not_the_texts(tiny_config, con
     assert docs[16]["padding_fraction"] > docs[1]["padding_fraction"] + 0.05
 
 
+def test_plan_says_what_the_data_checks_dropped(tiny_config, config_file, tmp_path):
+    """A plan of fewer rows than the file has says why (a fresh user's repetitive CSV:
+    'data: 124 training rows' of 450, the duplicates only visible through prepare)."""
+    from conftest import review_rows, write_csv
+
+    rows = review_rows(96, seed=1)
+    write_csv(tmp_path / "data" / "train.csv", rows + rows[:40])  # 40 exact duplicates
+    config = config_file(tiny_config)
+    result = run_cli("plan", config, "--local-only", cwd=tmp_path, COLUMNS="200")
+    assert result.returncode == 0, result.stderr
+    dropped = [line for line in result.stderr.splitlines() if "dropped" in line]
+    assert dropped and "duplicate" in dropped[0].lower(), result.stderr
+    doc = plan(config, local_only=True).as_dict()
+    assert any(c["status"] == "dropped" for c in doc["data_checks"])
+
+
 @pytest.mark.parametrize("example", [
     # The LLM example converts and loads a 135 M-parameter model first (a minute): its plan
     # is checked by tests/test_llm_plan.py on the tiny Llama, and the real model trains (and

@@ -162,6 +162,9 @@ def plan(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | 
         model_name=spec.model_name, calibration=calibration, catalog=merged,
         deadline_s=deadline_limit.seconds if deadline_limit else None, budget=budget_limit,
         extra={**(llm_plan_details(spec.llm) if spec.llm else {}),
+               "data_checks": [{k: c.get(k) for k in ("check", "status", "message")}
+                               for c in (getattr(prepared, "report", None) or {}).get(
+                                   "checks", []) if c.get("status") != "ok"],
                "planning_time_s": time.perf_counter() - started})
     return PlanResult(document, options, recommendation)
 

@@ -72,7 +72,10 @@ def render_plan(doc: dict[str, Any]) -> Any:
                       format_usd(option["cost_usd"]), format_usd(option["cost_usd_spot"]),
                       ", ".join(_flags(option)))
     rec = doc["recommendation"]
-    lines = [head, table, Text(f"recommendation: {rec['summary']}")]
+    lines = [head]
+    for check in doc.get("data_checks") or []:  # what prepare dropped or warned of
+        lines.append(Text(f"{check['status']:>8}  {check['check']}: {check['message']}"))
+    lines += [table, Text(f"recommendation: {rec['summary']}")]
     lines.extend(Text(f"  - {reason}") for reason in rec["reasons"])
     calibration = doc.get("calibration")
     if calibration and calibration.get("flops_per_s"):
