@@ -191,6 +191,8 @@ def test_model_card_says_what_the_issue_asks(onnx_bundle, tiny_run):
     metrics = json.loads((tiny_run / "metrics.json").read_text())
     assert f"{metrics['test']['accuracy']:.4f}" in card
     assert "`great`, `other`" in card and "Cost: not recorded" in card
+    assert str(tiny_run.parent) not in card  # the bundle ships: no trainer's folders in it
+    assert card.count("label counts") + card.count("Label counts") <= 3  # once per split
 
 
 def test_failed_parity_still_writes_the_bundle_and_exits_3(tiny_run, tmp_path, monkeypatch):

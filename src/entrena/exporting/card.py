@@ -3,6 +3,7 @@ export checks, intended use and limits, from the run's own files."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from entrena.core.metrics import split_scores
@@ -52,7 +53,9 @@ def _data_lines(run: RunModel) -> list[str]:
         kept = split.get("rows_kept", split.get("kept"))
         empty = sum(_count(split.get(key, split.get(f"skipped_{key}")))
                     for key in ("empty_text", "empty_label"))
-        where = f"`{split['file']}`" if split.get("file") else split.get("source", "")
+        # the file's name only: the bundle ships, the trainer's folders stay private
+        where = f"`{Path(str(split['file'])).name}`" if split.get("file") \
+            else split.get("source", "")
         lines.append(f"- {role}: {where}: {read} rows read, {kept} kept ({empty} with an empty "
                      "text or label)")
         if split.get("label_counts"):
@@ -66,7 +69,8 @@ def _data_lines(run: RunModel) -> list[str]:
         vs = report["validation_split"]
         lines.append(f"- Validation: {_pct(vs.get('fraction'))} of the training rows, split off "
                      f"stratified by label (seed {vs.get('seed')})")
-    for role, counts in report.get("label_counts", {}).items():
+    per_split = any(split.get("label_counts") for split in report.get("splits", {}).values())
+    for role, counts in ({} if per_split else report.get("label_counts", {})).items():
         lines.append(f"- Label counts ({role}): "
                      + ", ".join(f"{label} {count}" for label, count in counts.items()))
     return lines or ["- not recorded (the run has no data_report.json)"]
