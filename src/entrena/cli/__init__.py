@@ -24,7 +24,7 @@ from entrena.errors import (
     EntrenaError,
     Interrupted,
 )
-from entrena.units import format_usd
+from entrena.units import format_bytes, format_usd
 
 __all__ = ["app", "main"]
 
@@ -305,8 +305,9 @@ def _print_export(result: Any, json_output: bool) -> None:
                 table.add_row(f"latency {engine} {batch.replace('_', ' ')} p50 / p95 (ms)",
                               f"{stats['p50_ms']:.2f} / {stats['p95_ms']:.2f}")
     sizes = report["size_bytes"]
-    table.add_row("size: model file / PyTorch weights (MB)",
-                  f"{sizes['model_file'] / 1e6:.1f} / {sizes['pytorch_weights'] / 1e6:.1f}")
+    table.add_row("size: model file / PyTorch weights",
+                  f"{format_bytes(sizes['model_file'])} / "
+                  f"{format_bytes(sizes['pytorch_weights'])}")
     _stderr_console().print(table)
 
 
