@@ -13,7 +13,12 @@ import pytest
 import entrena
 from entrena.core.callback import Callback
 from entrena.engine import compiling
-from entrena.engine.compiling import COMPILE_COSTS, REPAY_MARGIN, compile_decision
+from entrena.engine.compiling import (
+    COMPILE_COSTS,
+    REPAY_MARGIN,
+    SMALL_MODEL_PARAMETERS,
+    compile_decision,
+)
 from entrena.errors import ConfigError, Interrupted
 
 
@@ -51,6 +56,26 @@ def test_a_bf16_cpu_has_its_own_measurement(monkeypatch):
         fp32_decision.reason
     assert compile_decision("auto", "cpu", planned, "bf16-mixed",
                             {"avx512_bf16": True}).reason == decision.reason
+
+
+def test_a_small_model_on_a_cpu_is_judged_by_the_small_models_measurement(monkeypatch):
+    monkeypatch.setattr(compiling.shutil, "which", lambda name: "/usr/bin/c++")
+    # A run long enough for the transformer-sized measurement to compile...
+    bf16 = COMPILE_COSTS["cpu-bf16"]
+    planned = REPAY_MARGIN * bf16.compile_s / (1 - 1 / bf16.speedup) * 10
+    large = compile_decision("auto", "cpu", planned, "bf16-mixed", parameters=22_566_146)
+    assert large.compile
+    # ...stays eager for a small model (measured: no step speed-up), in any precision.
+    for precision in ("bf16-mixed", "32-true"):
+        small = compile_decision("auto", "cpu", planned, precision,
+                                 parameters=SMALL_MODEL_PARAMETERS - 1)
+        assert not small.compile
+        assert "cpu-small" in small.reason and "does not pay" in small.reason
+    assert not compile_decision("auto", "cpu", 1e9, "32-true", parameters=12_226).compile
+    assert compile_decision(True, "cpu", 1.0, parameters=12_226).compile  # true is true
+    # The small models' figure is a CPU's: on CUDA the size does not change the entry.
+    assert compile_decision("auto", "cuda", planned, parameters=12_226).reason == \
+        compile_decision("auto", "cuda", planned).reason
 
 
 def test_a_cpu_without_a_cpp_compiler(monkeypatch):

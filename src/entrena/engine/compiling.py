@@ -5,8 +5,9 @@ matrix products, which are the same library calls either way; it costs a compila
 new graph (the training step, the no-grad evaluation, and one recompile when a second batch
 shape marks the dimensions dynamic: ``torch.compile``'s automatic dynamic shapes, so
 length-grouped batches of many lengths compile a bounded number of times). Whether that pays
-depends on the device and the run's length: ``auto`` compiles when the measured speed-up
-repays the measured compile time within the planned training time, with a margin.
+depends on the device, the model's size and the run's length: ``auto`` compiles when the
+measured speed-up repays the measured compile time within the planned training time, with a
+margin (on a CPU, small models measured no speed-up at all: :data:`SMALL_MODEL_PARAMETERS`).
 """
 
 from __future__ import annotations
@@ -19,13 +20,21 @@ from typing import Any
 from entrena.errors import ConfigError
 
 __all__ = ["CompileDecision", "COMPILE_COSTS", "compile_decision", "compile_model",
-           "REPAY_MARGIN"]
+           "REPAY_MARGIN", "SMALL_MODEL_PARAMETERS"]
 
 log = logging.getLogger("entrena")
 
 REPAY_MARGIN = 2.0
 """``auto`` compiles when the planned saving is at least this many times the compile time
 (the speed-up and compile time vary with the model and the machine's load)."""
+
+SMALL_MODEL_PARAMETERS = 2_000_000
+"""On a CPU, a model with fewer parameters than this is judged by the small models'
+measurement (``cpu-small`` in :data:`COMPILE_COSTS`): its steps are the loop's own overhead
+and small kernels, which compiling does not shorten. Measured: 12 k (an MLP), 20 k (a CNN)
+and 1.0 M (a 2-layer BERT of width 32) parameters gained nothing; the next size measured,
+MiniLM-L6's 22.6 M, gained. The bound between 1.0 M and 22.6 M is a judgement, not a
+measurement."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,17 @@ COMPILE_COSTS: dict[str, CompileCost] = {
                "bench:first-step). Before that kernel choice, with sdpa at every length: "
                "1.10x, 211 s (2026-12-02)",
         reference="docs/benchmarks.md, bench:first-step"),
+    "cpu-small": CompileCost(
+        speedup=1.00, compile_s=38.0,
+        source="benchmarks/compile_examples.py --pairs 2 --epochs 4: entrena train of the "
+               "examples, train.compile false and true alternated, a cold inductor cache per "
+               "run, fp32 (their precision auto): steps of epochs 2-4 compiled over eager "
+               "0.99x (0.97-1.02x) for examples/tiny (1.0 M parameters; ~38 s of compiling), "
+               "1.00x (0.95-1.05x) for examples/digits (a 20 k CNN; ~21 s), 0.72x for "
+               "examples/credit (a 12 k MLP; ~16 s); Intel Xeon with AMX, 2 cores, "
+               "2026-12-04 (docs/benchmarks.md, bench:compile-examples); not measured on "
+               "other CPU kinds",
+        reference="docs/benchmarks.md, bench:compile-examples"),
     "cuda": CompileCost(
         speedup=1.43, compile_s=60.0,
         source="speed-up: PyTorch 2.0 announcement (163 open-source models, A100, AMP, mean "
@@ -83,9 +103,11 @@ COMPILE_COSTS: dict[str, CompileCost] = {
         reference="PyTorch 2.0 announcement; compile time not measured"),
 }
 """Per device kind (``cpu-amx-bf16``: a CPU with AMX training in bf16-mixed; ``cpu-bf16``:
-another CPU in bf16-mixed, with native bf16 such as AVX-512 BF16; ``cpu``: in fp32); a device
-missing here is never compiled by ``auto``. Each CPU figure was measured on its own CPU kind
-and stays beside the others (the CPU changes from one machine to the next)."""
+another CPU in bf16-mixed, with native bf16 such as AVX-512 BF16; ``cpu``: in fp32;
+``cpu-small``: a model under :data:`SMALL_MODEL_PARAMETERS` on any CPU, whatever the
+precision); a device missing here is never compiled by ``auto``. Each CPU figure was
+measured on its own CPU kind and stays beside the others (the CPU changes from one machine
+to the next)."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +120,8 @@ class CompileDecision:
 
 def compile_decision(setting: str | bool, device: str,
                      planned_train_s: float | None, precision: str | None = None,
-                     cpu_features: dict[str, bool] | None = None) -> CompileDecision:
+                     cpu_features: dict[str, bool] | None = None,
+                     parameters: int | None = None) -> CompileDecision:
     """Decide ``train.compile`` for a run.
 
     Args:
@@ -110,6 +133,9 @@ def compile_decision(setting: str | bool, device: str,
         cpu_features: The CPU's instruction-set flags
             (:attr:`entrena.hardware.detection.CpuInfo.features`): a CPU with ``amx_bf16``
             in bf16 has its own measurement.
+        parameters: The model's parameter count (trainable or not), or ``None`` when
+            unknown: on a CPU, a model under :data:`SMALL_MODEL_PARAMETERS` is judged by the
+            small models' measurement (``cpu-small``).
 
     Returns:
         The :class:`CompileDecision`.
@@ -128,7 +154,9 @@ def compile_decision(setting: str | bool, device: str,
     if setting is True:
         return CompileDecision(True, "train.compile is true")
     kind = device
-    if precision and precision.startswith("bf16"):
+    if device == "cpu" and parameters is not None and parameters < SMALL_MODEL_PARAMETERS:
+        kind = "cpu-small"
+    elif precision and precision.startswith("bf16"):
         amx = device == "cpu" and bool((cpu_features or {}).get("amx_bf16"))
         for candidate in ((f"{device}-amx-bf16",) if amx else ()) + (f"{device}-bf16",):
             if candidate in COMPILE_COSTS:
@@ -141,9 +169,11 @@ def compile_decision(setting: str | bool, device: str,
         return CompileDecision(False, "auto: the planned training time is unknown")
     saving = planned_train_s * (1.0 - 1.0 / cost.speedup) if cost.speedup > 1 else 0.0
     pays = saving >= REPAY_MARGIN * cost.compile_s
+    size = f"{parameters / 1e6:.2f} M parameters, " if kind == "cpu-small" else ""
     return CompileDecision(
-        pays, f"auto: a {cost.speedup:.2f}x step speed-up would save {saving:.0f}s of "
-              f"{planned_train_s:.0f}s planned against ~{cost.compile_s:.0f}s of compiling "
+        pays, f"auto ({size}{kind}): a {cost.speedup:.2f}x step speed-up would save "
+              f"{saving:.0f}s of {planned_train_s:.0f}s planned against "
+              f"~{cost.compile_s:.0f}s of compiling "
               f"({'pays' if pays else 'does not pay'} with a {REPAY_MARGIN:g}x margin; "
               f"figures: {cost.reference})")
 

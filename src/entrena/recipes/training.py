@@ -239,7 +239,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     optimizer = build_optimizer(model, tcfg.learning_rate, tcfg.weight_decay,
                                 fused=fused_optimizer(backend.accelerator))
     decision = compile_decision(tcfg.compile, backend.accelerator, _planned_train_s(plan),
-                                backend.precision, _cpu_features(backend.accelerator))
+                                backend.precision, _cpu_features(backend.accelerator),
+                                sum(p.numel() for p in model.parameters()))
     log.info("compile: %s (%s)", "on" if decision.compile else "off", decision.reason)
     if decision.compile:  # in place: state_dict keys, checkpoints and exports unchanged
         compile_model(model)
