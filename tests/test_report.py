@@ -196,3 +196,47 @@ def test_report_bad_files_and_output_folder_end_in_one_line(tmp_path, monkeypatc
     assert internal.exit_code == 1, internal.output
     assert "error: internal error: RuntimeError: boom; rerun with --verbose" in internal.output
     assert "Traceback" not in internal.output
+
+
+def test_report_compare_refuses_a_run_named_twice_and_a_file_it_did_not_write(tmp_path):
+    # Before: `--compare runs/a runs/a` wrote a page comparing a run with itself, and
+    # `-o notes.txt` replaced whatever notes.txt held; both exited 0.
+    from typer.testing import CliRunner
+
+    from entrena.cli import app
+
+    for name in ("a", "b"):
+        write_run(tmp_path / "runs" / name)
+    twice = CliRunner().invoke(app, ["report", "--compare", "runs/a", "runs/a", "-o", "c.html"])
+    assert twice.exit_code == 2, twice.output
+    assert twice.output == ("error: report --compare: runs/a is named twice; give two or more "
+                            "different run directories, e.g. entrena report --compare runs/a "
+                            "runs/b\n")
+    same = CliRunner().invoke(app, ["report", "--compare", "runs/a", "runs/b",
+                                    str(tmp_path / "runs" / "a")])
+    assert same.exit_code == 2, same.output
+    assert f"runs/a and {tmp_path}/runs/a are the same run directory" in same.output
+    assert not (tmp_path / "c.html").exists() and not (tmp_path / "runs" / "compare.html").exists()
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    refused = CliRunner().invoke(app, ["report", "--compare", "runs/a", "runs/b", "-o",
+                                       "notes.txt"])
+    assert refused.exit_code == 2, refused.output
+    assert refused.output == ("error: report --compare: notes.txt exists and is not a report "
+                              "entrena wrote; choose another path with --output, or delete it "
+                              "(an earlier report or comparison is replaced)\n")
+    assert notes.read_text() == "my notes\n"
+    (tmp_path / "runs" / "compare.html").write_text("<html>someone else's page</html>\n")
+    default = CliRunner().invoke(app, ["report", "--compare", "runs/a", "runs/b"])
+    assert default.exit_code == 2 and "runs/compare.html exists" in default.output
+
+    first = CliRunner().invoke(app, ["report", "--compare", "runs/a", "runs/b", "-o", "c.html"])
+    assert first.exit_code == 0, first.output
+    again = CliRunner().invoke(app, ["report", "--compare", "runs/b", "runs/a", "-o", "c.html"])
+    assert again.exit_code == 0, again.output  # an earlier comparison is replaced
+    assert "2 runs: b, a" in (tmp_path / "c.html").read_text()
+    report(tmp_path / "runs" / "a")
+    over_report = CliRunner().invoke(app, ["report", "--compare", "runs/a", "runs/b", "-o",
+                                           "runs/a/report.html"])
+    assert over_report.exit_code == 0, over_report.output

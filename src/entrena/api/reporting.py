@@ -48,16 +48,27 @@ def compare(runs: list[str | Path], output: str | Path | None = None) -> Path:
         The path of the page (written atomically).
 
     Raises:
-        ConfigError: Fewer than two runs, a folder that is not a run directory (each named),
-            or an output that is a folder or whose folder does not exist.
+        ConfigError: Fewer than two runs, a run named twice, a folder that is not a run
+            directory (each named), or an output that is a folder, whose folder does not
+            exist, or that is an existing file entrena did not write (an earlier report or
+            comparison is replaced).
     """
     from entrena.core.files import write_atomic
     from entrena.reporting.compare import COMPARE_FILE, build_comparison
+    from entrena.reporting.html import is_entrena_page
 
     run_dirs = [Path(r) for r in runs]
     if len(run_dirs) < 2:
         raise ConfigError(f"report --compare: got {len(run_dirs)} run(s); give two or more "
                           f"run directories, e.g. entrena report --compare runs/a runs/b")
+    seen: dict[Path, Path] = {}
+    for d in run_dirs:
+        first = seen.setdefault(d.resolve(), d)
+        if first is not d:
+            what = (f"{d} is named twice" if str(d) == str(first)
+                    else f"{first} and {d} are the same run directory")
+            raise ConfigError(f"report --compare: {what}; give two or more different run "
+                              f"directories, e.g. entrena report --compare runs/a runs/b")
     missing = [str(d) for d in run_dirs if not RunPaths(d).metrics.is_file()
                and not RunPaths(d).events.is_file()]
     if missing:
@@ -75,6 +86,10 @@ def compare(runs: list[str | Path], output: str | Path | None = None) -> Path:
         if not path.parent.is_dir():
             raise ConfigError(f"report --compare --output {path}: the folder {path.parent} "
                               f"does not exist; create it or choose another path")
+    if path.exists() and not path.is_dir() and not is_entrena_page(path):
+        raise ConfigError(f"report --compare: {path} exists and is not a report entrena wrote; "
+                          f"choose another path with --output, or delete it (an earlier "
+                          f"report or comparison is replaced)")
     page = build_comparison(run_dirs).encode("utf-8")
     write_atomic(path, lambda handle: handle.write(page), durable=False)
     return path

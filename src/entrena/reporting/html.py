@@ -16,7 +16,7 @@ from entrena.reporting import plots, sections
 from entrena.reporting.formatting import escape
 from entrena.reporting.headline import headline, outcome_sentence
 
-__all__ = ["build_report", "read_events", "read_json", "page", "SECTIONS",
+__all__ = ["build_report", "is_entrena_page", "read_events", "read_json", "page", "SECTIONS",
            "OPTIONAL_SECTIONS", "write_report"]
 
 SECTIONS = ("Summary", "Training curves", "Efficiency", "Errors",
@@ -65,11 +65,27 @@ def read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+PAGE_START = "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>entrena"
+"""How every page entrena writes begins (its title starts with "entrena")."""
+
+
 def page(title: str, body: str) -> str:
-    """A whole HTML document around ``body`` (the report's style, no external resource)."""
+    """A whole HTML document around ``body`` (the report's style, no external resource);
+    ``title`` starts with "entrena" (:func:`is_entrena_page` reads it)."""
     return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
             f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>"
             f"<h1>{escape(title)}</h1>{body}</body></html>\n")
+
+
+def is_entrena_page(path: Path) -> bool:
+    """Whether the file at ``path`` is an HTML page entrena wrote (a report or a comparison:
+    one that may be written over)."""
+    try:
+        with path.open("rb") as handle:
+            start = handle.read(len(PAGE_START))
+    except OSError:
+        return False
+    return start == PAGE_START.encode("utf-8")
 
 
 def _errors(metrics: dict[str, Any], run_dir: Path) -> str:
