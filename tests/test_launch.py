@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -81,6 +82,20 @@ def test_unknown_target_names_the_choices(config):
         entrena.launch(config, target="slurn")
     assert str(info.value) == ("--target 'slurn': unknown target; choose one of torchrun, "
                                "slurm, skypilot, docker (did you mean 'slurm'?)")
+
+
+def test_a_target_in_the_wrong_case_is_refused_with_its_spelling(config):
+    # Before: --target SLURM listed the choices with no hint (difflib compares case); targets
+    # stay case-sensitive like every other choice (--format, --backend, --for).
+    from typer.testing import CliRunner
+
+    from entrena.cli import app
+
+    result = CliRunner().invoke(app, ["launch", str(config), "--target", "SLURM"])
+    assert result.exit_code == 2, result.output
+    assert result.output == ("error: --target 'SLURM': unknown target; choose one of torchrun, "
+                             "slurm, skypilot, docker (did you mean 'slurm'?)\n")
+    assert not list(Path("runs").glob("*/launch"))
 
 
 @pytest.mark.slow

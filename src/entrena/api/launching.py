@@ -74,7 +74,8 @@ def launch(config: str | Path | dict[str, Any] | Config, *, target: str, nodes: 
     from entrena.launching import TARGETS, LaunchSpec, render
 
     if target not in TARGETS:
-        close = difflib.get_close_matches(target, TARGETS, n=1)
+        # Lower-cased first, so that SLURM, which shares no letter with slurm, gets a hint.
+        close = difflib.get_close_matches(target.lower(), TARGETS, n=1)
         raise ConfigError(f"--target {target!r}: unknown target; choose one of "
                           f"{', '.join(TARGETS)}" + (f" (did you mean {close[0]!r}?)"
                                                      if close else ""))
