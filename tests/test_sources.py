@@ -168,6 +168,35 @@ def test_a_parquet_list_column_is_refused(tmp_path):
         "(a list of labels per row is not supported)")
 
 
+def test_a_damaged_parquet_file_says_how_to_fix_it(tmp_path, config_file):
+    # Before: "cannot read as Parquet: <pyarrow's words>" and nothing on what to do.
+    fix = ("the file is damaged or not Parquet: write it again (pandas DataFrame.to_parquet), "
+           "or give it the suffix of its real format (.csv, .tsv, .jsonl)")
+    whole = tmp_path / "whole.parquet"
+    pd.DataFrame(review_rows(200), columns=["text", "label"]).to_parquet(whole)
+    data = whole.read_bytes()
+    truncated = tmp_path / "data" / "train.parquet"
+    truncated.parent.mkdir()
+    truncated.write_bytes(data[:len(data) // 2])
+    assert data_error(truncated) == (
+        f"data.train: {truncated}: cannot read as Parquet: Parquet magic bytes not found in "
+        f"footer. Either the file is corrupted or this is not a parquet file; {fix}")
+    damaged = tmp_path / "damaged.parquet"
+    damaged.write_bytes(data[:100] + bytes(400) + data[500:])  # a data page, not the footer
+    message = data_error(damaged)
+    assert message.startswith(f"data.train: {damaged}: cannot read as Parquet: ")
+    assert message.endswith(f"; {fix}") and "\n" not in message
+
+    write_csv(tmp_path / "data" / "test.csv", review_rows(10))
+    result = run_cli("prepare", config_file(build_config(train="data/train.parquet")),
+                     cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"error: data.train: {truncated}: cannot read as Parquet: Parquet magic bytes not found "
+        f"in footer. Either the file is corrupted or this is not a parquet file; {fix}"]
+    assert not (tmp_path / "runs").exists()
+
+
 def test_prepare_refuses_a_list_label_with_exit_2(tmp_path, config_file):
     write_csv(tmp_path / "data" / "test.csv", review_rows(10))
     lines = [json.dumps({"text": t, "label": [label] if i == 4 else label})

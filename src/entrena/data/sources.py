@@ -370,8 +370,7 @@ def _parquet_chunks(file: SourceFile, wanted: dict[str, str] | None, key: str, r
     try:
         parquet = pq.ParquetFile(file.path)
     except (pa.ArrowException, OSError) as exc:
-        raise DataError(f"{key}: {file.name}: cannot read as Parquet: {_first_line(exc)}"
-                        ) from None
+        raise _unreadable_parquet(file, key, exc) from None
     names = [str(n).strip() for n in parquet.schema_arrow.names]
     columns = None
     if wanted is not None:
@@ -389,8 +388,14 @@ def _parquet_chunks(file: SourceFile, wanted: dict[str, str] | None, key: str, r
         for batch in parquet.iter_batches(batch_size=chunk_rows, columns=columns):
             yield _strip_columns(batch.to_pandas())
     except (pa.ArrowException, OSError) as exc:
-        raise DataError(f"{key}: {file.name}: cannot read as Parquet: {_first_line(exc)}"
-                        ) from None
+        raise _unreadable_parquet(file, key, exc) from None
+
+
+def _unreadable_parquet(file: SourceFile, key: str, exc: BaseException) -> DataError:
+    reason = _first_line(exc).rstrip(".")
+    return DataError(f"{key}: {file.name}: cannot read as Parquet: {reason}; the file is damaged "
+                     "or not Parquet: write it again (pandas DataFrame.to_parquet), or give it "
+                     "the suffix of its real format (.csv, .tsv, .jsonl)")
 
 
 def read_table(path: str, *, role: str = "data", cache_dir: Path | None = None
