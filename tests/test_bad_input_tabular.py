@@ -91,6 +91,17 @@ def test_predict_gives_infinite_and_non_numbers_the_median_and_counts_them(predi
     assert out.loc[0, "prob_good"] == pytest.approx(same.loc[0, "prob_good"])
 
 
+def test_predict_without_a_feature_column_says_how_to_fix_it(predictor):
+    # Before: the missing and present columns were named, but not what to do about it.
+    with pytest.raises(DataError) as caught:
+        predictor.check_columns(["id", "age", "status"], Path("new.csv"))
+    assert str(caught.value) == (
+        "new.csv: the input lacks the feature column(s) 'income', 'home' the model was "
+        "trained on; the input's columns are: 'id', 'age', 'status'; add them (empty cells are "
+        "read as missing values), or retrain with them in data.drop_columns")
+    predictor.check_columns(["age", "income", "home"], Path("new.csv"))  # all there: passes
+
+
 def test_predict_refuses_non_numbers_under_on_bad_rows_error(predictor):
     rows = with_value(make_table(6, 3), "income", {4: "12,5"})
     predictor.source = "new.csv"  # the input file the messages name

@@ -261,6 +261,9 @@ def test_predict_names_a_missing_feature_column(trained_table):
                                   trained_table / "few.csv", "--output",
                                   trained_table / "few-out.csv", cwd=trained_table))
     assert "lacks the feature column(s) 'rooms'" in line
+    assert line.endswith("; add them (empty cells are read as missing values), or retrain with "
+                         "them in data.drop_columns")
+    assert not (trained_table / "few-out.csv").exists()
 
 
 def test_text_regression_trains_exports_and_predicts(tmp_path):

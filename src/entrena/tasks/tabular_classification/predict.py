@@ -135,7 +135,9 @@ class TablePredictor:
         if missing:
             raise DataError(f"{path}: the input lacks the feature column(s) "
                             f"{', '.join(map(repr, missing))} the model was trained on; the "
-                            f"input's columns are: {', '.join(map(repr, columns)) or 'none'}")
+                            f"input's columns are: {', '.join(map(repr, columns)) or 'none'}; "
+                            "add them (empty cells are read as missing values), or retrain "
+                            "with them in data.drop_columns")
 
     def annotate(self, frame: pd.DataFrame, *, first_row: int, on_bad_rows: str,
                  batch_size: int = BATCH, missing: dict[str, np.ndarray] | None = None
