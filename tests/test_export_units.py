@@ -120,8 +120,13 @@ def test_bad_jsonl_line_is_named(tmp_path):
 
 
 def test_unsupported_and_missing_files(tmp_path):
-    with pytest.raises(DataError, match="file not found"):
+    with pytest.raises(DataError) as caught:
         list(iter_table(tmp_path / "nope.csv"))
+    assert str(caught.value) == f"input: file not found: {tmp_path / 'nope.csv'}; check the path"
+    with pytest.raises(DataError) as caught:  # a relative path: where it was looked for
+        list(iter_table(Path("nope.csv")))
+    assert str(caught.value) == ("input: file not found: nope.csv; check the path (cwd is "
+                                 f"{tmp_path})")
     (tmp_path / "x.xlsx").write_text("")
     with pytest.raises(DataError, match="unsupported file type '.xlsx'"):
         list(iter_table(tmp_path / "x.xlsx"))

@@ -467,6 +467,24 @@ def test_the_zero_shot_baseline_runs_at_the_runs_precision(tmp_path, smol_tokeni
                                                                          "eos_share"}
 
 
+def test_predict_of_a_missing_input_file_says_to_check_the_path(tmp_path):
+    # Before: "--input prompts.jsonl: file not found", with no fix. The file is checked before
+    # the model is read, so no model is needed here.
+    from types import SimpleNamespace
+
+    from entrena.tasks.llm_sft.predict import predict_chats
+
+    location, options = SimpleNamespace(meta={}), SimpleNamespace(input_column=None)
+    with pytest.raises(DataError) as caught:
+        predict_chats(location, Path("prompts.jsonl"), tmp_path / "out.jsonl", options)
+    assert str(caught.value) == (f"--input prompts.jsonl: file not found; check the path (cwd "
+                                 f"is {tmp_path})")
+    with pytest.raises(DataError) as caught:
+        predict_chats(location, tmp_path / "p.jsonl", tmp_path / "out.jsonl", options)
+    assert str(caught.value) == f"--input {tmp_path / 'p.jsonl'}: file not found; check the path"
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 def test_the_torch_generator_answers_in_batches_as_one_prompt_at_a_time(smol_tokenizer):
     """Prompts of different lengths, sorted into batches and left-padded, get the answers
     they get alone, returned in the prompts' order (export parity and predict use it)."""

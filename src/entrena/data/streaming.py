@@ -71,7 +71,8 @@ def _check_readable(path: Path, role: str) -> str:
         raise DataError(f"{role}: {path} is a folder; give a data file "
                         f"({', '.join(SUPPORTED_SUFFIXES)})")
     if not path.is_file():
-        raise DataError(f"{role}: file not found: {path}")
+        raise DataError(f"{role}: file not found: {path}; check the path"
+                        + ("" if path.is_absolute() else f" (cwd is {Path.cwd()})"))
     return _suffix(path, role)
 
 

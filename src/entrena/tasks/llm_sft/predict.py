@@ -117,7 +117,8 @@ def predict_chats(location: Any, data: Path, output: Path, options: Any) -> dict
         raise DataError(f"--input {data}: unsupported file type {data.suffix!r}; use "
                         f"{', '.join(_FORMATS)}")
     if not data.is_file():
-        raise DataError(f"--input {data}: file not found")
+        raise DataError(f"--input {data}: file not found; check the path"
+                        + ("" if data.is_absolute() else f" (cwd is {Path.cwd()})"))
     meta = location.meta
     delimiter = "\t" if data.suffix.lower() == ".tsv" else ","
     rows = read_rows(data, str(data), fmt, key="--input", encoding="utf-8",
