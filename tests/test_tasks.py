@@ -40,6 +40,34 @@ def test_a_registered_task_is_found_by_name(monkeypatch):
     assert isinstance(get_task("fake-task"), Fake)
 
 
+def test_a_saved_model_naming_an_unknown_task_says_where_and_how_to_fix_it(tmp_path):
+    # Before: "task: unknown task 'tabular-clasification'; choose one of ...", as for a config:
+    # neither the file that names it nor what to do about a saved model.
+    import json
+
+    from typer.testing import CliRunner
+
+    from entrena.cli import app
+
+    meta = tmp_path / "runs" / "x" / "model" / "entrena_model.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({"task": "tabular-clasification"}))
+    (tmp_path / "in.csv").write_text("a\n1\n")
+    installed = ", ".join(task_names())
+    result = CliRunner().invoke(app, ["predict", "runs/x", "-i", "in.csv", "-o", "out.csv"])
+    assert result.exit_code == 2, result.output
+    assert result.output == (
+        "error: runs/x/model/entrena_model.json: the model's task 'tabular-clasification' is "
+        f"not an installed task (installed: {installed}; did you mean 'tabular-classification'?)"
+        "; install the package that provides it, or correct \"task\" in that file\n")
+    assert not (tmp_path / "out.csv").exists()
+    meta.write_text(json.dumps({"task": 7}))
+    chat = CliRunner().invoke(app, ["chat", "runs/x"], input="")
+    assert chat.exit_code == 2, chat.output
+    assert chat.output.startswith("error: runs/x/model/entrena_model.json: the model's task 7 "
+                                  "is not an installed task (installed: ")
+
+
 def test_task_keys_get_their_defaults_only_for_their_task():
     text = load_config({"name": "x", "data": {"train": "t.csv"}}).config
     assert (text.task, text.data.text_column) == ("text-classification", "text")

@@ -33,11 +33,12 @@ def chat(source: str | Path, *, input: IO[str], output: IO[str], max_new_tokens:
 
     Raises:
         ConfigError: The model's task does not chat, or ``max_new_tokens`` < 1.
-        DataError: ``source`` is neither a finished run nor a bundle.
+        DataError: ``source`` is neither a finished run nor a bundle, or its model records a
+            task that is not installed.
         ResourceError: A GGUF bundle without llama-cpp-python installed.
     """
-    from entrena.exporting.prediction import locate_model, model_task_name
-    from entrena.tasks.registry import get_task, model_files, task_names
+    from entrena.exporting.prediction import locate_model, model_meta_file, model_task_name
+    from entrena.tasks.registry import get_task, model_files, recorded_task, task_names
 
     def chat_tasks() -> list[str]:
         return [name for name in task_names()
@@ -45,7 +46,7 @@ def chat(source: str | Path, *, input: IO[str], output: IO[str], max_new_tokens:
 
     if max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens {max_new_tokens}: give at least 1")
-    task = get_task(model_task_name(source))
+    task = recorded_task(model_task_name(source), model_meta_file(source))
     session_class = getattr(task, "chat_session", None)
     if session_class is None:
         raise ConfigError(f"{source}: a {task.name} model does not chat; entrena chat takes a "

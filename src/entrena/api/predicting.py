@@ -65,17 +65,19 @@ def predict(run: str | Path, data: str | Path, *, output: str | Path | None = No
 
     Raises:
         ConfigError: Unknown backend or policy, or a batch/chunk size below 1.
-        DataError: No model in ``run`` for the backend, an unreadable input, a missing text
-            column, empty texts under ``on_bad_rows: error``, or ``output`` equal to ``data``.
+        DataError: No model in ``run`` for the backend, a model whose recorded task is not
+            installed, an unreadable input, a missing text column, empty texts under
+            ``on_bad_rows: error``, or ``output`` equal to ``data``.
             Nothing is written then (an existing output file is left as it was).
     """
     from entrena.exporting.prediction import (
         BACKENDS,
         PredictOptions,
         locate_model,
+        model_meta_file,
         model_task_name,
     )
-    from entrena.tasks.registry import get_task, model_files
+    from entrena.tasks.registry import model_files, recorded_task
 
     if batch_size < 1:
         raise ConfigError(f"--batch-size {batch_size}: give at least 1 row per model call "
@@ -96,7 +98,7 @@ def predict(run: str | Path, data: str | Path, *, output: str | Path | None = No
     if output.resolve() == data.resolve():
         raise DataError(f"--output {output} is the input file; write the predictions to "
                         "another file")
-    task = get_task(model_task_name(run))
+    task = recorded_task(model_task_name(run), model_meta_file(run))
     location = locate_model(run, backend, model_files=model_files,
                             formats=task.export_formats)
     options = PredictOptions(input_column=text_column, on_bad_rows=on_bad_rows, threads=threads,

@@ -34,7 +34,7 @@ from entrena.exporting.bundle import (
 from entrena.exporting.formats import FORMATS
 
 __all__ = ["BACKENDS", "SKIPPED_ROWS_LISTED", "VALUE_COLUMNS", "value_frame", "ModelLocation",
-           "locate_model", "model_task_name",
+           "locate_model", "model_meta_file", "model_task_name",
            "PredictOptions",
            "output_columns", "output_format", "labelled_frame", "multi_label_frame",
            "ChunkPredictor", "Progress",
@@ -103,12 +103,16 @@ def _meta(folder: Path) -> dict[str, Any]:
         return {}
 
 
+def model_meta_file(path: str | Path) -> Path:
+    """The ``entrena_model.json`` of a run's model or of a bundle (which may not exist)."""
+    path = Path(path)
+    return (path if is_bundle(path) else RunPaths(path).model) / META_FILE
+
+
 def model_task_name(path: str | Path) -> str | None:
     """The ``task`` a run's model or a bundle records (``None`` when it records none, as text
     bundles written before tasks were recorded)."""
-    path = Path(path)
-    folder = path if is_bundle(path) else RunPaths(path).model
-    return _meta(folder).get("task")
+    return _meta(model_meta_file(path).parent).get("task")
 
 
 def locate_model(source: str | Path, backend: str | None, *, model_files: Any = None,

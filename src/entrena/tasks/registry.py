@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from entrena.config.loading import LoadedConfig, TaskSchemas
 from entrena.config.loading import load_config as _load_config
-from entrena.errors import ConfigError
+from entrena.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     from entrena.config.schema import Config
     from entrena.tasks.base import Task
 
 __all__ = ["BUILTIN_TASKS", "DEFAULT_TASK", "ENTRY_POINT_GROUP", "register_task", "get_task",
-           "task_names", "model_files", "config_schema", "builtin_config_schemas", "SCHEMAS",
-           "load_config"]
+           "recorded_task", "task_names", "model_files", "config_schema",
+           "builtin_config_schemas", "SCHEMAS", "load_config"]
 
 BUILTIN_TASKS: dict[str, tuple[str, str]] = {
     "text-classification": ("entrena.tasks.text_classification.task:TextClassificationTask",
@@ -119,6 +119,27 @@ def get_task(name: str | None) -> Task:
         raise _unknown(name)
     _INSTANCES[name] = task
     return task
+
+
+def recorded_task(name: Any, where: str | Path) -> Task:
+    """The task a saved model records (``task`` in its ``entrena_model.json``).
+
+    Args:
+        name: The recorded name (``None``, a model that records none: :data:`DEFAULT_TASK`).
+        where: The file that records it, named in the message.
+
+    Raises:
+        DataError: No task of that name is installed (the choices and the closest one are
+            listed, with how to fix it).
+    """
+    known = task_names()
+    if name is None or (isinstance(name, str) and name in known):
+        return get_task(name)
+    close = difflib.get_close_matches(name, known, n=1) if isinstance(name, str) else []
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise DataError(f"{where}: the model's task {name!r} is not an installed task (installed: "
+                    f"{', '.join(known)}{hint}); install the package that provides it, or "
+                    "correct \"task\" in that file")
 
 
 def config_schema(name: str | None) -> type[Config]:
