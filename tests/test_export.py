@@ -395,6 +395,11 @@ def test_opset_the_exporter_does_not_support(tiny_run, tmp_path):
 @pytest.mark.parametrize("options, message", [
     ({"format": "onx"}, "--format 'onx' is not an export format; available formats are: "
                         "onnx, torchscript, gguf, hf; did you mean 'onnx'?"),
+    ({"format": "ONNX"}, "--format 'ONNX' is not an export format; available formats are: "
+                         "onnx, torchscript, gguf, hf; did you mean 'onnx'?"),
+    ({"format": "gguf", "quantize": "Q8_0"}, "--quantize 'Q8_0' is not a quantisation of "
+                                            "--format gguf; use one of: f16, q8_0, q4_k_m "
+                                            "(did you mean 'q8_0'?)"),
     ({"format": "torchscript", "quantize": "int8"},
      "--quantize 'int8' is not available for --format torchscript; use --format onnx"),
     ({"format": "torchscript", "opset": 18}, "--opset applies to --format onnx only"),

@@ -153,3 +153,13 @@ def test_writer_leaves_nothing_after_an_error(tmp_path, table):
         writer.write(table)
         raise RuntimeError("boom")
     assert target.read_text() == "old\n" and not list(Path(tmp_path).glob(".out*"))
+
+
+def test_the_closest_choice_ignores_case_and_keeps_the_choice_s_spelling():
+    from entrena.errors import closest_choice
+
+    assert closest_choice("ONNX", ["onnx", "torchscript"]) == "onnx"
+    assert closest_choice("SLURM", ("torchrun", "slurm", "skypilot")) == "slurm"
+    assert closest_choice("Q4_K_M", ["f16", "q8_0", "q4_k_m"]) == "q4_k_m"
+    assert closest_choice("ml-flow", {"mlflow": 1, "wandb": 2}) == "mlflow"
+    assert closest_choice("zzzz", ["onnx", "gguf"]) is None

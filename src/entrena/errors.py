@@ -10,7 +10,10 @@ and failed, 130 interrupted by the user, 143 stopped by a preemption signal.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 __all__ = [
+    "closest_choice",
     "EntrenaError",
     "ConfigError",
     "DataError",
@@ -95,3 +98,19 @@ class NonFiniteError(EntrenaError, FloatingPointError):
     """
 
     exit_code = EXIT_INTERNAL
+
+
+def closest_choice(name: str, choices: Iterable[str]) -> str | None:
+    """The choice closest to a mistyped ``name``, for an error's "did you mean …?", or
+    ``None`` when none is close (``difflib``'s default similarity cutoff, 0.6).
+
+    Compared case-insensitively, so ``SLURM`` finds ``slurm`` and ``ONNX`` finds ``onnx``
+    (the choices themselves stay case-sensitive: the hint gives their spelling).
+    """
+    import difflib  # only when an error is being worded
+
+    lowered: dict[str, str] = {}
+    for choice in choices:
+        lowered.setdefault(choice.lower(), choice)
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=1)
+    return lowered[close[0]] if close else None

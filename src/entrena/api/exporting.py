@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from entrena.errors import CheckFailed, ConfigError, DataError
+from entrena.errors import CheckFailed, ConfigError, DataError, closest_choice
 
 __all__ = ["ExportResult", "ParityFailed", "export"]
 
@@ -51,12 +51,10 @@ def _check_options(fmt_name: str, quantize: str | None, opset: int | None) -> An
 
     fmt = get_format(fmt_name)
     if quantize is not None and quantize not in fmt.quantizations and fmt.quantizations:
-        import difflib
-
-        close = difflib.get_close_matches(quantize, fmt.quantizations, n=1)
+        close = closest_choice(quantize, fmt.quantizations)
         raise ConfigError(f"--quantize {quantize!r} is not a quantisation of --format "
                           f"{fmt.name}; use one of: {', '.join(fmt.quantizations)}"
-                          + (f" (did you mean {close[0]!r}?)" if close else ""))
+                          + (f" (did you mean {close!r}?)" if close else ""))
     if quantize is not None and quantize not in fmt.quantizations:
         allowed = [name for name, f in FORMATS.items() if quantize in f.quantizations]
         raise ConfigError(f"--quantize {quantize!r} is not available for --format {fmt.name}; "

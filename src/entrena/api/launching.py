@@ -3,7 +3,6 @@ Docker) into ``<run dir>/launch/``."""
 
 from __future__ import annotations
 
-import difflib
 import os
 import sys
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from typing import Any
 
 from entrena.config import Config
 from entrena.core.rundir import resolve_run_dir
-from entrena.errors import ConfigError
+from entrena.errors import ConfigError, closest_choice
 from entrena.tasks.registry import load_config
 
 __all__ = ["LaunchResult", "launch"]
@@ -74,10 +73,9 @@ def launch(config: str | Path | dict[str, Any] | Config, *, target: str, nodes: 
     from entrena.launching import TARGETS, LaunchSpec, render
 
     if target not in TARGETS:
-        # Lower-cased first, so that SLURM, which shares no letter with slurm, gets a hint.
-        close = difflib.get_close_matches(target.lower(), TARGETS, n=1)
+        close = closest_choice(target, TARGETS)  # case-insensitive: SLURM finds slurm
         raise ConfigError(f"--target {target!r}: unknown target; choose one of "
-                          f"{', '.join(TARGETS)}" + (f" (did you mean {close[0]!r}?)"
+                          f"{', '.join(TARGETS)}" + (f" (did you mean {close!r}?)"
                                                      if close else ""))
     for option, value in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node)):
         if value < 1:

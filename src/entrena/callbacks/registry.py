@@ -10,12 +10,11 @@ order, and their ``state_dict()`` goes into every checkpoint as the built-ins' d
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from entrena.core.callback import Callback
-from entrena.errors import ConfigError
+from entrena.errors import ConfigError, closest_choice
 
 __all__ = ["CALLBACKS", "ENTRY_POINT_GROUP", "register_callback", "callback_names",
            "check_callbacks", "build_callbacks"]
@@ -54,8 +53,8 @@ def check_callbacks(names: Sequence[str]) -> None:
     known = callback_names()
     for name in names:
         if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            close = closest_choice(name, known)
+            hint = f"; did you mean {close!r}?" if close else ""
             choices = (f"choose from {', '.join(known)}" if known else
                        "no callback is registered (entrena.callbacks.registry.register_callback "
                        "or the entrena.callbacks entry point)")

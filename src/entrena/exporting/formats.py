@@ -7,13 +7,12 @@ format is adding an entry to :data:`FORMATS`.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from entrena.errors import ConfigError
+from entrena.errors import ConfigError, closest_choice
 from entrena.exporting import onnx_format, torch_format
 from entrena.exporting.inference import Runner
 
@@ -80,8 +79,8 @@ def get_format(name: str) -> ExportFormat:
     """
     if name in FORMATS:
         return FORMATS[name]
-    close = difflib.get_close_matches(name, FORMATS, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    close = closest_choice(name, FORMATS)
+    hint = f"; did you mean {close!r}?" if close else ""
     raise ConfigError(f"--format {name!r} is not an export format; available formats are: "
                       f"{', '.join(FORMATS)}{hint}")
 

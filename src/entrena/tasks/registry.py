@@ -10,7 +10,6 @@ outside ``entrena/tasks/`` names a task.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from entrena.config.loading import LoadedConfig, TaskSchemas
 from entrena.config.loading import load_config as _load_config
-from entrena.errors import ConfigError, DataError
+from entrena.errors import ConfigError, DataError, closest_choice
 
 if TYPE_CHECKING:
     from entrena.config.schema import Config
@@ -89,8 +88,8 @@ def task_names() -> list[str]:
 
 
 def _unknown(name: str) -> ConfigError:
-    close = difflib.get_close_matches(name, task_names(), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    close = closest_choice(name, task_names())
+    hint = f"; did you mean {close!r}?" if close else ""
     return ConfigError(f"task: unknown task {name!r}; choose one of "
                        f"{', '.join(task_names())}{hint}")
 
@@ -135,8 +134,8 @@ def recorded_task(name: Any, where: str | Path) -> Task:
     known = task_names()
     if name is None or (isinstance(name, str) and name in known):
         return get_task(name)
-    close = difflib.get_close_matches(name, known, n=1) if isinstance(name, str) else []
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    close = closest_choice(name, known) if isinstance(name, str) else None
+    hint = f"; did you mean {close!r}?" if close else ""
     raise DataError(f"{where}: the model's task {name!r} is not an installed task (installed: "
                     f"{', '.join(known)}{hint}); install the package that provides it, or "
                     "correct \"task\" in that file")

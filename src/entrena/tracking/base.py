@@ -11,14 +11,13 @@ costs at most :data:`STORE_PROBE_TIMEOUT_S` and one warning (not a client's own 
 
 from __future__ import annotations
 
-import difflib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from entrena.errors import ConfigError
+from entrena.errors import ConfigError, closest_choice
 
 __all__ = ["Tracker", "TrackingContext", "TRACKERS", "STORE_PROBE_TIMEOUT_S", "open_within",
            "register_tracker", "check_trackers", "build_trackers", "guard",
@@ -142,8 +141,8 @@ def check_trackers(names: Sequence[str]) -> None:
     """
     unknown = [name for name in names if name not in TRACKERS]
     if unknown:
-        close = difflib.get_close_matches(unknown[0], list(TRACKERS), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        close = closest_choice(unknown[0], TRACKERS)
+        hint = f"; did you mean {close!r}?" if close else ""
         raise ConfigError(f"tracking.backends: unknown tracker {unknown[0]!r}; choose from "
                           f"{', '.join(sorted(TRACKERS))}{hint}")
 
