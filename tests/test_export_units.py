@@ -163,3 +163,31 @@ def test_the_closest_choice_ignores_case_and_keeps_the_choice_s_spelling():
     assert closest_choice("Q4_K_M", ["f16", "q8_0", "q4_k_m"]) == "q4_k_m"
     assert closest_choice("ml-flow", {"mlflow": 1, "wandb": 2}) == "mlflow"
     assert closest_choice("zzzz", ["onnx", "gguf"]) is None
+
+
+def test_a_damaged_file_to_predict_on_says_how_to_fix_it(tmp_path):
+    # Before: "cannot parse as parquet: <pyarrow's words>" and nothing on what to do.
+    from entrena.data.sources import PARQUET_FIX
+    from entrena.tasks.llm_sft.chats import read_rows
+
+    whole = tmp_path / "whole.parquet"
+    pd.DataFrame({"text": [f"review {i}" for i in range(200)]}).to_parquet(whole)
+    truncated = tmp_path / "input.parquet"
+    truncated.write_bytes(whole.read_bytes()[:whole.stat().st_size // 2])
+    with pytest.raises(DataError) as caught:
+        list(iter_table(truncated, role="input"))
+    message = str(caught.value)
+    assert message.startswith(f"input: {truncated}: cannot parse as parquet: ")
+    assert message.endswith(f"; {PARQUET_FIX}") and "\n" not in message
+    # The LLM tasks' chat reader words it the same way.
+    with pytest.raises(DataError) as caught:
+        read_rows(truncated, "input.parquet", "parquet", key="data.train", encoding=None,
+                  delimiter=None)
+    message = str(caught.value)
+    assert message.startswith("data.train: input.parquet: cannot be read as PARQUET: ")
+    assert message.endswith(f"; {PARQUET_FIX}") and "\n" not in message
+    # A CSV row pandas cannot split says which fix applies to a text table.
+    broken = tmp_path / "input.csv"
+    broken.write_text('text,label\n"unclosed quote,1\n')
+    with pytest.raises(DataError, match=r"cannot parse as csv: .*; fix the row it names"):
+        list(iter_table(broken, role="input"))

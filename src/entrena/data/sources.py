@@ -391,11 +391,15 @@ def _parquet_chunks(file: SourceFile, wanted: dict[str, str] | None, key: str, r
         raise _unreadable_parquet(file, key, exc) from None
 
 
+PARQUET_FIX = ("the file is damaged or not Parquet: write it again (pandas "
+               "DataFrame.to_parquet), or give it the suffix of its real format (.csv, .tsv, "
+               ".jsonl)")
+"""How to fix a file named ``.parquet`` that pyarrow cannot read (every reader's message)."""
+
+
 def _unreadable_parquet(file: SourceFile, key: str, exc: BaseException) -> DataError:
     reason = _first_line(exc).rstrip(".")
-    return DataError(f"{key}: {file.name}: cannot read as Parquet: {reason}; the file is damaged "
-                     "or not Parquet: write it again (pandas DataFrame.to_parquet), or give it "
-                     "the suffix of its real format (.csv, .tsv, .jsonl)")
+    return DataError(f"{key}: {file.name}: cannot read as Parquet: {reason}; {PARQUET_FIX}")
 
 
 def read_table(path: str, *, role: str = "data", cache_dir: Path | None = None

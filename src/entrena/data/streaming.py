@@ -160,8 +160,14 @@ def iter_table(path: str | Path, *, chunk_rows: int = 1000, na_columns: Sequence
         raise DataError(f"{role}: {path}: not UTF-8 text at byte {exc.start}; "
                         "re-save the file as UTF-8") from None
     except (ValueError, pd.errors.ParserError, OSError) as exc:
+        from entrena.data.sources import PARQUET_FIX
+
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"{role}: {path}: cannot parse as {suffix[1:]}: {first}") from None
+        fix = (PARQUET_FIX if suffix in (".parquet", ".pq") else
+               "fix the row it names (quote a field that holds the delimiter) or save the "
+               "file again from the program that made it")
+        raise DataError(f"{role}: {path}: cannot parse as {suffix[1:]}: "
+                        f"{first.rstrip('.')}; {fix}") from None
 
 
 def _iter_csv(path: Path, sep: str, chunk_rows: int, na_columns: Sequence[str],
