@@ -395,6 +395,9 @@ PARQUET_FIX = ("the file is damaged or not Parquet: write it again (pandas "
                "DataFrame.to_parquet), or give it the suffix of its real format (.csv, .tsv, "
                ".jsonl)")
 """How to fix a file named ``.parquet`` that pyarrow cannot read (every reader's message)."""
+CSV_FIX = ("fix the row it names (quote a field that holds the delimiter) or save the file "
+           "again from the program that made it")
+"""How to fix a CSV/TSV file that pandas cannot split into rows (the predict and chat readers)."""
 
 
 def _unreadable_parquet(file: SourceFile, key: str, exc: BaseException) -> DataError:

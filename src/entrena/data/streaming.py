@@ -160,12 +160,10 @@ def iter_table(path: str | Path, *, chunk_rows: int = 1000, na_columns: Sequence
         raise DataError(f"{role}: {path}: not UTF-8 text at byte {exc.start}; "
                         "re-save the file as UTF-8") from None
     except (ValueError, pd.errors.ParserError, OSError) as exc:
-        from entrena.data.sources import PARQUET_FIX
+        from entrena.data.sources import CSV_FIX, PARQUET_FIX
 
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        fix = (PARQUET_FIX if suffix in (".parquet", ".pq") else
-               "fix the row it names (quote a field that holds the delimiter) or save the "
-               "file again from the program that made it")
+        fix = PARQUET_FIX if suffix in (".parquet", ".pq") else CSV_FIX
         raise DataError(f"{role}: {path}: cannot parse as {suffix[1:]}: "
                         f"{first.rstrip('.')}; {fix}") from None
 

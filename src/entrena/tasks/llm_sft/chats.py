@@ -96,11 +96,9 @@ def read_rows(path: Path, name: str, fmt: str, *, key: str, encoding: str | None
             frame = pd.read_csv(path, sep=delimiter or ",", encoding=encoding or "utf-8",
                                 dtype=str, keep_default_na=False)
     except (ValueError, OSError, pd.errors.ParserError) as exc:
-        from entrena.data.sources import PARQUET_FIX
+        from entrena.data.sources import CSV_FIX, PARQUET_FIX
 
-        fix = (PARQUET_FIX if fmt == "parquet" else
-               "fix the row it names (quote a field that holds the delimiter) or save the "
-               "file again from the program that made it")
+        fix = PARQUET_FIX if fmt == "parquet" else CSV_FIX
         reason = (str(exc).splitlines() or [type(exc).__name__])[0].rstrip(".")
         raise DataError(f"{key}: {name}: cannot be read as {fmt.upper()}: {reason}; {fix}"
                         ) from None
