@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 __all__ = ["write_atomic", "write_json_atomic", "fsync_dir", "plain_mode", "strict_json",
-           "dumps_strict", "NONFINITE_KEY", "TEMP_SUFFIX"]
+           "dumps_strict", "check_the_path", "NONFINITE_KEY", "TEMP_SUFFIX"]
 
 TEMP_SUFFIX = ".tmp"
 """Temporary files are ``.<name>.<random>.tmp`` beside their target."""
@@ -138,3 +138,9 @@ def write_json_atomic(path: Path, data: Any, *, durable: bool = True) -> None:
     see :func:`dumps_strict`)."""
     text = dumps_strict(data, indent=2, default=str) + "\n"
     write_atomic(path, lambda handle: handle.write(text.encode("utf-8")), durable=durable)
+
+
+def check_the_path(path: Path) -> str:
+    """The fix for a file not found: ``"check the path"``, with the working directory it was
+    looked for in when ``path`` is relative."""
+    return "check the path" + ("" if path.is_absolute() else f" (cwd is {Path.cwd()})")

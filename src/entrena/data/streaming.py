@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from entrena.core.files import plain_mode
-from entrena.data.sources import SUPPORTED_SUFFIXES
+from entrena.core.files import check_the_path, plain_mode
+from entrena.data.sources import CSV_FIX, PARQUET_FIX, SUPPORTED_SUFFIXES
 from entrena.errors import DataError
 
 __all__ = ["Chunk", "TextFormat", "iter_table", "table_columns", "text_format", "TableWriter"]
@@ -71,8 +71,7 @@ def _check_readable(path: Path, role: str) -> str:
         raise DataError(f"{role}: {path} is a folder; give a data file "
                         f"({', '.join(SUPPORTED_SUFFIXES)})")
     if not path.is_file():
-        raise DataError(f"{role}: file not found: {path}; check the path"
-                        + ("" if path.is_absolute() else f" (cwd is {Path.cwd()})"))
+        raise DataError(f"{role}: file not found: {path}; {check_the_path(path)}")
     return _suffix(path, role)
 
 
@@ -160,8 +159,6 @@ def iter_table(path: str | Path, *, chunk_rows: int = 1000, na_columns: Sequence
         raise DataError(f"{role}: {path}: not UTF-8 text at byte {exc.start}; "
                         "re-save the file as UTF-8") from None
     except (ValueError, pd.errors.ParserError, OSError) as exc:
-        from entrena.data.sources import CSV_FIX, PARQUET_FIX
-
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         fix = PARQUET_FIX if suffix in (".parquet", ".pq") else CSV_FIX
         raise DataError(f"{role}: {path}: cannot parse as {suffix[1:]}: "

@@ -65,15 +65,15 @@ def read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-PAGE_START = "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>entrena"
+_HEAD = "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>"
+PAGE_START = _HEAD + "entrena"
 """How every page entrena writes begins (its title starts with "entrena")."""
 
 
 def page(title: str, body: str) -> str:
     """A whole HTML document around ``body`` (the report's style, no external resource);
     ``title`` starts with "entrena" (:func:`is_entrena_page` reads it)."""
-    return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-            f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>"
+    return (f"{_HEAD}{escape(title)}</title><style>{STYLE}</style></head><body>"
             f"<h1>{escape(title)}</h1>{body}</body></html>\n")
 
 

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from entrena.core.files import check_the_path
 from entrena.errors import ConfigError, DataError
 
 __all__ = ["predict_chats"]
@@ -117,8 +118,7 @@ def predict_chats(location: Any, data: Path, output: Path, options: Any) -> dict
         raise DataError(f"--input {data}: unsupported file type {data.suffix!r}; use "
                         f"{', '.join(_FORMATS)}")
     if not data.is_file():
-        raise DataError(f"--input {data}: file not found; check the path"
-                        + ("" if data.is_absolute() else f" (cwd is {Path.cwd()})"))
+        raise DataError(f"--input {data}: file not found; {check_the_path(data)}")
     meta = location.meta
     delimiter = "\t" if data.suffix.lower() == ".tsv" else ","
     rows = read_rows(data, str(data), fmt, key="--input", encoding="utf-8",
