@@ -10,12 +10,15 @@ __all__ = ["parse_duration_s", "format_duration", "format_bytes", "Budget", "par
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|hr|d)?\s*$", re.IGNORECASE)
 _SECONDS_PER = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400}
+_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(sec|min|hr|s|m|h|d)", re.IGNORECASE)
+_COMPOUND = re.compile(r"^\s*(?:\d+(?:\.\d+)?\s*(?:sec|min|hr|s|m|h|d)\s*){2,}$", re.IGNORECASE)
 
 
 def parse_duration_s(text: str | float | int) -> float:
-    """Parse a duration such as ``"90s"``, ``"15m"``, ``"2h"`` or ``"1.5d"`` into seconds.
+    """Parse a duration such as ``"90s"``, ``"15m"``, ``"2h"``, ``"1.5d"`` or ``"1h30m"``
+    into seconds.
 
-    A bare number is seconds.
+    A bare number is seconds; parts of several units add up (``"1h 30m"``).
 
     Args:
         text: The duration.
@@ -29,6 +32,9 @@ def parse_duration_s(text: str | float | int) -> float:
     if isinstance(text, int | float):
         return float(text)
     match = _DURATION.match(text)
+    if not match and _COMPOUND.match(text):
+        return float(sum(float(number) * _SECONDS_PER[unit.lower()]
+                         for number, unit in _PART.findall(text)))
     if not match:
         raise ValueError(
             f"invalid duration {text!r}: write a number and a unit, e.g. '90s', '15m', '2h'"

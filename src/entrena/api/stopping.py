@@ -23,7 +23,7 @@ __all__ = ["FINAL_REASONS", "StopSignal", "stop_signals", "stopped_error"]
 
 log = logging.getLogger("entrena")
 
-FINAL_REASONS = frozenset({"max_epochs", "max_steps", "early_stopping", "max_time"})
+FINAL_REASONS = frozenset({"max_epochs", "max_steps", "early_stopping", "max_time", "budget"})
 """Checkpoint reasons that mean training was over (a resume only tests and saves)."""
 
 

@@ -236,7 +236,8 @@ def _train_worker(loaded: Any, sources: dict[str, str], paths: RunPaths,
 def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | None = None,
           overrides: list[str] | dict[str, Any] | None = None, restart: bool = False,
           resume_with_changes: bool = False, callbacks: list[Any] | None = None,
-          console: Any = None, tracking_tags: dict[str, str] | None = None) -> TrainResult:
+          console: Any = None, tracking_tags: dict[str, str] | None = None,
+          launched_at: float | None = None) -> TrainResult:
     """Train a model as the config says and write the run directory; resume an unfinished one.
 
     Args:
@@ -250,6 +251,8 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
         console: A ``rich.console.Console`` for progress and the resume notice (default: one
             on stderr).
         tracking_tags: Extra tags of the MLflow run (``mlflow.parentRunId`` nests it).
+        launched_at: ``time.time()`` when the user launched the run (the CLI passes its
+            process's start): ``train.budget`` counts from it; default: this call.
 
     Returns:
         The run's :class:`TrainResult`. A run that was already finished is not retrained:
@@ -274,10 +277,40 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
         with stop_signals():  # an error that wraps a StopSignal leaves it as the StopSignal
             return _train(config, run_dir=run_dir, overrides=overrides, restart=restart,
                           resume_with_changes=resume_with_changes, callbacks=callbacks,
-                          console=console, tracking_tags=tracking_tags, where=where)
+                          console=console, tracking_tags=tracking_tags, where=where,
+                          launched_at=launched_at if launched_at is not None else time.time())
     except StopSignal as stop:
         raise stopped_error(stop.signal_name, where.get("paths"),
                             where.get("phase", "")) from None
+
+
+def _close_budget(paths: RunPaths, metrics: dict[str, Any], loaded: Any) -> dict[str, Any]:
+    """Complete ``metrics.json``'s ``budget`` once the run is finished (model registered):
+    the time used, the overshoot, the time after the last step, and remember the tail for
+    the next budgeted run of the task here; the report is written again to show it."""
+    from entrena.data.cache import default_cache_dir
+    from entrena.recipes.budget import remember_tail
+
+    now = time.time()
+    budget = dict(metrics["budget"])
+    fit_ended_at = budget.pop("fit_ended_at", None)
+    tail_started_at = budget.pop("tail_started_at", None)
+    used = budget["used_s"] + (now - budget.pop("summarised_at", now))
+    budget["used_s"] = used
+    budget["overshoot_s"] = max(0.0, used - budget["requested_s"])
+    if fit_ended_at is not None:
+        budget["finish_s"] = now - fit_ended_at
+    if tail_started_at is not None:
+        budget["tail_s"] = now - tail_started_at
+        configured = loaded.config.data.cache_dir
+        remember_tail(default_cache_dir(loaded.resolve_path(configured) if configured else None),
+                      loaded.config.task, budget["tail_s"])
+    metrics = {**metrics, "budget": budget}
+    _write_json_atomic(paths.metrics, metrics)
+    from entrena.recipes.training import write_report
+
+    write_report(paths)
+    return metrics
 
 
 def _register_model(paths: RunPaths, tracking: dict[str, Any]) -> None:
@@ -294,7 +327,8 @@ def _register_model(paths: RunPaths, tracking: dict[str, Any]) -> None:
 def _train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | None,
            overrides: list[str] | dict[str, Any] | None, restart: bool,
            resume_with_changes: bool, callbacks: list[Any] | None, console: Any,
-           tracking_tags: dict[str, str] | None, where: dict[str, Any]) -> TrainResult:
+           tracking_tags: dict[str, str] | None, where: dict[str, Any],
+           launched_at: float) -> TrainResult:
     """:func:`train`'s work; fills ``where`` (``paths``, ``phase``) for a stop message."""
     started = time.perf_counter()  # the run's cost counts from here (cost.wall_time_s)
     where["phase"] = "reading the config"
@@ -348,9 +382,12 @@ def _train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path 
         with library_output_to(handler):
             metrics = run_fit(loaded, paths, sources, prepared, console=console, resume=resume,
                               config_hash=new_hash, callbacks=callbacks or [],
-                              tracking_tags=tracking_tags, cost_from=(started, price))
+                              tracking_tags=tracking_tags, cost_from=(started, price),
+                              budget_started_at=launched_at)
         write_status(paths, "finished")
         _register_model(paths, loaded.config.tracking.model_dump())
+        if "budget" in metrics:
+            metrics = _close_budget(paths, metrics, loaded)
         return TrainResult(paths.root, metrics,
                            resumed_from_step=resume.step if resume else None)
     except Interrupted as exc:

@@ -62,7 +62,8 @@ class ProgressBar(Callback):
     def on_batch_end(self, state: TrainState) -> None:
         samples_per_s = state.samples_seen / state.train_time_s if state.train_time_s else 0.0
         if self.progress is not None:
-            self.progress.update(self.task, completed=state.step, epoch=state.epoch + 1,
+            self.progress.update(self.task, completed=state.step, total=state.max_steps,
+                                 epoch=state.epoch + 1,
                                  loss=f"{state.loss:.3f}", speed=f"{samples_per_s:.1f} samples/s")
         elif state.step % self.plain_every_steps == 0 and state.extras.get("last_micro", True):
             _, eta = self._speed(state)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -111,6 +112,10 @@ def train(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
           resume_with_changes: Annotated[bool, typer.Option(
               "--resume-with-changes", help="Resume an unfinished run even though the config "
               "changed since its checkpoint.")] = False,
+          budget: Annotated[str | None, typer.Option(
+              "--budget", help="Fit the whole run, launch to finish, to this wall time ('8m', "
+              "'1h30m', seconds) or money ('$2.50'): train.budget.", show_default=False)
+          ] = None,
           json_output: Annotated[bool, typer.Option("--json", help="Print metrics.json to "
                                                     "stdout.")] = False,
           verbose: Annotated[bool, typer.Option(
@@ -124,9 +129,12 @@ def train(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
     _setup_logging(verbose)
     try:
         from entrena.api import train as train_fn
+        from entrena.tracking.events import since_process_start_s
 
-        result = train_fn(config, run_dir=run_dir, overrides=set_ or [], restart=restart,
-                          resume_with_changes=resume_with_changes)
+        overrides = [*(set_ or []), *([f"train.budget={budget}"] if budget is not None else [])]
+        result = train_fn(config, run_dir=run_dir, overrides=overrides, restart=restart,
+                          resume_with_changes=resume_with_changes,
+                          launched_at=time.time() - since_process_start_s())
     except Interrupted as exc:  # a checkpoint was saved: not an error
         sys.stderr.write(f"{exc}\n")
         raise typer.Exit(exc.exit_code) from None
@@ -643,8 +651,23 @@ def _print_summary(result: Any) -> None:
                      ("padding_fraction", "{:.3f}")):
         if fit.get(key) is not None:
             table.add_row(f"fit.{key}", fmt.format(fit[key]))
+    budget = metrics.get("budget")
+    if budget:
+        table.add_row("budget", _budget_line(budget))
     console.print(table)
     console.print(f"model: {result.model_dir}")
+
+
+def _budget_line(budget: dict[str, Any]) -> str:
+    """``"1.30 epochs in 7m 42s of 8m 00s"`` (and the overshoot when there was one)."""
+    from entrena.units import format_duration
+
+    line = (f"{budget.get('trained_epochs', 0):.2f} epochs in "
+            f"{format_duration(budget.get('used_s') or 0)} of "
+            f"{format_duration(budget.get('requested_s') or 0)}")
+    if (budget.get("overshoot_s") or 0) > 0:
+        line += f" (over by {format_duration(budget['overshoot_s'])})"
+    return line
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from entrena.units import parse_duration_s
+from entrena.units import parse_budget, parse_duration_s
 
 __all__ = [
     "StrictModel",
@@ -304,7 +304,20 @@ class TrainConfig(StrictModel):
     order; their state goes into every checkpoint."""
     max_time: str | None = None
     """Stop training after this much time (`90m`, `2h`, `1.5d`; summed over resumed
-    sessions): a checkpoint is written, the best weights restored and the model tested."""
+    sessions): a checkpoint is written, the best weights restored and the model tested.
+    The schedule is not fitted to it (the learning rate is still high when it stops): to
+    finish by a deadline, use `budget`."""
+    budget: str | None = None
+    """Fit the whole run to this much wall time, launch to finished run (`8m`, `1h30m`, a
+    bare number of seconds), or to money (`$2.50`, through this machine's price per hour,
+    `cost.usd_per_hour`: `ENTRENA_INSTANCE` or `local_usd_per_hour` in a catalog file).
+    Before the first step the run says what it buys (optimizer steps, epochs, evaluations,
+    fixed costs); the learning-rate schedule (`scheduler` linear or cosine, `warmup_fraction`)
+    is laid over those steps and decays to 0 at the deadline; the plan is re-fitted from the
+    fit's own measured times (after its first steps, at each evaluation and every tenth of
+    the run) without the rate jumping; evaluations come at least 3 times. A budget longer
+    than `max_epochs` needs changes nothing; one too small for a minimum of training is
+    refused, naming the smallest that works. Not together with `max_time`."""
     on_nonfinite: Literal["stop", "skip_batch"] = "stop"
     """A NaN or infinite loss or gradient norm, or a diverged loss (see `divergence_factor`),
     caught before the weights change: `stop` saves the last good state (the last one whose
@@ -319,6 +332,24 @@ class TrainConfig(StrictModel):
     max_skipped_fraction: Annotated[float, Field(ge=0.0, le=1.0)] = 0.05
     """`skip_batch` gives up, and stops as `stop` does, when more than this share of the steps
     attempted so far were skipped (and at least 3 were)."""
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _budget(cls, value: object) -> object:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            value = f"{value}s"  # a bare number is seconds (`--set train.budget=480`)
+        if not isinstance(value, str):
+            return value  # None, or a type error pydantic reports
+        parse_budget(value, bare="s", what="budget")  # ValueError names the accepted forms
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _budget_or_max_time(self) -> TrainConfig:
+        if self.budget is not None and self.max_time is not None:
+            raise ValueError(f"budget ({self.budget!r}) and max_time ({self.max_time!r}) are "
+                             f"both set: a budget already ends the run in time, with the "
+                             f"schedule fitted to it; remove train.max_time")
+        return self
 
     @field_validator("max_time", mode="before")
     @classmethod

@@ -72,7 +72,7 @@ _TABLE = [
     MetricKey("fit.restored_best_weights", "", "whether the best weights were loaded back "
               "(train.restore_best_weights); false: the final weights were tested and saved"),
     MetricKey("fit.stop_reason", "", "why training ended: max_epochs, max_steps, "
-              "early_stopping or max_time"),
+              "early_stopping, max_time or budget (train.budget's planned last step)"),
     MetricKey("fit.skipped_steps", "step", "optimizer steps skipped for a non-finite loss or "
               "gradient norm (train.on_nonfinite: skip_batch)", False),
     MetricKey("fit.resumes", "count", "times the fit was resumed from a checkpoint"),
@@ -96,6 +96,31 @@ _TABLE = [
     MetricKey("fit.device", "", "device trained on"),
     MetricKey("fit.peak_memory_bytes", "B", "peak resident memory of the process (CPU) or of "
               "the CUDA allocator, from the start of the fit to the end of testing"),
+    MetricKey("budget.requested_s", "s", "train.budget in seconds (a money budget through "
+              "cost.usd_per_hour)"),
+    MetricKey("budget.used_s", "s", "wall time from launch to the finished run (model "
+              "registered), earlier sessions of a resumed run included up to their last "
+              "checkpoint"),
+    MetricKey("budget.overshoot_s", "s", "budget.used_s beyond budget.requested_s (0 when "
+              "within)", False),
+    MetricKey("budget.binding", "", "whether the budget, not max_epochs or max_steps, set "
+              "the run's length"),
+    MetricKey("budget.planned_steps", "step", "optimizer steps the budget bought before the "
+              "first step (budget.planned_epochs: the same in epochs)"),
+    MetricKey("budget.final_planned_steps", "step", "optimizer steps of the last re-plan"),
+    MetricKey("budget.trained_steps", "step", "optimizer steps taken (budget.trained_epochs: "
+              "the same in epochs)"),
+    MetricKey("budget.refits", "count", "re-plans from the fit's measured times (after its "
+              "first steps, at each evaluation, every tenth of the run)"),
+    MetricKey("budget.spent_before_fit_s", "s", "budget spent before the first step "
+              "(reading the data, building the model, planning)"),
+    MetricKey("budget.step_s", "s", "wall time of an optimizer step at the last re-plan"),
+    MetricKey("budget.eval_s", "s", "wall time of a validation pass at the last re-plan"),
+    MetricKey("budget.finish_estimate_s", "s", "the last re-plan's estimate of the time after "
+              "the last step"),
+    MetricKey("budget.finish_s", "s", "the time after the last step (final validation, test, "
+              "baselines, saving, report, model registration)"),
+    MetricKey("budget.tail_s", "s", "the part of budget.finish_s after the test pass"),
     MetricKey("data.train_rows", "rows", "training rows used"),
     MetricKey("data.validation_rows", "rows", "validation rows used"),
     MetricKey("data.test_rows", "rows", "test rows used"),

@@ -35,6 +35,10 @@ class TrainState:
             (``"SIGTERM"``, ``"SIGUSR1"``, ``"SIGINT"``, or ``"nonfinite"`` set by the loop): a
             checkpoint is written there and no unplanned evaluation runs, so a resumed run
             continues exactly.
+        eval_due: Set by a callback to ask for a validation pass after the current optimizer
+            step (a budgeted run's cadence); the loop clears it when the pass has run.
+        epoch_evaluations: Whether the loop evaluates at its ``evals_per_epoch`` points; a
+            callback that sets its own cadence (``eval_due``) turns them off.
         checkpoint_due: Set by a callback to ask the loop for a checkpoint at the next point
             where one resumes exactly (the value is the reason: ``"steps"``, ``"minutes"`` …).
         last_checkpoint: What the latest save returned (``path``, ``step``, ``bytes``,
@@ -73,6 +77,8 @@ class TrainState:
     stop_reason: str = ""
     interrupted: str = ""
     checkpoint_due: str = ""
+    eval_due: bool = False
+    epoch_evaluations: bool = True
     last_checkpoint: dict[str, Any] = field(default_factory=dict)
     skipped_steps: int = 0
     recent_losses: list[float] = field(default_factory=list)

@@ -377,7 +377,9 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource, loss: L
             hooks.fire(Event.BATCH_END, state)
             if stepped and settings.max_steps and state.step >= settings.max_steps:
                 state.should_stop, state.stop_reason = True, state.stop_reason or "max_steps"
-            if position + 1 in eval_points or state.should_stop:
+            if ((state.epoch_evaluations and position + 1 in eval_points) or state.should_stop
+                    or (state.eval_due and last_micro)):
+                state.eval_due = False
                 hooks.fire(Event.EVAL_START, state)
                 state.eval_metrics = evaluate(model)
                 state.history.append({"epoch": state.epoch, "step": state.step,

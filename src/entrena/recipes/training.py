@@ -69,6 +69,12 @@ from entrena.engine.mapped import copy_mapped_weights
 from entrena.errors import ConfigError, Interrupted, NonFiniteError
 from entrena.hardware.catalog import load_catalog
 from entrena.hardware.cost import HourlyPrice, hourly_price, run_cost
+from entrena.recipes.budget import (
+    DEFAULT_TAIL_S,
+    budget_seconds,
+    build_budget,
+    remembered_tail_s,
+)
 from entrena.recipes.efficiency import build_monitor, efficiency_metrics
 from entrena.recipes.planning import (
     memory_in_use_bytes,
@@ -90,7 +96,7 @@ from entrena.tracking.base import TrackingContext, build_trackers
 from entrena.tracking.events import EventLog
 from entrena.units import parse_duration_s, short_list
 
-__all__ = ["run_fit", "build_optimizer"]
+__all__ = ["run_fit", "build_optimizer", "write_report"]
 
 log = logging.getLogger("entrena")
 
@@ -152,7 +158,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
             prepared: Any, console: Any = None, *, resume: CheckpointInfo | None = None,
             config_hash: str = "", callbacks: Sequence[Callback] = (),
             tracking_tags: dict[str, str] | None = None,
-            cost_from: tuple[float, HourlyPrice] | None = None) -> dict[str, Any]:
+            cost_from: tuple[float, HourlyPrice] | None = None,
+            budget_started_at: float | None = None) -> dict[str, Any]:
     """Fit on the prepared data (from ``resume`` if given), restore the best weights, test,
     save the model, write metrics.
 
@@ -163,6 +170,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         callbacks: Extra callbacks, called after the built-in ones (their state is saved too).
         cost_from: ``(time.perf_counter() when the train command started, this machine's
             price)`` for ``metrics["cost"]``; default: from this call, priced by the catalog.
+        budget_started_at: ``time.time()`` when ``train.budget``'s clock started (the
+            command's launch); default: this call.
 
     Returns:
         The metrics written to ``metrics.json``.
@@ -236,9 +245,14 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                          batch_size=tcfg.batch_size * world),
             backend.global_rank, world)
     validation_data = batches("validation", shuffle=False)
+    budget_s = (budget_seconds(tcfg.budget, cost_from[1].usd_per_hour, cost_from[1].source)
+                if tcfg.budget else None)
     optimizer = build_optimizer(model, tcfg.learning_rate, tcfg.weight_decay,
                                 fused=fused_optimizer(backend.accelerator))
-    decision = compile_decision(tcfg.compile, backend.accelerator, _planned_train_s(plan),
+    planned_s = _planned_train_s(plan)
+    if budget_s is not None and planned_s is not None:
+        planned_s = min(planned_s, budget_s)
+    decision = compile_decision(tcfg.compile, backend.accelerator, planned_s,
                                 backend.precision, _cpu_features(backend.accelerator),
                                 sum(p.numel() for p in model.parameters()))
     log.info("compile: %s (%s)", "on" if decision.compile else "off", decision.reason)
@@ -268,13 +282,28 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         experiment=cfg.tracking.experiment, uri=cfg.tracking.uri,
         every_steps=tcfg.log_every_steps)) if cfg.tracking.enabled and leader else []
     event_log = EventLog(paths.events, tcfg.log_every_steps)
+    budget = None
+    if budget_s is not None:  # before anything is fitted: a budget too small is refused
+        steps_per_epoch = math.ceil(len(fit_data.plan(0)) / tcfg.gradient_accumulation_steps)
+        budget = build_budget(
+            budget_s, time.time() - (time.perf_counter() - wall_start)
+            if budget_started_at is None else budget_started_at, schedule,
+            plan=plan, steps_per_epoch=steps_per_epoch,
+            cap_steps=min(steps_per_epoch * tcfg.max_epochs, tcfg.max_steps or math.inf),
+            batch_size=tcfg.batch_size, validation_rows=len(splits.validation),
+            test_rows=len(splits.test) if splits.test is not None else 0,
+            restore_best_weights=tcfg.restore_best_weights,
+            evals_per_epoch=tcfg.evals_per_epoch,
+            tail_s=remembered_tail_s(_cache_dir(loaded), cfg.task) or DEFAULT_TAIL_S,
+            resumed=resume is not None, emit=event_log.write if leader else None)
     efficiency = build_monitor(
         plan=plan, lengths=train_data.lengths, accelerator=backend.accelerator,
         precision=backend.precision, threads=threads, cache_dir=_cache_dir(loaded),
         every_steps=tcfg.log_every_steps, emit=event_log.write,
         peak_memory=lambda: peak_memory_bytes(backend.accelerator),
         memory_now=lambda: memory_in_use_bytes(backend.accelerator))
-    all_callbacks = [schedule, *([early_stopping] if early_stopping else []), checkpoint,
+    all_callbacks = [schedule, *([budget] if budget else []),
+                     *([early_stopping] if early_stopping else []), checkpoint,
                      PeriodicCheckpoint(tcfg.checkpoint.every_steps,
                                         tcfg.checkpoint.every_minutes),
                      preemption, *([time_limit] if time_limit else []),
@@ -347,6 +376,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
             state = fit(backend=backend, model=model, optimizer=optimizer, train=fit_data,
                         loss=task.loss, evaluate=evaluate, settings=settings,
                         callbacks=all_callbacks, state=state, save_checkpoint=save_checkpoint)
+        fit_ended_at = time.time()
         if preemption.signal_name and not state.interrupted:
             # It came as the fit ended (no step left to stop at): stop as outside the fit.
             signal.raise_signal(getattr(signal, preemption.signal_name))
@@ -398,6 +428,10 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
             "threads": threads,
             "world_size": world,
         }
+        if budget is not None:  # used_s, overshoot_s and the tail: completed by the api
+            now = time.time()
+            metrics["budget"] = {**budget.summary(state), "fit_ended_at": fit_ended_at,
+                                 "tail_started_at": now, "summarised_at": now}
         if not leader:  # rank 0 tests, compares, saves and tracks
             return metrics
         # Under the run's precision, as the model's evaluation: a baseline that is a network
@@ -442,7 +476,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         tmp = paths.metrics.with_name(".metrics.json.tmp")
         tmp.write_text(dumps_strict(metrics, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, paths.metrics)
-        _write_report(paths)
+        write_report(paths)
         for tracker in trackers:
             tracker.finish({k: v for k, v in metrics.items() if k != "history"},
                            [paths.metrics, paths.config, paths.data_report])
@@ -465,7 +499,7 @@ def _monitor_mode(task: Any, key: str, mode: str) -> str:
     return "auto" if declared is None else ("max" if declared else "min")
 
 
-def _write_report(paths: RunPaths) -> None:
+def write_report(paths: RunPaths) -> None:
     """report.html at the end of the fit; a report bug never costs the run."""
     from entrena.reporting.html import write_report
 

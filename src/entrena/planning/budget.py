@@ -1,0 +1,193 @@
+"""What a time budget buys: optimizer steps, evaluations and the fixed costs around them.
+
+A budget is the wall time from launch to the finished run. Whatever is already spent when
+the fit starts (reading and caching the data, building the model, planning) is known; what
+is left is shared between optimizer steps, validation passes and the work after the last
+step (the test pass, baselines, saving, the report, the model registration):
+
+    remaining_s = finish_s + (T - done) * step_s + R(T) * eval_s
+
+where ``T`` is the planned total of optimizer steps and ``R(T)`` the evaluations still to
+come at the cadence :func:`evaluation_cadence` gives ``T``. :func:`plan_budget` finds the
+largest ``T`` that fits (never above the config's own ``max_epochs`` / ``max_steps``: a budget
+longer than the run needs is not binding). The learning-rate schedule is then laid over
+``T`` steps (:class:`entrena.callbacks.lr_schedule.ScheduleCurve`): Li, Yumer and Ramanan,
+"Budgeted Training: Rethinking Deep Neural Network Training Under Resource Constraints"
+(ICLR 2020) show that a schedule decayed to zero at the budget beats a schedule cut off by
+it, linear decay being the robust choice. The training recipe re-plans from the fit's own
+measured times (``entrena.recipes.budget``).
+
+Standard library only: the same arithmetic serves ``entrena plan --budget`` (from the
+planned times) and the fit (from the measured ones).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["MIN_EVALUATIONS", "BudgetCosts", "BudgetPlan", "evaluation_cadence",
+           "minimum_new_steps", "plan_budget", "smallest_budget_s"]
+
+MIN_EVALUATIONS = 3
+"""Evaluations a budgeted run makes at least (the last one at its final step), so that the
+report has a curve and best-weights restore has a choice (entrena's judgement)."""
+
+MIN_EPOCH_SHARE = 0.1
+"""The least training a budget must buy: a tenth of an epoch or 10 optimizer steps, whichever
+is more (but never more than the run's own length); below it the budget is refused
+(entrena's judgement: fewer steps than that train nothing worth testing)."""
+
+MIN_STEPS = 10
+"""See :data:`MIN_EPOCH_SHARE`."""
+
+
+@dataclass(frozen=True)
+class BudgetCosts:
+    """The times a budget is shared between, seconds of wall time.
+
+    Attributes:
+        step_s: One optimizer step (its data, forward, backward, update, and the loop's
+            logging and periodic checkpoints), seconds.
+        eval_s: One validation pass, seconds.
+        finish_s: Everything after the last step: the final validation when it is not reused,
+            the test pass, the baselines, saving the model, ``metrics.json``, the report and
+            the model registration, seconds.
+    """
+
+    step_s: float
+    eval_s: float
+    finish_s: float
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """What the remaining budget buys.
+
+    Attributes:
+        total_steps: Optimizer steps of the whole fit (those already taken included), ``T``.
+        done_steps: Optimizer steps already taken when this plan was made.
+        steps_per_epoch: Optimizer steps in one epoch.
+        evaluations: Validation passes over the whole fit at this cadence.
+        eval_every_steps: Steps between two evaluations (the last one is at ``total_steps``).
+        binding: Whether the budget, rather than the config's ``max_epochs`` / ``max_steps``,
+            sets ``total_steps``.
+        remaining_s: The seconds the plan shares out.
+        fixed_s: The part of ``remaining_s`` outside optimizer steps (evaluations to come and
+            the finish), seconds.
+        costs: The :class:`BudgetCosts` the plan used.
+    """
+
+    total_steps: int
+    done_steps: int
+    steps_per_epoch: int
+    evaluations: int
+    eval_every_steps: int
+    binding: bool
+    remaining_s: float
+    fixed_s: float
+    costs: BudgetCosts
+
+    @property
+    def epochs(self) -> float:
+        """Planned epochs, fractional."""
+        return self.total_steps / max(1, self.steps_per_epoch)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, with ``epochs``."""
+        return {**asdict(self), "epochs": self.epochs}
+
+
+def evaluation_cadence(total_steps: int, steps_per_epoch: int,
+                       evals_per_epoch: int = 1) -> tuple[int, int]:
+    """``(evaluations, steps between them)`` for a fit of ``total_steps``: the config's
+    ``evals_per_epoch`` over the planned epochs, and at least :data:`MIN_EVALUATIONS` (never
+    more than one a step)."""
+    epochs = total_steps / max(1, steps_per_epoch)
+    evaluations = max(MIN_EVALUATIONS, math.ceil(epochs * evals_per_epoch - 1e-9))
+    evaluations = max(1, min(evaluations, total_steps))
+    return evaluations, max(1, math.ceil(total_steps / evaluations))
+
+
+def _evaluations_after(done: int, total: int, every: int) -> int:
+    """Evaluation points in ``(done, total]``: the multiples of ``every`` below ``total``
+    and ``total`` itself."""
+    if total <= done:
+        return 1  # the stop's own evaluation
+    below = (total - 1) // every - done // every
+    return max(0, below) + 1
+
+
+def _cost_s(total: int, done: int, costs: BudgetCosts, steps_per_epoch: int,
+            evals_per_epoch: int) -> float:
+    _, every = evaluation_cadence(total, steps_per_epoch, evals_per_epoch)
+    return (costs.finish_s + (total - done) * costs.step_s
+            + _evaluations_after(done, total, every) * costs.eval_s)
+
+
+def minimum_new_steps(steps_per_epoch: int, cap_steps: int, done_steps: int = 0) -> int:
+    """The least training a budget must buy (:data:`MIN_EPOCH_SHARE`, :data:`MIN_STEPS`),
+    never more than the steps the run has left."""
+    least = max(MIN_STEPS, math.ceil(MIN_EPOCH_SHARE * steps_per_epoch))
+    return max(0, min(least, cap_steps - done_steps))
+
+
+def plan_budget(remaining_s: float, *, costs: BudgetCosts, steps_per_epoch: int,
+                cap_steps: int, done_steps: int = 0, evals_per_epoch: int = 1) -> BudgetPlan:
+    """The largest total of optimizer steps whose remaining cost fits ``remaining_s``.
+
+    Args:
+        remaining_s: Seconds of the budget left (the budget less what is already spent).
+        costs: Times of a step, an evaluation and the finish.
+        steps_per_epoch: Optimizer steps in one epoch.
+        cap_steps: The config's own length (``max_epochs`` × steps per epoch, or
+            ``max_steps`` if smaller): the plan never goes past it.
+        done_steps: Optimizer steps already taken (a re-plan, a resumed run).
+        evals_per_epoch: ``train.evals_per_epoch``.
+
+    Returns:
+        The :class:`BudgetPlan`. ``total_steps`` is at least ``done_steps`` (a budget already
+        spent plans no more steps) and at most ``cap_steps``; when ``cap_steps`` fits,
+        ``binding`` is false and the evaluations are the config's.
+    """
+    if costs.step_s <= 0:
+        raise ValueError(f"step_s must be positive, got {costs.step_s}")
+    spe = max(1, steps_per_epoch)
+
+    def plan(total: int, binding: bool) -> BudgetPlan:
+        evaluations, every = evaluation_cadence(total, spe, evals_per_epoch)
+        if not binding:  # the config's own cadence: evals_per_epoch points per epoch
+            evaluations = max(1, math.ceil(total / spe * evals_per_epoch - 1e-9))
+            every = max(1, math.ceil(spe / max(1, evals_per_epoch)))
+        fixed = _cost_s(total, done_steps, costs, spe, evals_per_epoch) \
+            - (total - done_steps) * costs.step_s
+        return BudgetPlan(total_steps=total, done_steps=done_steps, steps_per_epoch=spe,
+                          evaluations=evaluations, eval_every_steps=every, binding=binding,
+                          remaining_s=remaining_s, fixed_s=fixed, costs=costs)
+
+    cap = max(cap_steps, done_steps)
+    if _cost_s(cap, done_steps, costs, spe, evals_per_epoch) <= remaining_s:
+        return plan(cap, binding=False)
+    # The cost grows with the steps but for a small wiggle of the evaluation count (the
+    # cadence changes with the total): bisect on it, then step down to a total that fits.
+    low, high = done_steps, cap
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _cost_s(middle, done_steps, costs, spe, evals_per_epoch) <= remaining_s:
+            low = middle
+        else:
+            high = middle
+    total = low
+    while total > done_steps and _cost_s(total, done_steps, costs, spe,
+                                          evals_per_epoch) > remaining_s:
+        total -= 1
+    return plan(total, binding=True)
+
+
+def smallest_budget_s(spent_s: float, *, costs: BudgetCosts, steps_per_epoch: int,
+                      cap_steps: int, evals_per_epoch: int = 1) -> float:
+    """The smallest budget (seconds, launch to finish) that buys :func:`minimum_new_steps`
+    and their evaluations, when ``spent_s`` are already gone."""
+    steps = minimum_new_steps(steps_per_epoch, cap_steps)
+    return spent_s + _cost_s(steps, 0, costs, max(1, steps_per_epoch), evals_per_epoch)
