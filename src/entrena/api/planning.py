@@ -155,6 +155,8 @@ def plan(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | 
         local_only=local_only, calibration=calibration, base_rss_bytes=base_rss,
         weights_in_base=weights_in_base,
         deadline_s=deadline_limit.seconds if deadline_limit else None, budget=budget_limit)
+    if budget_limit is not None:
+        _what_budget_buys(options, budget_limit, loaded, spec, shape)
     document = plan_document(
         machine=machine, profile=profile, shape=shape, options=options,
         recommendation=recommendation, max_length=max_length,
@@ -167,6 +169,49 @@ def plan(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | 
                                    "checks", []) if c.get("status") != "ok"],
                "planning_time_s": time.perf_counter() - started})
     return PlanResult(document, options, recommendation)
+
+
+def _what_budget_buys(options: list[Option], budget: Budget, loaded: LoadedConfig,
+                      spec: PlanningSpec, shape: Any) -> None:
+    """Set ``option.budget`` on each option: what ``--budget`` buys there as ``entrena train
+    --budget`` would lay it out (:func:`entrena.planning.budget.option_budget`); a money
+    budget through each option's price (none on an unpriced one)."""
+    import math
+
+    from entrena.data.cache import default_cache_dir
+    from entrena.planning.budget import DEFAULT_STARTUP_S, option_budget
+    from entrena.recipes.budget import DEFAULT_TAIL_S, remembered_tail_s
+
+    cfg = loaded.config
+    t = cfg.train
+    configured = getattr(cfg.data, "cache_dir", None)
+    cache = default_cache_dir(loaded.resolve_path(configured) if configured else None)
+    tail = remembered_tail_s(cache, cfg.task)
+    startup = remembered_tail_s(cache, cfg.task, "startup_s")
+    steps_per_epoch = max(1, math.ceil(shape.train.batches / t.gradient_accumulation_steps))
+    cap = steps_per_epoch * t.max_epochs
+    cap = min(cap, t.max_steps) if t.max_steps else cap
+    validation_rows, test_rows = len(spec.lengths("validation")), len(spec.lengths("test"))
+    for option in options:
+        seconds = budget.seconds
+        if seconds is None and budget.usd is not None:
+            price = option.usd_per_hour
+            seconds = budget.usd / price * 3600.0 if price else None
+        if seconds is None:
+            option.budget = {"budget_usd": budget.usd, "enough": None,
+                             "note": "no price: a money budget buys no time here"}
+            continue
+        local = option.kind == "local"
+        option.budget = option_budget(
+            seconds, epoch_s=option.epoch_time_s, total_s=option.total_time_s,
+            epochs=shape.epochs, steps_per_epoch=steps_per_epoch, cap_steps=cap,
+            evaluations=max(1, math.ceil(shape.epochs * t.evals_per_epoch)),
+            validation_rows=validation_rows, test_rows=test_rows,
+            restore_best_weights=t.restore_best_weights, evals_per_epoch=t.evals_per_epoch,
+            startup_s=(startup if local and startup is not None else DEFAULT_STARTUP_S),
+            tail_s=(tail if local and tail is not None else DEFAULT_TAIL_S))
+        if budget.usd is not None:
+            option.budget["budget_usd"] = budget.usd
 
 
 def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Any, task: Any,

@@ -304,7 +304,9 @@ def _close_budget(paths: RunPaths, metrics: dict[str, Any], loaded: Any) -> dict
         budget["tail_s"] = now - tail_started_at
         configured = loaded.config.data.cache_dir
         remember_tail(default_cache_dir(loaded.resolve_path(configured) if configured else None),
-                      loaded.config.task, budget["tail_s"])
+                      loaded.config.task, budget["tail_s"],
+                      budget.get("spent_before_fit_s")
+                      if not metrics.get("fit", {}).get("resumes") else None)
     metrics = {**metrics, "budget": budget}
     _write_json_atomic(paths.metrics, metrics)
     from entrena.recipes.training import write_report

@@ -295,6 +295,13 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
                               f"on this machine (planner); raise the budget")
         trials = min(trials or affordable, affordable)
     price = hourly_price(load_catalog())
+    # A budget in the config fits each trial's whole run to it (and to what the study has
+    # left) instead of cutting it off at train.max_time.
+    trial_budget_s = None
+    if cfg.train.budget:
+        from entrena.recipes.budget import budget_seconds
+
+        trial_budget_s = budget_seconds(cfg.train.budget, price.usd_per_hour, price.source)
     parent = _parent_run(study_dir, cfg, name)
     tags = {"mlflow.parentRunId": parent, "entrena.study": name} if parent else {}
 
@@ -312,7 +319,9 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
         from entrena.tuning import PruningCallback
 
         trial_dir = study_dir / f"trial-{number:04d}"
-        values = {**fixed, **params, "train.max_time": f"{max(1, int(max_time_s))}s",
+        limit_key, limit_s = ("train.max_time", max_time_s) if trial_budget_s is None \
+            else ("train.budget", min(trial_budget_s, max_time_s))
+        values = {**fixed, **params, limit_key: f"{max(1, int(limit_s))}s",
                   "tracking.log_model": False}  # trials are tracked; no registry version each
         pruning = PruningCallback(
             report, metric, by_data=by_data,

@@ -27,8 +27,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["MIN_EVALUATIONS", "BudgetCosts", "BudgetPlan", "evaluation_cadence",
-           "minimum_new_steps", "plan_budget", "smallest_budget_s"]
+__all__ = ["MIN_EVALUATIONS", "DEFAULT_STARTUP_S", "BudgetCosts", "BudgetPlan",
+           "evaluation_cadence", "minimum_new_steps", "option_budget", "plan_budget",
+           "smallest_budget_s"]
 
 MIN_EVALUATIONS = 3
 """Evaluations a budgeted run makes at least (the last one at its final step), so that the
@@ -191,3 +192,57 @@ def smallest_budget_s(spent_s: float, *, costs: BudgetCosts, steps_per_epoch: in
     and their evaluations, when ``spent_s`` are already gone."""
     steps = minimum_new_steps(steps_per_epoch, cap_steps)
     return spent_s + _cost_s(steps, 0, costs, max(1, steps_per_epoch), evals_per_epoch)
+
+
+DEFAULT_STARTUP_S = 20.0
+"""Seconds assumed from launch to the first step (imports, reading the cached data, building
+the model, the memory probe) when no run of the task here has measured it: the demo spent
+21.7 s with its probe and 13-15 s with the probe cached on 2 cores of an AMD EPYC
+(2026-12-04). ``entrena plan --budget`` uses it; a fit measures its own."""
+
+
+def option_budget(budget_s: float, *, epoch_s: float | None, total_s: float | None,
+                  epochs: float, steps_per_epoch: int, cap_steps: int, evaluations: int,
+                  validation_rows: int, test_rows: int, restore_best_weights: bool,
+                  evals_per_epoch: int, startup_s: float, tail_s: float) -> dict[str, Any]:
+    """What ``budget_s`` buys on one planned option (``entrena plan --budget``).
+
+    The option's planned times are split into a step (``epoch_s / steps_per_epoch``) and a
+    validation and test pass (the evaluation time of its plan, ``total_s - epochs × epoch_s``,
+    shared out per row over ``evaluations + 1`` validation passes and one test pass).
+
+    Args:
+        budget_s: The budget, seconds, launch to finished run.
+        epoch_s / total_s: The option's planned epoch of training steps and whole fit,
+            seconds (``None``: unknown, nothing is planned).
+        epochs: The epochs the option's times were planned for.
+        steps_per_epoch / cap_steps: Optimizer steps per epoch and of the config's own run.
+        evaluations: Validation passes in the option's plan (the final one not counted).
+        validation_rows / test_rows: Rows of the two splits.
+        restore_best_weights: ``train.restore_best_weights`` (one more validation pass).
+        evals_per_epoch: ``train.evals_per_epoch``.
+        startup_s / tail_s: Seconds before the first step and after the test pass.
+
+    Returns:
+        ``{"budget_s", "steps", "epochs", "evaluations", "binding", "enough", "smallest_s",
+        "step_s", "eval_s", "finish_s", "startup_s"}``; only ``budget_s`` and ``enough: None``
+        when the option has no time figures.
+    """
+    if not epoch_s or total_s is None:
+        return {"budget_s": budget_s, "enough": None}
+    step_s = epoch_s / max(1, steps_per_epoch)
+    evaluation_s = max(0.0, total_s - epochs * epoch_s)
+    per_row = evaluation_s / max(1, (evaluations + 1) * validation_rows + test_rows)
+    eval_s = per_row * validation_rows
+    finish_s = per_row * test_rows + (eval_s if restore_best_weights else 0.0) + tail_s
+    costs = BudgetCosts(step_s=step_s, eval_s=eval_s, finish_s=finish_s)
+    plan = plan_budget(budget_s - startup_s, costs=costs, steps_per_epoch=steps_per_epoch,
+                       cap_steps=cap_steps, evals_per_epoch=evals_per_epoch)
+    least = minimum_new_steps(steps_per_epoch, cap_steps)
+    return {"budget_s": budget_s, "steps": plan.total_steps, "epochs": plan.epochs,
+            "evaluations": plan.evaluations, "binding": plan.binding,
+            "enough": plan.total_steps >= least,
+            "smallest_s": smallest_budget_s(startup_s, costs=costs,
+                                            steps_per_epoch=steps_per_epoch,
+                                            cap_steps=cap_steps, evals_per_epoch=evals_per_epoch),
+            "step_s": step_s, "eval_s": eval_s, "finish_s": finish_s, "startup_s": startup_s}

@@ -91,6 +91,9 @@ class Option:
     cost_usd_spot: float | None
     oversized: bool = False
     notes: list[str] = field(default_factory=list)
+    budget: dict[str, Any] | None = None
+    """``entrena plan --budget``: what the budget buys here
+    (:func:`entrena.planning.budget.option_budget`)."""
     sources: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:

@@ -32,6 +32,39 @@ def _flags(option: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(flags))
 
 
+def _budget_table(doc: dict[str, Any]) -> Any:
+    """What ``--budget`` buys on each option (``None`` without a budget)."""
+    from rich.table import Table
+
+    rows = [o for o in doc["options"] if o.get("budget")]
+    if not rows:
+        return None
+    first = rows[0]["budget"]
+    limit = (format_usd(first["budget_usd"]) if first.get("budget_usd") is not None
+             else _time(first.get("budget_s")))
+    table = Table(title=f"what a budget of {limit} buys, launch to finished run (train "
+                        f"--budget lays the schedule over it)", show_header=True)
+    for column, justify in (("option", "left"), ("time", "right"), ("steps", "right"),
+                            ("epochs", "right"), ("evaluations", "right"),
+                            ("fixed costs", "right"), ("verdict", "left")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for option in rows:
+        bought = option["budget"]
+        if bought.get("enough") is None:
+            table.add_row(option["name"], _time(bought.get("budget_s")), "-", "-", "-", "-",
+                          bought.get("note") or "no time figures")
+            continue
+        fixed = bought["startup_s"] + bought["finish_s"] + bought["evaluations"] * bought[
+            "eval_s"]
+        verdict = ("not binding: the whole run fits" if not bought["binding"]
+                   else "binding" if bought["enough"]
+                   else f"too small: give {_time(bought['smallest_s'])} or more")
+        table.add_row(option["name"], _time(bought["budget_s"]), str(bought["steps"]),
+                      f"{bought['epochs']:.2f}", str(bought["evaluations"]), _time(fixed),
+                      verdict)
+    return table
+
+
 def render_plan(doc: dict[str, Any]) -> Any:
     """A Rich renderable of a plan document (:func:`~entrena.planning.planner.plan_document`)."""
     from rich.console import Group
@@ -72,10 +105,12 @@ def render_plan(doc: dict[str, Any]) -> Any:
                       format_usd(option["cost_usd"]), format_usd(option["cost_usd_spot"]),
                       ", ".join(_flags(option)))
     rec = doc["recommendation"]
+    budget_table = _budget_table(doc)
     lines = [head]
     for check in doc.get("data_checks") or []:  # what prepare dropped or warned of
         lines.append(Text(f"{check['status']:>8}  {check['check']}: {check['message']}"))
-    lines += [table, Text(f"recommendation: {rec['summary']}")]
+    lines += [table, *([budget_table] if budget_table is not None else []),
+              Text(f"recommendation: {rec['summary']}")]
     lines.extend(Text(f"  - {reason}") for reason in rec["reasons"])
     calibration = doc.get("calibration")
     if calibration and calibration.get("flops_per_s"):

@@ -90,31 +90,40 @@ def _tail_path(cache_dir: Path, task: str) -> Path:
     return cache_dir / "budget" / f"tail-{task}.json"
 
 
-def remembered_tail_s(cache_dir: Path | None, task: str) -> float | None:
-    """The tail an earlier run of ``task`` measured on this machine, seconds, or ``None``."""
+def remembered_tail_s(cache_dir: Path | None, task: str, key: str = "tail_s") -> float | None:
+    """What an earlier run of ``task`` measured on this machine, seconds, or ``None``:
+    ``tail_s`` (after the test pass) or ``startup_s`` (launch to the first step)."""
     if cache_dir is None:
         return None
     try:
-        value = json.loads(_tail_path(cache_dir, task).read_text(encoding="utf-8"))["tail_s"]
+        value = json.loads(_tail_path(cache_dir, task).read_text(encoding="utf-8"))[key]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return float(value) if isinstance(value, int | float) and value >= 0 else None
 
 
-def remember_tail(cache_dir: Path | None, task: str, tail_s: float) -> None:
-    """Keep the tail this run measured for the next budgeted run of ``task`` here (the
-    larger of it and the one before, decayed by a tenth, so one quick run does not make the
-    next overshoot). A failure to write is ignored."""
+def remember_tail(cache_dir: Path | None, task: str, tail_s: float,
+                  startup_s: float | None = None) -> None:
+    """Keep the times this run measured for the next budgeted run (and plan) of ``task``
+    here: each the larger of it and the one before decayed by a tenth, so that one quick run
+    does not make the next overshoot. A failure to write is ignored."""
     if cache_dir is None:
         return
-    before = remembered_tail_s(cache_dir, task)
-    value = tail_s if before is None else max(tail_s, 0.9 * before)
+    values = {}
+    for key, value in (("tail_s", tail_s), ("startup_s", startup_s)):
+        before = remembered_tail_s(cache_dir, task, key)
+        if value is None:
+            value = before
+        elif before is not None:
+            value = max(value, 0.9 * before)
+        if value is not None:
+            values[key] = round(value, 3)
     path = _tail_path(cache_dir, task)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"tail_s": round(value, 3)}) + "\n", encoding="utf-8")
+        path.write_text(json.dumps(values) + "\n", encoding="utf-8")
     except OSError:
-        log.debug("could not remember the tail time in %s", path)
+        log.debug("could not remember the budget's times in %s", path)
 
 
 def check_budget(budget_s: float, spent_s: float, *, costs: BudgetCosts, steps_per_epoch: int,
@@ -133,11 +142,12 @@ def check_budget(budget_s: float, spent_s: float, *, costs: BudgetCosts, steps_p
                                      cap_steps=cap_steps, evals_per_epoch=evals_per_epoch)
         raise ConfigError(
             f"{what} {format_duration(budget_s)} is too small: {format_duration(spent_s)} "
-            f"were spent before the first step and {least} optimizer steps "
+            f"were spent before the first step, and {least} optimizer steps "
             f"(~{format_duration(costs.step_s)} each), their evaluations "
             f"(~{format_duration(costs.eval_s)} each) and the test, baselines and report "
-            f"(~{format_duration(costs.finish_s)}) need at least "
-            f"{format_duration(smallest)}; give a budget of {_round_up_s(smallest)} or more")
+            f"(~{format_duration(costs.finish_s)}) take ~{format_duration(smallest - spent_s)} "
+            f"more: at least {format_duration(smallest)} in all; give a budget of "
+            f"{_round_up_s(smallest)} or more")
     return plan
 
 
@@ -361,8 +371,9 @@ def budget_seconds(text: str, usd_per_hour: float, price_source: str) -> float:
     if parsed.usd is None:
         return float(parsed.seconds or 0.0)
     if usd_per_hour <= 0:
+        why = price_source.split(";", 1)[0].removeprefix("free: ")  # its own fix is below
         raise ConfigError(
-            f"train.budget {text!r} is money, but this machine has no price ({price_source}); "
+            f"train.budget {text!r} is money, but this machine has no price ({why}); "
             f"give the budget as a time ('8m', '1h30m'), or price the machine: set "
             f"ENTRENA_INSTANCE to its catalog offer, or local_usd_per_hour in a catalog file "
             f"named by ENTRENA_CATALOG")

@@ -72,11 +72,19 @@ def headline(metrics: dict[str, Any], plan: dict[str, Any]) -> str:
     outcome, style = outcome_sentence(metrics)
     epochs = fit.get("epochs")
     wall = cost.get("wall_time_s") or fit.get("wall_time_s")
+    budget = metrics.get("budget") or {}
     run = []
-    if epochs is not None:
-        run.append(f"{int(epochs):,} epoch{'s' if epochs != 1 else ''}")
-    if isinstance(wall, int | float):
-        run.append(f"in {format_duration(wall)}")
+    if isinstance(budget.get("requested_s"), int | float):  # "1.3 epochs in 7m 42s of an 8m
+        used = budget.get("used_s") or wall or 0.0          # budget"
+        run.append(f"{budget.get('trained_epochs') or 0:.2g} epochs in "
+                   f"{format_duration(used)} of a {format_duration(budget['requested_s'])} "
+                   f"budget" + (f" (over by {format_duration(budget['overshoot_s'])})"
+                                if (budget.get("overshoot_s") or 0) > 0 else ""))
+    else:
+        if epochs is not None:
+            run.append(f"{int(epochs):,} epoch{'s' if epochs != 1 else ''}")
+        if isinstance(wall, int | float):
+            run.append(f"in {format_duration(wall)}")
     run.append(f"on {escape(hardware_words(fit, plan))}")
     money, source = cost_words(cost)
     return (f"<p class='headline {style}'>{outcome}; {' '.join(run)}; "
