@@ -105,16 +105,21 @@ def parse_budget(text: str | float | int, *, bare: str = "usd", what: str = "bud
     if money and (money.group(2) or value.startswith("$") or (bare_number and bare == "usd")):
         usd = float(money.group(1))
         if usd <= 0:
-            raise ValueError(f"invalid {what} {text!r}: must be more than 0 USD")
+            raise ValueError(f"invalid {what} {text!r}: must be more than 0 USD, such as "
+                             f"'20usd' or '$2.50'")
         return Budget(usd=usd)
+    forms = (f"write an amount such as '20usd' (a bare number is "
+             f"{'USD' if bare == 'usd' else 'seconds'}) or a duration such as '30m', '2h' or "
+             f"'1.5d'")
     try:
         seconds = parse_duration_s(value)
     except ValueError:
-        raise ValueError(f"invalid {what} {text!r}: write an amount such as '20usd' (a bare "
-                         f"number is {'USD' if bare == 'usd' else 'seconds'}) or a duration "
-                         f"such as '30m', '2h' or '1.5d'") from None
+        negative = value.startswith("-")  # "-3m": say why, not only the accepted forms
+        raise ValueError(f"invalid {what} {text!r}: {'must be positive; ' if negative else ''}"
+                         f"{forms}") from None
     if seconds <= 0:
-        raise ValueError(f"invalid {what} {text!r}: must be a positive duration")
+        raise ValueError(f"invalid {what} {text!r}: must be a positive duration, such as "
+                         f"'30m' or '2h'")
     return Budget(seconds=seconds)
 
 

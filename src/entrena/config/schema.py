@@ -340,16 +340,11 @@ class TrainConfig(StrictModel):
             value = f"{value}s"  # a bare number is seconds (`--set train.budget=480`)
         if not isinstance(value, str):
             return value  # None, or a type error pydantic reports
-        parse_budget(value, bare="s", what="budget")  # ValueError names the accepted forms
+        try:
+            parse_budget(value, bare="s", what="budget")
+        except ValueError as exc:  # the loader already says "train.budget = … is invalid"
+            raise ValueError(str(exc).removeprefix(f"invalid budget {value!r}: ")) from None
         return value.strip()
-
-    @model_validator(mode="after")
-    def _budget_or_max_time(self) -> TrainConfig:
-        if self.budget is not None and self.max_time is not None:
-            raise ValueError(f"budget ({self.budget!r}) and max_time ({self.max_time!r}) are "
-                             f"both set: a budget already ends the run in time, with the "
-                             f"schedule fitted to it; remove train.max_time")
-        return self
 
     @field_validator("max_time", mode="before")
     @classmethod
@@ -517,6 +512,19 @@ class Config(StrictModel):
     """Tracking section."""
     tune: TuneConfig = TuneConfig()
     """Search section (`entrena tune`)."""
+
+    @model_validator(mode="after")
+    def _budget_or_max_time(self) -> Config:
+        """Not both `train.budget` and `train.max_time`. A whole-config rule (not
+        TrainConfig's): its message starts with the key, so the loader names that key's line
+        or `--set`, rather than printing the whole `train` section as the value."""
+        train = self.train
+        if train.budget is not None and train.max_time is not None:
+            raise ValueError(f"train.max_time: {train.max_time!r} and train.budget "
+                             f"{train.budget!r} are both set; a budget already ends the run in "
+                             f"time, with the learning-rate schedule fitted to it: remove "
+                             f"train.max_time")
+        return self
 
     @model_validator(mode="after")
     def _searchable_space(self) -> Config:
