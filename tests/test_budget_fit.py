@@ -16,12 +16,13 @@ from entrena.errors import ConfigError
 from entrena.planning.budget import (
     MIN_EVALUATIONS,
     BudgetCosts,
+    budget_seconds,
     evaluation_cadence,
     minimum_new_steps,
     plan_budget,
     smallest_budget_s,
 )
-from entrena.recipes.budget import BudgetFit, FinishEstimate, budget_seconds, check_budget
+from entrena.recipes.budget import BudgetFit, FinishEstimate, check_budget
 from entrena.tasks.metrics import cross_entropy_loss
 from fakes import FakeBackend, FakeSource, ScriptedEvaluate, TinyModel
 
@@ -103,7 +104,7 @@ def test_the_smallest_budget_buys_the_minimum_of_training():
 
 def test_a_budget_too_small_is_refused_naming_the_smallest_that_works():
     with pytest.raises(ConfigError, match=r"train.budget 1m 00s is too small: 50s were spent "
-                                          r"before the first step.*give a budget of 95s or more"):
+                                          r"before the first step.*give a budget of 120s or more"):
         check_budget(60.0, 50.0, costs=COSTS, steps_per_epoch=100, cap_steps=300,
                      evals_per_epoch=1, what="train.budget")
 

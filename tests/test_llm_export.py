@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from entrena.cli import app
 from test_llm_sft import chats, config, smol_tokenizer, write_jsonl  # noqa: F401
 
-RUNTIME_REASON = "the gguf extra (llama-cpp-python) is installed by make install"
+RUNTIME_REASON = "the gguf extra (llama-cpp-python) is installed by make install-llm"
 
 
 def invoke(*args: str | Path, input: str | None = None):
@@ -54,7 +54,7 @@ def trained(tmp_path_factory, smol_tokenizer):  # noqa: F811
     (work / "config.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
     run_dir = work / "run"
     with pytest.MonkeyPatch.context() as patch:  # report.html (matplotlib): not tested here
-        patch.setattr("entrena.recipes.training._write_report", lambda paths: None)
+        patch.setattr("entrena.recipes.training.write_report", lambda paths: None)
         entrena.train(work / "config.yaml", run_dir=run_dir)
     return work, run_dir
 

@@ -336,6 +336,10 @@ def _train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path 
     where["phase"] = "reading the config"
     loaded = load_config(config, overrides)
     price = hourly_price(load_catalog())  # a bad ENTRENA_INSTANCE fails before any work
+    if loaded.config.train.budget:  # a money budget on an unpriced machine, before any work
+        from entrena.planning.budget import budget_seconds
+
+        budget_seconds(loaded.config.train.budget, price.usd_per_hour, price.source)
     sources = _check_model_source(loaded)
     paths = RunPaths(resolve_run_dir(loaded.config.name, run_dir))
     where["paths"] = paths

@@ -299,7 +299,7 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
     # left) instead of cutting it off at train.max_time.
     trial_budget_s = None
     if cfg.train.budget:
-        from entrena.recipes.budget import budget_seconds
+        from entrena.planning.budget import budget_seconds
 
         trial_budget_s = budget_seconds(cfg.train.budget, price.usd_per_hour, price.source)
     parent = _parent_run(study_dir, cfg, name)

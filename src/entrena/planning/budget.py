@@ -17,8 +17,8 @@ longer than the run needs is not binding). The learning-rate schedule is then la
 it, linear decay being the robust choice. The training recipe re-plans from the fit's own
 measured times (``entrena.recipes.budget``).
 
-Standard library only: the same arithmetic serves ``entrena plan --budget`` (from the
-planned times) and the fit (from the measured ones).
+Standard library and ``entrena.errors`` only: the same arithmetic serves ``entrena plan
+--budget`` (from the planned times) and the fit (from the measured ones).
 """
 
 from __future__ import annotations
@@ -27,9 +27,11 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from entrena.errors import ConfigError
+
 __all__ = ["MIN_EVALUATIONS", "DEFAULT_STARTUP_S", "BudgetCosts", "BudgetPlan",
-           "evaluation_cadence", "minimum_new_steps", "option_budget", "plan_budget",
-           "smallest_budget_s"]
+           "budget_seconds", "evaluation_cadence", "minimum_new_steps", "option_budget",
+           "plan_budget", "smallest_budget_s"]
 
 MIN_EVALUATIONS = 3
 """Evaluations a budgeted run makes at least (the last one at its final step), so that the
@@ -246,3 +248,24 @@ def option_budget(budget_s: float, *, epoch_s: float | None, total_s: float | No
                                             steps_per_epoch=steps_per_epoch,
                                             cap_steps=cap_steps, evals_per_epoch=evals_per_epoch),
             "step_s": step_s, "eval_s": eval_s, "finish_s": finish_s, "startup_s": startup_s}
+
+
+def budget_seconds(text: str, usd_per_hour: float, price_source: str) -> float:
+    """``train.budget`` in seconds: a duration as it is, money through this machine's price.
+
+    Raises:
+        ConfigError: A money budget on a machine with no price.
+    """
+    from entrena.units import parse_budget
+
+    parsed = parse_budget(text, bare="s", what="train.budget")
+    if parsed.usd is None:
+        return float(parsed.seconds or 0.0)
+    if usd_per_hour <= 0:
+        why = price_source.split(";", 1)[0].removeprefix("free: ")  # its own fix is below
+        raise ConfigError(
+            f"train.budget {text!r} is money, but this machine has no price ({why}); "
+            f"give the budget as a time ('8m', '1h30m'), or price the machine: set "
+            f"ENTRENA_INSTANCE to its catalog offer, or local_usd_per_hour in a catalog file "
+            f"named by ENTRENA_CATALOG")
+    return parsed.usd / usd_per_hour * 3600.0

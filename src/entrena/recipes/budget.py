@@ -147,8 +147,14 @@ def check_budget(budget_s: float, spent_s: float, *, costs: BudgetCosts, steps_p
             f"(~{format_duration(costs.eval_s)} each) and the test, baselines and report "
             f"(~{format_duration(costs.finish_s)}) take ~{format_duration(smallest - spent_s)} "
             f"more: at least {format_duration(smallest)} in all; give a budget of "
-            f"{_round_up_s(smallest)} or more")
+            f"{_round_up_s(smallest * SUGGESTION_HEADROOM)} or more")
     return plan
+
+
+SUGGESTION_HEADROOM = 1.25
+"""The smallest budget a refusal suggests is this much above the estimate: the time before
+the first step and a step's time vary from one launch to the next, and a suggestion that is
+itself refused helps nobody."""
 
 
 def _round_up_s(seconds: float) -> str:
@@ -357,27 +363,6 @@ class BudgetFit(Callback):
         self.spent_before_s = float(state.get("spent_s", 0.0))
         self.refits = int(state.get("refits", 0))
         self.first_plan = state.get("first_plan")
-
-
-def budget_seconds(text: str, usd_per_hour: float, price_source: str) -> float:
-    """``train.budget`` in seconds: a duration as it is, money through this machine's price.
-
-    Raises:
-        ConfigError: A money budget on a machine with no price.
-    """
-    from entrena.units import parse_budget
-
-    parsed = parse_budget(text, bare="s", what="train.budget")
-    if parsed.usd is None:
-        return float(parsed.seconds or 0.0)
-    if usd_per_hour <= 0:
-        why = price_source.split(";", 1)[0].removeprefix("free: ")  # its own fix is below
-        raise ConfigError(
-            f"train.budget {text!r} is money, but this machine has no price ({why}); "
-            f"give the budget as a time ('8m', '1h30m'), or price the machine: set "
-            f"ENTRENA_INSTANCE to its catalog offer, or local_usd_per_hour in a catalog file "
-            f"named by ENTRENA_CATALOG")
-    return parsed.usd / usd_per_hour * 3600.0
 
 
 def build_budget(budget_s: float, started_at: float, schedule: LRSchedule, *,

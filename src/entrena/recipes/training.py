@@ -69,12 +69,8 @@ from entrena.engine.mapped import copy_mapped_weights
 from entrena.errors import ConfigError, Interrupted, NonFiniteError
 from entrena.hardware.catalog import load_catalog
 from entrena.hardware.cost import HourlyPrice, hourly_price, run_cost
-from entrena.recipes.budget import (
-    DEFAULT_TAIL_S,
-    budget_seconds,
-    build_budget,
-    remembered_tail_s,
-)
+from entrena.planning.budget import budget_seconds
+from entrena.recipes.budget import DEFAULT_TAIL_S, build_budget, remembered_tail_s
 from entrena.recipes.efficiency import build_monitor, efficiency_metrics
 from entrena.recipes.planning import (
     memory_in_use_bytes,
@@ -476,7 +472,8 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         tmp = paths.metrics.with_name(".metrics.json.tmp")
         tmp.write_text(dumps_strict(metrics, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, paths.metrics)
-        write_report(paths)
+        if budget is None:  # a budgeted run's report follows its registration (the time used)
+            write_report(paths)
         for tracker in trackers:
             tracker.finish({k: v for k, v in metrics.items() if k != "history"},
                            [paths.metrics, paths.config, paths.data_report])
