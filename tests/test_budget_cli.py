@@ -141,7 +141,7 @@ def test_a_budget_below_the_fixed_costs_names_the_smallest_that_works(tmp_path, 
     assert named, line
     least_s, give_s = parse_duration_s(named[1]), parse_duration_s(named[2])
     # a fresh cache: the 20 s assumed for the work after the test pass alone exceed 5 s
-    assert 20 < least_s <= give_s < least_s + 60
+    assert 20 < least_s <= give_s <= 1.25 * least_s + 10  # headroom, rounded up to 10 s
     assert not (tmp_path / "runs" / "tiny").exists()
     assert not any((tmp_path / "runs").iterdir())
 

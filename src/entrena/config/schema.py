@@ -10,7 +10,14 @@ from __future__ import annotations
 import difflib
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from entrena.units import parse_budget, parse_duration_s
 
@@ -333,30 +340,25 @@ class TrainConfig(StrictModel):
     """`skip_batch` gives up, and stops as `stop` does, when more than this share of the steps
     attempted so far were skipped (and at least 3 were)."""
 
-    @field_validator("budget", mode="before")
+    @field_validator("budget", "max_time", mode="before")
     @classmethod
-    def _budget(cls, value: object) -> object:
+    def _time_limit(cls, value: object, info: ValidationInfo) -> object:
+        """A bare number is seconds (`--set train.budget=480`); `max_time` is a positive
+        duration, `budget` a positive duration or an amount of money."""
         if isinstance(value, int | float) and not isinstance(value, bool):
-            value = f"{value}s"  # a bare number is seconds (`--set train.budget=480`)
+            value = f"{value}s"
         if not isinstance(value, str):
             return value  # None, or a type error pydantic reports
+        if info.field_name == "max_time":
+            seconds = parse_duration_s(value)  # ValueError names the accepted units
+            if seconds <= 0:
+                raise ValueError(f"must be a positive duration, got {value!r}")
+            return value
         try:
             parse_budget(value, bare="s", what="budget")
         except ValueError as exc:  # the loader already says "train.budget = … is invalid"
             raise ValueError(str(exc).removeprefix(f"invalid budget {value!r}: ")) from None
         return value.strip()
-
-    @field_validator("max_time", mode="before")
-    @classmethod
-    def _duration(cls, value: object) -> object:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            value = f"{value}s"  # a bare number is seconds (`--set train.max_time=90`)
-        if not isinstance(value, str):
-            return value  # None, or a type error pydantic reports
-        seconds = parse_duration_s(value)  # ValueError names the accepted units
-        if seconds <= 0:
-            raise ValueError(f"must be a positive duration, got {value!r}")
-        return value
 
 
 class TrackingConfig(StrictModel):

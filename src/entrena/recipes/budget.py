@@ -158,11 +158,15 @@ itself refused helps nobody."""
 
 
 def _round_up_s(seconds: float) -> str:
-    """A budget a user would write, at or above ``seconds``: ``"95s"``, ``"4m"``, ``"2h"``."""
+    """A budget a user would write, at or above ``seconds``: ``"95s"``, ``"4m 10s"``,
+    ``"12m"``, ``"2h"``."""
     import math
 
     if seconds < 120:
         return f"{math.ceil(seconds / 5) * 5}s"
+    if seconds < 600:
+        minutes, rest = divmod(math.ceil(seconds / 10) * 10, 60)
+        return f"{minutes}m" + (f"{rest}s" if rest else "")
     if seconds < 7200:
         return f"{math.ceil(seconds / 60)}m"
     return f"{math.ceil(seconds / 3600)}h"

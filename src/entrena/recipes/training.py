@@ -243,6 +243,11 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
     validation_data = batches("validation", shuffle=False)
     budget_s = (budget_seconds(tcfg.budget, cost_from[1].usd_per_hour, cost_from[1].source)
                 if tcfg.budget else None)
+    if budget_s is not None and world > 1:  # each process would re-plan on its own clock
+        raise ConfigError(
+            f"train.budget {tcfg.budget!r} with {world} processes: a budget is re-planned from "
+            f"one process's clock, and the processes would stop at different steps; train on "
+            f"one device (train.devices: 1), or end the run with train.max_time instead")
     optimizer = build_optimizer(model, tcfg.learning_rate, tcfg.weight_decay,
                                 fused=fused_optimizer(backend.accelerator))
     planned_s = _planned_train_s(plan)
