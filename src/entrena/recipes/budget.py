@@ -339,6 +339,10 @@ class BudgetFit(Callback):
         self._mark = now  # an evaluation is not a step's time
         if not state.should_stop:
             self._replan(state, "evaluation")
+            plan = self.plan
+            if plan is not None and plan.binding and state.step >= plan.total_steps:
+                # the time is up at this very step: stop here, evaluated, not a step later
+                state.should_stop, state.stop_reason = True, "budget"
 
     def summary(self, state: TrainState) -> dict[str, Any]:
         """``metrics.json``'s ``budget`` so far (``used_s`` and ``overshoot_s`` are final
