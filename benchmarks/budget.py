@@ -377,7 +377,8 @@ def summary(rows: list[dict[str, Any]], fractions: list[float]) -> tuple[list[st
     return lines, goals
 
 
-def publish(rows: list[dict[str, Any]], load: list[float], write: bool) -> dict:
+def publish(rows: list[dict[str, Any]], load: list[float], write: bool,
+            section: str | None = None) -> dict:
     rows = [r for r in rows if r.get("arm") in ("meta", "full", "budget", "cutoff")]
     meta = next((r for r in rows if r["arm"] == "meta"), {})
     quick = meta.get("quick", False)
@@ -414,7 +415,7 @@ def publish(rows: list[dict[str, Any]], load: list[float], write: bool) -> dict:
     if quick:
         about.insert(0, "**QUICK (`--quick`, examples/tiny): a plumbing check of the "
                         "benchmark; its figures mean nothing.**")
-    publish_runs("budget-quick" if quick else "budget",
+    publish_runs(section or ("budget-quick" if quick else "budget"),
                  "Training to a wall-time budget against cutting the fit off"
                  + (" (quick: plumbing check)" if quick else ""),
                  load=load, command=meta.get("command", "?"), about=about,
@@ -434,6 +435,9 @@ def main() -> None:
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.25, 0.5, 1.0])
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="passed to every run (repeatable)")
+    parser.add_argument("--section", default=None,
+                        help="the docs/benchmarks.md section to write (default budget, or "
+                             "budget-quick with --quick)")
     parser.add_argument("--full-from", type=Path, default=None,
                         help="reuse the full runs (same seeds) recorded in this results file")
     parser.add_argument("--runs-dir", type=Path, default=None,
@@ -452,7 +456,7 @@ def main() -> None:
                 if line.startswith("{")]
         load = [v for r in rows if r["arm"] != "meta"
                 for v in (r.get("load_before"), r.get("load_after")) if v is not None]
-        publish(rows, load, args.write)
+        publish(rows, load, args.write, args.section)
         return
     if any(f <= 0 for f in args.fractions):
         parser.error(f"--fractions must be positive, got {args.fractions}")
@@ -489,7 +493,7 @@ def main() -> None:
     started = time.perf_counter()
     rows, load = run_all(args, config, runs_dir, out, meta)
     elapsed = time.perf_counter() - started
-    goals = publish(rows, load, args.write)
+    goals = publish(rows, load, args.write, args.section)
     with out.open("a") as handle:
         handle.write(json.dumps({"arm": "summary", "elapsed_s": round(elapsed, 1),
                                  "goals": goals}) + "\n")
