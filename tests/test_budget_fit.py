@@ -215,6 +215,19 @@ def test_a_budget_that_is_not_binding_changes_nothing():
     assert schedule.curve == ScheduleCurve.over("linear", 100, 0.1)
 
 
+def test_a_budget_just_short_of_the_run_keeps_the_configs_run():
+    needed = Clock(step_s=1.0, eval_s=1.0)
+    full, *_ = budgeted_fit(10_000.0, needed, max_epochs=2)
+    short = Clock(step_s=1.0, eval_s=1.0)
+    state, budget, schedule = budgeted_fit(needed.now + 10.0 + 1.0 - 2.0, short, max_epochs=2)
+    assert not budget.plan.binding and state.step == full.step == 100  # 2 s short of 111
+    assert state.stop_reason == "max_epochs"
+    assert schedule.curve == ScheduleCurve.over("linear", 100, 0.1)
+    shorter = Clock(step_s=1.0, eval_s=1.0)
+    state, budget, _ = budgeted_fit(needed.now + 11.0 - 10.0, shorter, max_epochs=2)
+    assert budget.plan.binding and state.step < 100  # 10 s short: it binds
+
+
 def test_a_resumed_run_counts_the_time_already_spent():
     first = Clock(step_s=1.0, eval_s=4.0)
 
