@@ -72,20 +72,21 @@ def invoke(*args: str | Path):
 
 @pytest.mark.parametrize(("args", "expected"), [
     (["--budget", "0"],
+     "error: invalid --budget '0': must be a positive duration, such as '30m' or '2h'"),
+    (["--budget", "5 potatoes"],
+     "error: invalid --budget '5 potatoes': write an amount such as '20usd' (a bare number is "
+     "seconds) or a duration such as '30m', '2h' or '1.5d'"),
+    (["--budget", "-3m"],
+     "error: invalid --budget '-3m': must be positive; write an amount such as '20usd' (a bare "
+     "number is seconds) or a duration such as '30m', '2h' or '1.5d'"),
+    (["--set", "train.budget=0"],
      "error: --set train.budget: train.budget = 0 is invalid: must be a positive duration, "
      "such as '30m' or '2h'"),
-    (["--budget", "5 potatoes"],
-     "error: --set train.budget: train.budget = '5 potatoes' is invalid: write an amount such "
-     "as '20usd' (a bare number is seconds) or a duration such as '30m', '2h' or '1.5d'"),
-    (["--budget", "-3m"],
-     "error: --set train.budget: train.budget = '-3m' is invalid: must be positive; write an "
-     "amount such as '20usd' (a bare number is seconds) or a duration such as '30m', '2h' or "
-     "'1.5d'"),
     (["--set", "train.max_time=10m", "--budget", "5m"],
      "error: --set train.max_time: train.max_time: '10m' and train.budget '5m' are both set; "
      "a budget already ends the run in time, with the learning-rate schedule fitted to it: "
      "remove train.max_time"),
-], ids=["zero", "potatoes", "negative", "with-max-time"])
+], ids=["zero", "potatoes", "negative", "set-zero", "with-max-time"])
 def test_a_bad_budget_is_one_line_exit_2_and_writes_nothing(tmp_path, tiny_data, config_file,
                                                              args, expected):
     result = run_cli("train", config_file(build_config()), *args, cwd=tmp_path)

@@ -19,6 +19,7 @@ from entrena import __version__
 from entrena.core.files import dumps_strict
 from entrena.core.signals import StopSignal, stop_signals
 from entrena.errors import (
+    EXIT_BAD_INPUT,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_PREEMPTED,
@@ -127,6 +128,13 @@ def train(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
     one and exit 143, Ctrl-C saves one and exits 130.
     """
     _setup_logging(verbose)
+    if budget is not None:  # named as the user wrote it, before it becomes an override
+        from entrena.units import parse_budget
+
+        try:
+            parse_budget(budget, bare="s", what="--budget")
+        except ValueError as exc:
+            _fail(str(exc), EXIT_BAD_INPUT)
     try:
         from entrena.api import train as train_fn
         from entrena.tracking.events import since_process_start_s
