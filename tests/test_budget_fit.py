@@ -28,14 +28,14 @@ from fakes import FakeBackend, FakeSource, ScriptedEvaluate, TinyModel
 
 # --- the schedule curve ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("kind", ["linear", "cosine"])
+@pytest.mark.parametrize("kind", ["linear", "cosine", "wsd"])
 def test_an_unchanged_curve_is_the_fixed_schedule(kind):
     curve = ScheduleCurve.over(kind, 50, 0.1)
     for step in range(51):
         assert curve.factor(step) == pytest.approx(warmup_decay_factor(step, 50, 5, kind))
 
 
-@pytest.mark.parametrize("kind", ["linear", "cosine"])
+@pytest.mark.parametrize("kind", ["linear", "cosine", "wsd"])
 def test_refits_keep_the_rate_and_end_at_the_floor(kind):
     generator = random.Random(7)
     for _ in range(200):
@@ -51,6 +51,15 @@ def test_refits_keep_the_rate_and_end_at_the_floor(kind):
             after = [curve.factor(t) for t in range(max(step, curve.warmup_steps),
                                                      curve.total_steps + 1)]
             assert all(b <= a + 1e-12 for a, b in zip(after, after[1:], strict=False))
+
+
+def test_wsd_holds_the_peak_then_decays_over_the_last_fifth():
+    curve = ScheduleCurve.over("wsd", 110, 10 / 110)  # warmup 10, then 100 steps
+    assert curve.factor(9) == 1.0 and curve.factor(89) == 1.0  # held until 80% of them
+    assert curve.factor(100) == pytest.approx(0.5) and curve.factor(110) == 0.0
+    shorter = curve.refit(50, 80)  # progress 0.4 -> 1 over 30 steps: the hold ends at 70
+    assert shorter.factor(50) == 1.0 and shorter.factor(70) == pytest.approx(1.0)
+    assert shorter.factor(75) == pytest.approx(0.5) and shorter.factor(80) == 0.0
 
 
 def test_a_refit_in_the_warmup_relays_it_or_ends_it_at_the_current_rate():

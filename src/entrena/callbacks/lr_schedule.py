@@ -19,7 +19,8 @@ def warmup_decay_factor(step: int, total_steps: int, warmup_steps: int, kind: st
     """Multiplier of the peak learning rate at ``step``.
 
     Linear warmup from 0 over ``warmup_steps``, then ``linear`` decay to 0 at ``total_steps``,
-    ``cosine`` decay to 0 (half a cosine period, as in Loshchilov & Hutter, SGDR, 2017), or
+    ``cosine`` decay to 0 (half a cosine period, as in Loshchilov & Hutter, SGDR, 2017),
+    ``wsd`` (the peak held, then linear decay over the last :data:`WSD_DECAY_SHARE`), or
     ``constant``.
     """
     if warmup_steps and step < warmup_steps:
@@ -28,15 +29,22 @@ def warmup_decay_factor(step: int, total_steps: int, warmup_steps: int, kind: st
         return 1.0
     span = max(1, total_steps - warmup_steps)
     progress = min(1.0, (step - warmup_steps) / span)
-    if kind == "cosine":
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-    return max(0.0, 1.0 - progress)
+    return _decay_shape(kind, progress)
+
+
+WSD_DECAY_SHARE = 0.2
+"""``wsd``: the share of the steps after warmup over which the rate decays to 0 (the 20%
+cooldown of Hägele et al., 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed
+Training Durations"); before it the peak is held."""
 
 
 def _decay_shape(kind: str, progress: float) -> float:
+    """The factor at decay ``progress`` in [0, 1] (``linear``, ``cosine``, ``wsd``)."""
     progress = min(1.0, max(0.0, progress))
     if kind == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * progress))
+    if kind == "wsd":
+        return min(1.0, (1.0 - progress) / WSD_DECAY_SHARE)
     return 1.0 - progress
 
 

@@ -247,11 +247,15 @@ class TrainConfig(StrictModel):
     """Peak learning rate of AdamW."""
     weight_decay: Annotated[float, Field(ge=0.0)] = 0.01
     """AdamW weight decay (not applied to biases and LayerNorm weights)."""
-    scheduler: Literal["linear", "cosine", "plateau", "constant"] = "linear"
+    scheduler: Literal["linear", "cosine", "wsd", "plateau", "constant"] = "linear"
     """LR schedule: `linear` warmup then decay to 0, `cosine` warmup then cosine decay,
-    `plateau` = ReduceLROnPlateau on the early-stopping metric, `constant`."""
+    `wsd` warmup-stable-decay (the peak held, then linear decay to 0 over the last 20% of the
+    steps after warmup: Hägele et al., 2024, "Scaling Laws and Compute-Optimal Training Beyond
+    Fixed Training Durations"), `plateau` = ReduceLROnPlateau on the early-stopping metric,
+    `constant`."""
     warmup_fraction: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.1
-    """Share of the planned steps spent warming the learning rate up from 0 (linear, cosine)."""
+    """Share of the planned steps spent warming the learning rate up from 0 (linear, cosine,
+    wsd)."""
     plateau_factor: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.5
     """`plateau` scheduler: multiply the learning rate by this when the metric stalls."""
     plateau_patience: Annotated[int, Field(ge=0)] = 0
