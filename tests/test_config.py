@@ -83,7 +83,7 @@ def test_all_errors_of_one_file_are_reported_together(tmp_path: Path):
     ("data.validation_fraction", 1.5, "data.validation_fraction = 1.5 is invalid: Input should "
                                       "be less than 1"),
     ("train.scheduler", "cosin", "train.scheduler = 'cosin' is invalid: Input should be "
-                                 "'linear', 'cosine', 'plateau' or 'constant'"),
+                                 "'linear', 'cosine', 'wsd', 'plateau' or 'constant'"),
     ("train.early_stopping.monitor", "val_loss", "train.early_stopping.monitor = 'val_loss' is "
                                                  "invalid: must be one of validation.loss"),
     ("data.on_bad_rows", "drop", "data.on_bad_rows = 'drop' is invalid: Input should be 'skip' "
