@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -164,10 +165,8 @@ itself refused helps nobody."""
 
 
 def _round_up_s(seconds: float) -> str:
-    """A budget a user would write, at or above ``seconds``: ``"95s"``, ``"4m 10s"``,
+    """A budget a user would write, at or above ``seconds``: ``"95s"``, ``"4m10s"``,
     ``"12m"``, ``"2h"``."""
-    import math
-
     if seconds < 120:
         return f"{math.ceil(seconds / 5) * 5}s"
     if seconds < 600:
@@ -269,14 +268,15 @@ class BudgetFit(Callback):
                 and plan.total_steps >= (1.0 - NEAR_MISS) * self.cap_steps):
             plan = replace(plan, total_steps=self.cap_steps, binding=False)
         self.plan = plan
-        if not quiet:
-            self._last_refit_step = state.step
-        if before is not None and not quiet:
-            self.refits += 1
         if plan.binding or (before is not None and before.binding):
             self.schedule.lay_over(plan.total_steps, state.step)
         state.epoch_evaluations = not plan.binding
         state.max_steps = plan.total_steps  # the progress bar's and events' planned steps
+        if quiet:  # the last tenth's per-step re-plans: no record, no count
+            return
+        self._last_refit_step = state.step
+        if before is not None:
+            self.refits += 1
         record = {"why": why, "spent_s": round(spent, 3), "budget_s": self.budget_s,
                   "planned_steps": plan.total_steps, "planned_epochs": round(plan.epochs, 4),
                   "evaluations": plan.evaluations, "eval_every_steps": plan.eval_every_steps,
@@ -287,8 +287,6 @@ class BudgetFit(Callback):
                   if state.optimizer is not None else None}
         if self.first_plan is None:
             self.first_plan = record
-        if quiet:
-            return
         if self.emit is not None:
             self.emit("budget", state, **record)
         if before is None:
