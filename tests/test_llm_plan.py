@@ -78,7 +78,7 @@ def test_cli_llm_json_and_bad_input(tmp_path):
                                "quantization": "fp16", "lora_rank": 16,
                                "lora_targets": "all-linear", "gradient_checkpointing": True,
                                "activation_bytes": 2, "logits_positions": None,
-                               "lora_dropout": False}
+                               "lora_dropout": False, "lora_layers": None}
     bad = run_cli("plan", "--llm", "llama-3-8b", "--for", "pretrain", cwd=tmp_path)
     assert bad.returncode == 2 and "'pretrain' is not one of inference, lora" in bad.stderr
     fp32 = run_cli("plan", "--llm", "qwen2.5-7b", "--for", "lora", "--context", "1024",
@@ -90,6 +90,34 @@ def test_cli_llm_json_and_bad_input(tmp_path):
             workload["lora_dropout"], workload["lora_targets"]) == (4, 8, True, "q_proj,v_proj")
     with pytest.raises(ConfigError, match="--activation-bytes: 3 is not 2"):
         plan_llm("llama-3-8b", mode="lora", activation_bytes=3)
+    with pytest.raises(ConfigError, match="--lora-layers: 0 is not a positive count"):
+        plan_llm("llama-3-8b", mode="lora", lora_layers=0)
+
+
+def test_lora_on_the_last_layers_plans_a_shorter_backward_and_fewer_saved_activations():
+    """Half the layers adapted: backward runs through half the layers (the head always), so
+    a LoRA step is (F + (F_layers/2 + F_head)) of (F + F): 0.75x the FLOPs when the head is
+    negligible; the saved activations and the adapters halve."""
+    from entrena.planning.llm import llm_memory, llm_step_flops, load_llm_shape
+
+    shape = load_llm_shape("smollm2-135m")
+    half = shape.layers // 2
+    assert shape.layers == 2 * half
+    kw = {"mode": "lora", "tokens": 1024, "context": 128, "logits_positions": 16,
+          "gradient_checkpointing": False}
+    every, top = llm_step_flops(shape, **kw), llm_step_flops(shape, **kw, lora_layers=half)
+    head = 2.0 * shape.hidden_size * shape.vocab_size * 16
+    layers = every / 2 - head  # forward of the layers (every = 2 forwards for LoRA)
+    assert top == pytest.approx(layers + head + layers / 2 + head)
+    assert llm_step_flops(shape, **{**kw, "mode": "full"}, lora_layers=half) == \
+        llm_step_flops(shape, **{**kw, "mode": "full"})  # full fine-tuning: every layer
+    mem = {"mode": "lora", "context": 128, "batch_size": 8, "gradient_checkpointing": False,
+           "activation_bytes": 2, "logits_positions": 16}
+    a, b = llm_memory(shape, **mem), llm_memory(shape, **mem, lora_layers=half)
+    assert b.trainable_parameters * 2 == a.trainable_parameters
+    logits = 16 * shape.vocab_size * (2 + 4)
+    assert b.activations_bytes - logits == pytest.approx((a.activations_bytes - logits) / 2)
+    assert llm_memory(shape, **mem, lora_layers=10 * shape.layers).total_bytes == a.total_bytes
 
 
 # --- published figures (Done-when of issue 21: within +-20% with gradient checkpointing) ----

@@ -232,6 +232,25 @@ def test_lora_state_dict_holds_only_the_adapters(smol_tokenizer):
         model.load_state_dict(dict(list(state.items())[1:]))
 
 
+def test_lora_layers_adapts_only_the_last_decoder_layers(smol_tokenizer):
+    """``model.lora.layers: 1`` of 2: adapters on the top layer's 7 projections only, and the
+    backward pass leaves the bottom layer's weights and activations without gradients."""
+    from entrena.tasks.llm_sft.model import build_sft_model, build_tokenizer
+
+    tokenizer = build_tokenizer(smol_tokenizer)
+    lora = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear", "layers": 1}
+    model = build_sft_model(pretrained=None, architecture=ARCH, tokenizer=tokenizer,
+                            finetuning="lora", lora=lora, dropout=0.0, max_new_tokens=2,
+                            gradient_checkpointing=False)
+    state = model.state_dict()
+    assert len(state) == 1 * 7 * 2
+    assert all(".layers.1." in key for key in state)
+    with pytest.raises(ConfigError, match=r"model.lora.layers: 3 layers, but the model has 2"):
+        build_sft_model(pretrained=None, architecture=ARCH, tokenizer=tokenizer,
+                        finetuning="lora", lora={**lora, "layers": 3}, dropout=0.0,
+                        max_new_tokens=2, gradient_checkpointing=False)
+
+
 # --- the CLI end to end ---------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -262,8 +281,12 @@ def test_train_writes_the_metrics_scripts_depend_on(tiny_run):
         for key in ("exact_match", "eos_share", "loss", "perplexity"):
             assert isinstance(metrics[split][key], float), (split, key)
         assert metrics[split]["perplexity"] == pytest.approx(math.exp(metrics[split]["loss"]))
-        zero = metrics["baseline"]["zero_shot"][split]
-        assert set(zero) == {"exact_match", "eos_share"}
+    # The zero-shot baseline is scored where the verdict reads it: test.
+    assert "validation" not in metrics["baseline"]["zero_shot"]
+    zero = metrics["baseline"]["zero_shot"]["test"]
+    assert set(zero) == {"exact_match", "eos_share", "exact_match_ci95", "prompts"}
+    assert 1 <= zero["prompts"] <= metrics["data"]["test_rows"]
+    assert zero["exact_match_ci95"][0] <= zero["exact_match"] <= zero["exact_match_ci95"][1]
     assert metrics["baseline"]["comparison"]["metric"] == "exact_match"
     # The tiny model learns the answer and to stop; the random base does neither.
     assert metrics["validation"]["eos_share"] >= 0.9
@@ -341,9 +364,9 @@ def test_any_two_class_csv_trains_through_the_demo_config(tmp_path, smol_tokeniz
                    "data.validation_fraction=0.25", "train.max_epochs=6", "train.batch_size=4",
                    "train.learning_rate=3e-2", "train.num_threads=1", "tracking.enabled=false"])
     metrics = result.metrics
+    zero = metrics["baseline"]["zero_shot"]["test"]
+    assert metrics["test"]["exact_match"] > zero["exact_match"]
     for split in ("validation", "test"):
-        zero = metrics["baseline"]["zero_shot"][split]
-        assert metrics[split]["exact_match"] > zero["exact_match"], split
         assert metrics[split]["eos_share"] >= 0.9, split
     assert json.loads((tmp_path / "run" / "model" / "entrena_model.json").read_text())[
         "prompt_template"] == "Message: {message}\nIs it spam or ham?"
@@ -463,8 +486,8 @@ def test_the_zero_shot_baseline_runs_at_the_runs_precision(tmp_path, smol_tokeni
                  model={"finetuning": "full"})
     result = train(cfg, run_dir=tmp_path / "run")
     assert seen == [(True, torch.bfloat16)]
-    assert set(result.metrics["baseline"]["zero_shot"]["validation"]) == {"exact_match",
-                                                                         "eos_share"}
+    assert set(result.metrics["baseline"]["zero_shot"]["validation"]) == {
+        "exact_match", "eos_share", "exact_match_ci95", "prompts"}
 
 
 def test_predict_of_a_missing_input_file_says_to_check_the_path(tmp_path):
@@ -647,3 +670,48 @@ def test_gradient_checkpointing_gives_the_same_gradients(smol_tokenizer):
     assert grads[0].keys() == grads[1].keys()
     for name in grads[0]:
         torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-4, atol=1e-6)
+
+
+def test_wilson_interval_matches_published_values():
+    """Wilson (1927) 95% intervals: 0 of 10 → [0, 0.2775], 5 of 10 → [0.2366, 0.7634]
+    (Newcombe, 1998, Stat. Med. 17:857, table I)."""
+    from entrena.tasks.llm_sft.evaluation import wilson_interval
+
+    assert wilson_interval(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
+    assert wilson_interval(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
+    with pytest.raises(ValueError):
+        wilson_interval(3, 2)
+
+
+@pytest.mark.parametrize("answer", [None, "great"])
+def test_the_zero_shot_baseline_draws_prompts_until_its_score_is_settled(
+        tmp_path, smol_tokenizer, monkeypatch, answer):
+    """A base model that never answers in the trained form is settled after a few batches;
+    one right half the time (always "great") needs the whole test split for ±0.05."""
+    import entrena.tasks.llm_sft.model as sft_model
+    from entrena.api import train
+
+    if answer is not None:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(smol_tokenizer)
+        ids = tok(answer, add_special_tokens=False).input_ids + [tok.eos_token_id]
+
+        def always(lm, prompts, *, max_new_tokens, eos_token_id, pad_token_id, **_):
+            out = torch.full((len(prompts), max_new_tokens), -1, dtype=torch.long)
+            out[:, :min(len(ids), max_new_tokens)] = torch.tensor(ids[:max_new_tokens])
+            return out
+
+        monkeypatch.setattr(sft_model, "greedy_generate", always)
+    write_jsonl(tmp_path / "train.jsonl", chats(16))
+    write_jsonl(tmp_path / "test.jsonl", chats(120, start=500))
+    cfg = config(tmp_path, smol_tokenizer, data={"test": str(tmp_path / "test.jsonl")},
+                 train={"max_steps": 1, "eval_batch_size": 8}, model={"finetuning": "full"})
+    zero = train(cfg, run_dir=tmp_path / "run").metrics["baseline"]["zero_shot"]["test"]
+    low, high = zero["exact_match_ci95"]
+    if answer is None:  # the random base answers nothing right: 40 prompts settle it
+        assert zero["exact_match"] == 0.0 and zero["prompts"] == 40
+        assert (high - low) / 2 <= 0.05
+    else:
+        assert zero["prompts"] == 120 and 0.4 < zero["exact_match"] < 0.6
+        assert (high - low) / 2 > 0.05

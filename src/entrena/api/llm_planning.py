@@ -69,7 +69,8 @@ def plan_llm(model: str | Path, *, mode: str = "inference", context: int = 4096,
              hardware: list[str] | None = None, catalog: str | Path | None = None,
              gradient_checkpointing: bool = True, activation_bytes: int = 2,
              logits_positions: int | None = None, lora_dropout: bool = False,
-             lora_targets: str | tuple[str, ...] = "all-linear") -> LlmPlanResult:
+             lora_targets: str | tuple[str, ...] = "all-linear",
+             lora_layers: int | None = None) -> LlmPlanResult:
     """Plan a language model's memory and the catalog hardware that holds it.
 
     Args:
@@ -89,6 +90,7 @@ def plan_llm(model: str | Path, *, mode: str = "inference", context: int = 4096,
         lora_dropout: LoRA dropout is on (default off).
         lora_targets: ``all-linear`` or projection names
             (:func:`~entrena.planning.llm.llm_memory` has the terms).
+        lora_layers: LoRA on the last N decoder layers only (default: all).
         hardware: Only these catalog names (offers or accelerators).
         catalog: A user catalog file.
 
@@ -106,6 +108,9 @@ def plan_llm(model: str | Path, *, mode: str = "inference", context: int = 4096,
     if activation_bytes not in (2, 4):
         raise ConfigError(f"--activation-bytes: {activation_bytes} is not 2 (16-bit) or 4 "
                           "(fp32)")
+    if lora_layers is not None and lora_layers < 1:
+        raise ConfigError(f"--lora-layers: {lora_layers} is not a positive count of decoder "
+                          "layers; leave it out to adapt every layer")
     if logits_positions is not None and logits_positions < 1:
         raise ConfigError(f"--logits-positions: {logits_positions} is not a positive count "
                           "of positions; leave it out for every position (b·s)")
@@ -114,7 +119,7 @@ def plan_llm(model: str | Path, *, mode: str = "inference", context: int = 4096,
                         lora_targets=lora_targets,
                         gradient_checkpointing=gradient_checkpointing,
                         activation_bytes=activation_bytes, logits_positions=logits_positions,
-                        lora_dropout=lora_dropout)
+                        lora_dropout=lora_dropout, lora_layers=lora_layers)
     entries: list[Offer | Accelerator] = []
     if hardware:
         entries = [e for e in resolve_hardware(hardware, merged) if not isinstance(e, str)]
@@ -169,7 +174,8 @@ def plan_llm(model: str | Path, *, mode: str = "inference", context: int = 4096,
                      else ",".join(lora_targets),
                      "gradient_checkpointing": gradient_checkpointing and mode != "inference",
                      "activation_bytes": activation_bytes,
-                     "logits_positions": logits_positions, "lora_dropout": lora_dropout},
+                     "logits_positions": logits_positions, "lora_dropout": lora_dropout,
+                     "lora_layers": lora_layers},
         "memory": memory.as_dict(),
         "options": options,
         "recommendation": {"option": best["name"] if best else None, "summary": summary},

@@ -479,6 +479,9 @@ def plan(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
          lora_targets: Annotated[str, typer.Option(
              "--lora-targets", help="--llm: all-linear or projection names, comma-separated "
              "(q_proj,v_proj).")] = "all-linear",
+         lora_layers: Annotated[int | None, typer.Option(
+             "--lora-layers", help="--llm: LoRA on the last N decoder layers only (default: "
+             "all); backward stops below them.", show_default=False)] = None,
          json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     """Plan CONFIG: parameters, FLOPs, memory, time and cost on this machine and on catalog
     hardware (cloud GPUs, TPUs), and a recommendation. With --llm: a language model's memory
@@ -495,7 +498,8 @@ def plan(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
                             activation_bytes=activation_bytes,
                             logits_positions=logits_positions, lora_dropout=lora_dropout,
                             lora_targets=lora_targets if lora_targets == "all-linear"
-                            else tuple(t.strip() for t in lora_targets.split(",")))
+                            else tuple(t.strip() for t in lora_targets.split(",")),
+                            lora_layers=lora_layers)
         from entrena.api import plan as plan_fn
 
         return plan_fn(config, run_dir=run_dir, overrides=set_ or [], deadline=deadline,

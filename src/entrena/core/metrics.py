@@ -172,9 +172,11 @@ _TABLE = [
     MetricKey("baseline.thumbnail_logreg.time_s", "s", "images: thumbnail logistic "
               "regression: fit and score time"),
     MetricKey("baseline.zero_shot.validation", "fraction", "LLM fine-tuning: the base model "
-              "answering the same prompts zero-shot: exact_match and eos_share on validation"),
+              "answering the same prompts zero-shot, on validation when there is no test: "
+              "exact_match, eos_share, exact_match_ci95 (95% Wilson interval) and prompts "
+              "(drawn at random until the interval is at most +-0.05)"),
     MetricKey("baseline.zero_shot.test", "fraction", "LLM fine-tuning: zero-shot base model "
-              "on test"),
+              "on test (the same keys)"),
     MetricKey("baseline.zero_shot.time_s", "s", "LLM fine-tuning: zero-shot generation time"),
     MetricKey("baseline.comparison", "", "model vs the best baseline on test (else "
               "validation) accuracy (regression: rmse, lower better): split, metric, "

@@ -59,7 +59,7 @@ import yaml
 from entrena.errors import ConfigError
 
 __all__ = ["LlmShape", "LlmMemory", "load_llm_shape", "shape_from_config",
-            "llm_memory", "llm_step_flops",
+            "llm_memory", "llm_step_flops", "adapted_layers",
            "llm_step_time_s", "KNOWN_LLMS_FILE", "MODES", "QUANTIZATIONS", "LORA_TARGETS"]
 
 KNOWN_LLMS_FILE = Path(__file__).resolve().parents[1] / "hardware" / "llm_configs.yaml"
@@ -239,7 +239,7 @@ def llm_memory(shape: LlmShape, *, mode: str = "inference", context: int = 4096,
                lora_targets: str | tuple[str, ...] = "all-linear",
                gradient_checkpointing: bool = True, activation_bytes: int = 2,
                logits_positions: int | None = None, fused_loss: bool = False,
-               lora_dropout: bool = False) -> LlmMemory:
+               lora_dropout: bool = False, lora_layers: int | None = None) -> LlmMemory:
     """Memory of ``mode`` (``inference``, ``lora``, ``qlora``, ``full``) at ``context`` tokens
     (the terms in the module docstring).
 
@@ -259,6 +259,8 @@ def llm_memory(shape: LlmShape, *, mode: str = "inference", context: int = 4096,
         fused_loss: The loss keeps no fp32 copy of the logits (fused or chunked
             cross-entropy).
         lora_dropout: LoRA dropout is on (a dropped copy of each adapted input is kept).
+        lora_layers: LoRA on the last N decoder layers only (None: all): the layers below
+            keep no activations for backward and hold no adapters.
 
     Raises:
         ConfigError: An unknown mode, quantisation or LoRA target, or a non-positive size.
@@ -300,16 +302,18 @@ def llm_memory(shape: LlmShape, *, mode: str = "inference", context: int = 4096,
             layer += inputs * tokens * (p + 1)
         positions = tokens if logits_positions is None else logits_positions
         logits = positions * shape.vocab_size * (p if fused_loss else p + 4)
+        kept = adapted_layers(shape, mode, lora_layers)  # layers that backward runs through
         if gradient_checkpointing:
-            activations = shape.layers * tokens * h * p + max(layer, logits)
+            activations = kept * tokens * h * p + max(layer, logits)
         else:
-            activations = shape.layers * layer + logits
+            activations = kept * layer + logits
         if mode == "full":
             trainable = linear + other
             weights = 0.0  # counted in the 16 B/param of the states
             states = 16.0 * trainable
         else:
-            trainable = shape.lora_parameters(lora_rank, lora_targets)
+            trainable = shape.lora_parameters(lora_rank, lora_targets) * kept \
+                // shape.layers
             states = 16.0 * trainable
             if mode == "qlora":
                 activations += 2.0 * max(h * i, h * shape.heads * shape.head_dim)
@@ -321,9 +325,18 @@ def llm_memory(shape: LlmShape, *, mode: str = "inference", context: int = 4096,
                      total_bytes=total)
 
 
+def adapted_layers(shape: LlmShape, mode: str, lora_layers: int | None) -> int:
+    """Decoder layers the backward pass runs through: all for ``full`` or ``lora_layers``
+    None, else the last ``lora_layers`` (at most all)."""
+    if mode == "full" or lora_layers is None:
+        return shape.layers
+    return max(1, min(int(lora_layers), shape.layers))
+
+
 def llm_step_flops(shape: LlmShape, *, mode: str, tokens: int, context: int,
                    logits_positions: int | None = None,
-                   gradient_checkpointing: bool = True) -> float:
+                   gradient_checkpointing: bool = True,
+                   lora_layers: int | None = None) -> float:
     """FLOPs of one training step over ``tokens`` tokens (module docstring).
 
     Args:
@@ -333,6 +346,8 @@ def llm_step_flops(shape: LlmShape, *, mode: str, tokens: int, context: int,
         context: s, the sequence length (attention grows with it).
         logits_positions: Positions whose logits are computed (default T).
         gradient_checkpointing: One more forward of the layers.
+        lora_layers: LoRA on the last N decoder layers only: backward (and a checkpointed
+            recompute) runs through those N of the L layers, the head always.
 
     Raises:
         ConfigError: ``mode`` is not a training mode.
@@ -345,8 +360,9 @@ def llm_step_flops(shape: LlmShape, *, mode: str, tokens: int, context: int,
     head = 2.0 * shape.hidden_size * shape.vocab_size * (
         tokens if logits_positions is None else logits_positions)
     forward = layers + head
-    backward = (2.0 if mode == "full" else 1.0) * forward
-    return forward + backward + (layers if gradient_checkpointing else 0.0)
+    share = adapted_layers(shape, mode, lora_layers) / shape.layers
+    backward = (2.0 if mode == "full" else 1.0) * (layers * share + head)
+    return forward + backward + (layers * share if gradient_checkpointing else 0.0)
 
 
 def llm_step_time_s(flops: float, probe_flops: float, probe_time_s: float) -> float:

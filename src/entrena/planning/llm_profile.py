@@ -36,7 +36,8 @@ def llm_profile(shape: LlmShape, *, mode: str, lora_rank: int = 16,
                 lora_targets: str | tuple[str, ...] = "all-linear",
                 target_tokens: float = 1.0, longest_target_tokens: int = 1,
                 longest_tokens: int = 512, gradient_checkpointing: bool = False,
-                activation_bytes: int = 4, lora_dropout: bool = False) -> ModelProfile:
+                activation_bytes: int = 4, lora_dropout: bool = False,
+                lora_layers: int | None = None) -> ModelProfile:
     """The profile of fine-tuning ``shape`` as ``mode`` (``lora``, ``qlora`` or ``full``).
 
     Args:
@@ -50,6 +51,7 @@ def llm_profile(shape: LlmShape, *, mode: str, lora_rank: int = 16,
         gradient_checkpointing: Each layer keeps its input only and is recomputed.
         activation_bytes: 4 (fp32) or 2 (16-bit).
         lora_dropout: LoRA dropout is on.
+        lora_layers: LoRA on the last N decoder layers only (None: all).
 
     Raises:
         ConfigError: ``mode`` is not a training mode, or an unknown LoRA target.
@@ -58,7 +60,8 @@ def llm_profile(shape: LlmShape, *, mode: str, lora_rank: int = 16,
     def flops(tokens: int) -> float:
         return llm_step_flops(shape, mode=mode, tokens=tokens, context=tokens,
                               logits_positions=target_tokens,  # type: ignore[arg-type]
-                              gradient_checkpointing=gradient_checkpointing)
+                              gradient_checkpointing=gradient_checkpointing,
+                              lora_layers=lora_layers)
 
     def saved(tokens: int) -> float:
         return llm_memory(shape, mode=mode, context=max(tokens, 1), batch_size=1,
@@ -66,7 +69,7 @@ def llm_profile(shape: LlmShape, *, mode: str, lora_rank: int = 16,
                           gradient_checkpointing=gradient_checkpointing,
                           activation_bytes=activation_bytes,
                           logits_positions=longest_target_tokens,
-                          lora_dropout=lora_dropout).activations_bytes
+                          lora_dropout=lora_dropout, lora_layers=lora_layers).activations_bytes
 
     f1, f2, f3 = flops(1), flops(2), flops(3)
     quadratic = (f3 - 2 * f2 + f1) / 2
@@ -74,7 +77,8 @@ def llm_profile(shape: LlmShape, *, mode: str, lora_rank: int = 16,
     longest = max(int(longest_tokens), 2)
     slope = (saved(longest) - saved(1)) / (longest - 1)
     memory = llm_memory(shape, mode=mode, context=1, lora_rank=lora_rank,
-                        lora_targets=lora_targets, activation_bytes=activation_bytes)
+                        lora_targets=lora_targets, activation_bytes=activation_bytes,
+                        lora_layers=lora_layers)
     linear_params, _ = shape.parameter_counts()
     adapters = memory.trainable_parameters if mode != "full" else 0
     return ModelProfile(
@@ -99,7 +103,8 @@ def llm_run_profile(llm: dict[str, Any]) -> ModelProfile:
         longest_target_tokens=max(1, int(memory["logits_positions"]) // batch),
         longest_tokens=int(memory["context"]),
         gradient_checkpointing=memory["gradient_checkpointing"],
-        activation_bytes=memory["activation_bytes"], lora_dropout=memory["lora_dropout"])
+        activation_bytes=memory["activation_bytes"], lora_dropout=memory["lora_dropout"],
+        lora_layers=memory.get("lora_layers"))
 
 
 def llm_plan_details(llm: dict[str, Any]) -> dict[str, Any]:
@@ -138,4 +143,6 @@ def _command(llm: dict[str, Any], memory: dict[str, Any]) -> str:
              else "--no-gradient-checkpointing"]
     if targets != "all-linear":
         parts += ["--lora-targets", ",".join(targets)]
+    if memory.get("lora_layers") is not None:
+        parts += ["--lora-layers", str(memory["lora_layers"])]
     return " ".join(parts)

@@ -72,7 +72,9 @@ def baseline(metrics: dict[str, Any]) -> str:
     for name, result in baselines.items():
         for split in ("validation", "test"):
             if split in result:
-                rows.append((baseline_name(name), split, *(result[split].get(k) for k in names),
+                drawn = result[split].get("prompts")  # a sampled baseline (zero-shot)
+                label = baseline_name(name) + (f" ({drawn:,} prompts)" if drawn else "")
+                rows.append((label, split, *(result[split].get(k) for k in names),
                              result.get("time_s")))
     return table(rows, ("model", "split", *(human_name(n) for n in names), "time"),
                  (None, None, *(f"validation.{n}" for n in names), "fit.train_time_s"))

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["normalise_answer", "generation_scores", "evaluate_sft", "SFT_HIGHER_IS_BETTER"]
+__all__ = ["normalise_answer", "generation_scores", "evaluate_sft", "wilson_interval",
+           "SFT_HIGHER_IS_BETTER"]
 
 SFT_HIGHER_IS_BETTER = {"loss": False, "perplexity": False, "exact_match": True,
                         "eos_share": True}
@@ -31,6 +32,29 @@ SAMPLES_SHOWN = 20
 def normalise_answer(text: str) -> str:
     """Lower case, whitespace runs as one space, trimmed (``" Great\\n"`` → ``"great"``)."""
     return re.sub(r"\s+", " ", text).strip().lower()
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a proportion (Wilson, 1927, JASA 22:209): unlike the
+    normal approximation it stays inside [0, 1] and is not empty at 0 or n successes.
+
+    Args:
+        successes: Trials that succeeded (0 ≤ successes ≤ n).
+        n: Trials (≥ 1).
+        z: The normal quantile (1.96: a 95% interval).
+
+    Returns:
+        ``(low, high)``, fractions.
+
+    Raises:
+        ValueError: ``n`` < 1 or ``successes`` outside [0, n].
+    """
+    if n < 1 or not 0 <= successes <= n:
+        raise ValueError(f"wilson_interval: {successes} successes of {n} trials")
+    p, z2 = successes / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z / (1 + z2 / n) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _decode(tokenizer: Any, ids: np.ndarray) -> str:

@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from entrena.errors import ConfigError
+
 __all__ = ["SftModel", "build_tokenizer", "build_language_model", "build_sft_model",
            "greedy_generate", "save_sft_model", "load_sft_model", "META_FILE", "ADAPTER_DIR",
            "BASE_DIR", "shared_prefix_length"]
@@ -110,14 +112,33 @@ def build_language_model(*, pretrained: str | None, architecture: dict[str, Any]
     return model
 
 
-def lora_config(settings: dict[str, Any]) -> Any:
-    """PEFT's ``LoraConfig`` of ``model.lora`` (causal LM, no bias adapters)."""
+def lora_config(settings: dict[str, Any], lm: Any = None) -> Any:
+    """PEFT's ``LoraConfig`` of ``model.lora`` (causal LM, no bias adapters).
+
+    With ``layers`` (the last N decoder layers only) ``lm`` is needed: its depth, and the
+    names ``all-linear`` stands for (PEFT takes a layer subset with a list of names only).
+
+    Raises:
+        ConfigError: ``layers`` exceeds the model's decoder layers.
+    """
     from peft import LoraConfig
 
+    targets, subset = settings["target_modules"], {}
+    top = settings.get("layers")
+    if top is not None and lm is not None:
+        depth = int(lm.config.num_hidden_layers)
+        if top > depth:
+            raise ConfigError(f"model.lora.layers: {top} layers, but the model has {depth} "
+                              f"decoder layers; set model.lora.layers to at most {depth} "
+                              f"(or null for all)")
+        if targets == "all-linear":
+            targets = sorted({name.rsplit(".", 1)[-1] for name, module in lm.named_modules()
+                              if isinstance(module, nn.Linear) and ".layers." in name})
+        subset = {"layers_to_transform": list(range(depth - top, depth)),
+                  "layers_pattern": "layers"}
     return LoraConfig(r=int(settings["r"]), lora_alpha=float(settings["alpha"]),
-                      lora_dropout=float(settings["dropout"]),
-                      target_modules=settings["target_modules"], bias="none",
-                      task_type="CAUSAL_LM")
+                      lora_dropout=float(settings["dropout"]), target_modules=targets,
+                      bias="none", task_type="CAUSAL_LM", **subset)
 
 
 class SftModel(nn.Module):
@@ -422,7 +443,7 @@ def build_sft_model(*, pretrained: str | None, architecture: dict[str, Any] | No
 
             lm = prepare_model_for_kbit_training(
                 lm, use_gradient_checkpointing=gradient_checkpointing)
-        lm = get_peft_model(lm, lora_config(lora))
+        lm = get_peft_model(lm, lora_config(lora, lm))
     model = SftModel(lm, eos_token_id=tokenizer.eos_token_id, pad_token_id=_pad_id(tokenizer),
                      max_new_tokens=max_new_tokens, adapters_only=finetuning != "full",
                      share_prefix=shared_prefix)

@@ -37,7 +37,8 @@ def llm_settings(loaded: Any, prepared: Any) -> dict[str, Any]:
             "gradient_checkpointing": bool(model.gradient_checkpointing),
             "activation_bytes": _activation_bytes(cfg.train.precision),
             "logits_positions": int(cfg.train.batch_size * train.response_lengths.max()),
-            "lora_dropout": model.finetuning != "full" and model.lora.dropout > 0}
+            "lora_dropout": model.finetuning != "full" and model.lora.dropout > 0,
+            "lora_layers": model.lora.layers if model.finetuning != "full" else None}
 
 
 def _shape(loaded: Any, sources: dict[str, str], prepared: Any) -> str | dict[str, Any]:
