@@ -104,12 +104,13 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     return lines, summary
 
 
-def publish(rows: list[dict[str, Any]], load: list[float], command: str, write: bool) -> None:
+def publish(rows: list[dict[str, Any]], load: list[float], command: str, write: bool,
+            order: str = "the layer counts of a seed back to back") -> None:
     lines, summary = table(rows)
     kind = rows[0]["cpu_kind"] if rows else "?"
     about = ["", f"(`entrena train examples/reviews-chat/config.yaml --set "
-             f"model.lora.layers=N --set train.seed=S`, each run its own process, the layer "
-             f"counts of a seed back to back; CPU kind {kind}, precision "
+             f"model.lora.layers=N --set train.seed=S`, each run its own process, {order}; "
+             f"CPU kind {kind}, precision "
              f"{rows[0].get('precision') if rows else '?'}. SmolLM2-135M has 30 decoder "
              "layers; LoRA r 16 on all 7 linear projections of each adapted layer. Training: "
              "`fit.train_time_s` (the 100 optimizer steps); command: the whole `entrena "
@@ -148,7 +149,9 @@ def main() -> None:
     with out.open("a") as handle:
         for row in rows:
             handle.write(json.dumps(row) + "\n")
-    publish(rows, load if not args.runs else [], command, args.write)
+    publish(rows, load if not args.runs else [], command, args.write,
+            *(["finished run directories trained one after another on the quiet machine "
+               "(read back with --runs)"] if args.runs else []))
 
 
 if __name__ == "__main__":
