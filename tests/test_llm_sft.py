@@ -251,6 +251,24 @@ def test_lora_layers_adapts_only_the_last_decoder_layers(smol_tokenizer):
                         max_new_tokens=2, gradient_checkpointing=False)
 
 
+def test_forward_share_follows_what_the_backward_pass_runs_through(smol_tokenizer):
+    """An evaluation's share of a training step: 1/2 for LoRA on every layer (backward ≈ one
+    forward), 2/3 on half of them, 1/3 for full fine-tuning (backward ≈ two forwards)."""
+    from entrena.tasks.llm_sft.model import build_sft_model, build_tokenizer
+    from entrena.tasks.llm_sft.task import LlmSftTask
+
+    tokenizer = build_tokenizer(smol_tokenizer)
+    shares = []
+    for finetuning, layers in (("lora", None), ("lora", 1), ("full", None)):
+        model = build_sft_model(
+            pretrained=None, architecture=ARCH, tokenizer=tokenizer, finetuning=finetuning,
+            lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear",
+                  "layers": layers}, dropout=0.0, max_new_tokens=2,
+            gradient_checkpointing=False)
+        shares.append(LlmSftTask.forward_share(model))
+    assert shares == pytest.approx([1 / 2, 2 / 3, 1 / 3])
+
+
 # --- the CLI end to end ---------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

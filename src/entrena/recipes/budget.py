@@ -384,13 +384,16 @@ def build_budget(budget_s: float, started_at: float, schedule: LRSchedule, *,
                  plan: dict[str, Any] | None, steps_per_epoch: int, cap_steps: int,
                  batch_size: int, validation_rows: int, test_rows: int,
                  restore_best_weights: bool, evals_per_epoch: int, tail_s: float,
-                 resumed: bool, emit: Callable[..., None] | None) -> BudgetFit:
+                 resumed: bool, emit: Callable[..., None] | None,
+                 forward_share: float | None = None) -> BudgetFit:
     """The :class:`BudgetFit` of a run, its costs planned from ``plan.json``'s figures for
     this machine; a fresh run's budget is checked first (:func:`check_budget`).
 
-    The planned validation pass is ``validation_rows / batch_size`` steps' worth of a third of
-    a step's time (the forward pass alone: :data:`entrena.planning.timing.FORWARD_SHARE`);
-    the fit replaces it by its own measurement at its first evaluation. Without a plan the
+    The planned validation pass is ``validation_rows / batch_size`` steps' worth of
+    ``forward_share`` of a step's time: the task's own share when it declares one (a LoRA
+    fit's backward pass is shorter than a full one's, so its forward is more of the step),
+    else a third (:data:`entrena.planning.timing.FORWARD_SHARE`); the fit replaces it by its
+    own measurement at its first evaluation. Without a plan the
     budget is not binding until the first steps are timed.
 
     Raises:
@@ -401,7 +404,8 @@ def build_budget(budget_s: float, started_at: float, schedule: LRSchedule, *,
     local = next((o for o in (plan or {}).get("options", []) if o.get("kind") == "local"), {})
     epoch_s = local.get("epoch_time_s")
     step_s = epoch_s / max(1, steps_per_epoch) if epoch_s else 1e-6
-    eval_s = step_s * FORWARD_SHARE * validation_rows / max(1, batch_size)
+    share = FORWARD_SHARE if forward_share is None else forward_share
+    eval_s = step_s * share * validation_rows / max(1, batch_size)
     finish = FinishEstimate(eval_passes=test_rows / max(1, validation_rows)
                             + (1.0 if restore_best_weights else 0.0), tail_s=tail_s)
     fit = BudgetFit(budget_s, started_at, schedule, step_s=step_s, eval_s=eval_s,

@@ -296,7 +296,9 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
             restore_best_weights=tcfg.restore_best_weights,
             evals_per_epoch=tcfg.evals_per_epoch,
             tail_s=remembered_tail_s(_cache_dir(loaded), cfg.task) or DEFAULT_TAIL_S,
-            resumed=resume is not None, emit=event_log.write if leader else None)
+            resumed=resume is not None, emit=event_log.write if leader else None,
+            forward_share=task.forward_share(unwrap(model))
+            if hasattr(task, "forward_share") else None)
     efficiency = build_monitor(
         plan=plan, lengths=train_data.lengths, accelerator=backend.accelerator,
         precision=backend.precision, threads=threads, cache_dir=_cache_dir(loaded),

@@ -228,6 +228,26 @@ class LlmSftTask:
                      result["exact_match"], *result["exact_match_ci95"])
         return {"zero_shot": {role: result, "time_s": time.perf_counter() - started}}
 
+    @staticmethod
+    def forward_share(model: Any) -> float:
+        """An evaluation pass's time per example as a share of a training step's: the
+        forward over all L decoder layers against forward plus a backward through the
+        trained ones (LoRA: activation gradients over the adapted layers, ~1 forward each;
+        full: activations and weights, ~2). 1/2 for LoRA on every layer, 2/3 on half of them,
+        1/3 for full fine-tuning (Kaplan et al., 2020: backward ≈ 2 forwards). The greedy
+        decoding of an evaluation comes on top (measured 1.13x for the demo's 2 new tokens:
+        docs/benchmarks.md, bench:lora-layers), and the fit times its own first evaluation.
+        """
+        lm = getattr(model, "lm", model)
+        depth = int(getattr(getattr(lm, "config", None), "num_hidden_layers", 0) or 0)
+        layers = {name.split(".layers.", 1)[1].split(".", 1)[0]
+                  for name, p in lm.named_parameters() if p.requires_grad and ".layers." in name}
+        if not depth or not layers:
+            return 1.0 / 3.0
+        if all(p.requires_grad for p in lm.parameters()):
+            return 1.0 / 3.0  # full fine-tuning: weight gradients too
+        return 1.0 / (1.0 + len(layers) / depth)
+
     def save_model(self, model: Any, prepared: PreparedSft, directory: Path) -> None:
         """The adapter (or the whole model), the tokenizer with its chat template, and
         ``entrena_model.json``."""
