@@ -167,7 +167,8 @@ def test_each_task_lists_the_keys_it_adds():
             "model.architecture.intermediate_size", "model.architecture.max_position_embeddings",
             "model.tokenizer", "model.dropout", "model.finetuning", "model.lora", "model.lora.r",
             "model.lora.alpha", "model.lora.dropout", "model.lora.target_modules",
-            "model.max_length", "model.max_new_tokens", "model.gradient_checkpointing",
+            "model.lora.layers", "model.max_length", "model.max_new_tokens",
+            "model.gradient_checkpointing",
             "model.shared_prefix", "model.attn_implementation", "model.base_dtype",
             "train.batch_size", "train.learning_rate", "train.max_epochs"}}
     text = config_reference_markdown(schemas)
