@@ -87,6 +87,21 @@ def test_the_page_opens_with_a_headline_in_human_units(tmp_path):
     assert "1.5s" in page and "1.50x" in page  # plan vs actual: epoch time and its ratio
 
 
+def test_the_headline_gives_the_interval_of_a_tie_within_the_noise():
+    from entrena.reporting.headline import outcome_sentence
+
+    verdict = {"split": "test", "metric": "accuracy", "model": 0.813, "best": "tfidf_logreg",
+               "best_score": 0.8, "outcome": "ties", "difference": 0.013,
+               "difference_ci": [-0.012, 0.037], "level": 0.95, "within_noise": True}
+    text, style = outcome_sentence({"baseline": {"comparison": verdict}})
+    assert style == "warn"
+    assert text.endswith("(the model ties with it: within the noise, 95% interval of the "
+                         "difference −1.2% to +3.7%)")
+    verdict.update(outcome="beats", difference_ci=[0.01, 0.05], within_noise=False)
+    assert outcome_sentence({"baseline": {"comparison": verdict}})[0].endswith(
+        "(the model beats it: 95% interval of the difference +1.0% to +5.0%)")
+
+
 @pytest.mark.parametrize(("key", "value", "shown"), [
     ("test.accuracy", 0.8634, "86.3%"), ("efficiency.mfu", 0.00021, "0.021%"),
     ("fit.peak_memory_bytes", 8538411008, "8.0 GiB"), ("fit.wall_time_s", 397.2, "6m 37s"),

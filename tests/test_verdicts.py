@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from entrena.callbacks.diagnosis import group_of
-from entrena.recipes.verdicts import one_class_finding
+from entrena.recipes.verdicts import baseline_finding, one_class_finding
 
 
 def _metrics(matrix, labels=("yes", "no"), role="test"):
@@ -42,3 +44,81 @@ def test_a_collapsed_run_reports_it_in_its_diagnosis(tmp_path):
                                       "tracking.enabled=false", "train.num_threads=1"])
     codes = [f["code"] for f in result.metrics["diagnosis"]]
     assert codes[0] == "one_class", codes
+
+
+# --- the noise-aware comparison (issue 42) --------------------------------------------------
+
+def _rows(right: int, y, seed: int):
+    """Predictions of truths ``y`` right on ``right`` rows drawn at random (seeded)."""
+    import numpy as np
+
+    order = np.random.default_rng(seed).permutation(len(y))
+    guess = 1 - y
+    guess[order[:right]] = y[order[:right]]
+    return guess
+
+
+def _verdict(model_right: int, baseline_right: int, n: int = 300, rows: bool = True):
+    import numpy as np
+
+    from entrena.recipes.verdicts import baseline_verdict
+    from entrena.tasks.significance import with_rows
+
+    y = np.random.default_rng(0).integers(0, 2, n)
+    model, baseline = _rows(model_right, y, seed=1), _rows(baseline_right, y, seed=2)
+    scores = {"accuracy": float(np.mean(baseline == y))}
+    found = {"tfidf_logreg": {"test": with_rows(scores, y, baseline), "time_s": 0.1}}
+    metrics = {"test": {"accuracy": float(np.mean(model == y))}}
+    return found, baseline_verdict(found, metrics, None, (y, model) if rows else None)
+
+
+def test_a_lead_inside_the_noise_is_a_tie_with_its_interval(caplog):
+    """4 more of 300 rows right (1.3 points, about half a standard error): "ties"."""
+    found, result = _verdict(244, 240)
+    verdict = result["comparison"]
+    assert verdict["outcome"] == "ties" and verdict["within_noise"] is True
+    assert verdict["model_beats_baseline"] is False
+    low, high = verdict["difference_ci"]
+    assert low < 0 < high and verdict["difference"] == pytest.approx(4 / 300)
+    assert (verdict["rows"], verdict["resamples"], verdict["seed"]) == (300, 1000, 0)
+    assert "_rows" not in found["tfidf_logreg"]["test"]  # metrics.json keeps scores only
+    finding = baseline_finding(verdict)
+    assert finding["code"] == "baseline_ties" and "within the noise" in finding["message"]
+    assert "interval" in finding["figure"]
+
+
+def test_a_lead_beyond_the_noise_beats_and_a_deficit_loses():
+    _, result = _verdict(270, 210)
+    assert result["comparison"]["outcome"] == "beats"
+    assert result["comparison"]["difference_ci"][0] > 0
+    _, result = _verdict(200, 260)
+    assert result["comparison"]["outcome"] == "loses"
+    assert result["comparison"]["difference_ci"][1] < 0
+
+
+def test_without_the_models_rows_the_scores_are_compared_as_they_are():
+    _, result = _verdict(244, 240, rows=False)
+    assert result["comparison"]["outcome"] == "beats"
+    assert result["comparison"]["difference_ci"] is None
+
+
+def test_a_sampled_baseline_is_compared_on_its_own_rows():
+    """The zero-shot LLM baseline scores a random subset: the model is resampled on those."""
+    import numpy as np
+
+    from entrena.recipes.verdicts import baseline_verdict
+    from entrena.tasks.significance import with_rows
+
+    flags = np.zeros(300, dtype=np.int64)
+    flags[:240] = 1  # the model: 240 of 300 right
+    index = np.arange(0, 300, 6)  # 50 rows drawn, 40 of them among the model's right ones
+    found = {"zero_shot": {"test": with_rows({"exact_match": 0.0}, np.ones(50, np.int64),
+                                             np.zeros(50, np.int64), index=index),
+                           "time_s": 1.0}}
+    metrics = {"test": {"exact_match": 0.8}}
+    task = type("T", (), {"comparison_metric": "exact_match",
+                          "higher_is_better": {"exact_match": True}})()
+    verdict = baseline_verdict(found, metrics, task, (np.ones(300, np.int64), flags))
+    verdict = verdict["comparison"]
+    assert verdict["rows"] == 50 and verdict["outcome"] == "beats"
+    assert verdict["difference"] == pytest.approx(40 / 50)

@@ -181,8 +181,12 @@ _TABLE = [
     MetricKey("baseline.comparison", "", "model vs the best baseline on test (else "
               "validation) accuracy (regression: rmse, lower better): split, metric, "
               "higher_is_better, model, best, best_score, model_beats_baseline, outcome "
-              "(beats, ties: equal at 4 decimals, or loses); the metric is micro_f1 for "
-              "multi-label runs; a tie is warned about, a model that loses loudly"),
+              "(beats or loses: the paired bootstrap's 95% interval of model - baseline, "
+              "difference_ci, wholly on one side of 0; ties: the interval holds 0, "
+              "within_noise when the scores differ); difference, rows, resamples, seed, "
+              "level; difference_ci null when the task gives no per-row predictions (then "
+              "ties means equal at 4 decimals); the metric is micro_f1 for multi-label runs; a "
+              "tie is warned about, a model that loses loudly"),
     MetricKey("efficiency.mfu", "fraction", "model FLOPs utilisation: useful training FLOPs "
               "(planner's per-sample count at real lengths, padding excluded) / training time "
               "/ device peak (GPU: the catalog's peak for the precision; CPU: an fp32 matmul peak "

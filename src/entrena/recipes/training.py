@@ -441,7 +441,11 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         # (the base model zero-shot) computes as the model does; table baselines ignore it.
         with backend.autocast():
             found = task.baselines(loaded, prepared)
-        metrics["baseline"] = baseline_verdict(found, metrics, task)
+        compared = "test" if "test" in metrics else "validation"
+        rows_of = getattr(task, "comparison_rows", None)  # optional: per-example rows
+        model_rows = (rows_of(*scored[compared], prepared)
+                      if rows_of is not None and compared in scored else None)
+        metrics["baseline"] = baseline_verdict(found, metrics, task, model_rows)
         advice = getattr(task, "advice", None)  # optional: what a task says about its baselines
         finding = advice(metrics["baseline"]["comparison"], metrics["baseline"]) if advice else None
         metrics["data"] = {"train_rows": len(splits.train),

@@ -1,14 +1,23 @@
 """What the recipe says about a finished run's scores: the comparison with the task's cheap
-baselines (a tie is a tie) and the findings it adds to the diagnosis (``model``: a baseline
-ties or wins, or the model predicts one class for nearly every row; ``data``: no test
-split)."""
+baselines (a lead inside the test set's noise is a tie: a paired bootstrap interval of the
+difference, :mod:`entrena.tasks.significance`) and the findings it adds to the diagnosis
+(``model``: a baseline ties or wins, or the model predicts one class for nearly every row;
+``data``: no test split)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
+import numpy as np
+
 from entrena.tasks.baselines import compare_with_baseline
+from entrena.tasks.significance import (
+    METRICS,
+    ROWS,
+    interval_outcome,
+    paired_bootstrap,
+)
 
 __all__ = ["baseline_finding", "baseline_verdict", "no_test_finding", "one_class_finding"]
 
@@ -22,36 +31,91 @@ ONE_CLASS_TRUE_SHARE = 0.90
 log = logging.getLogger("entrena")
 
 
+def _split_rows(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Pop every baseline split's rows (:data:`~entrena.tasks.significance.ROWS`), so that
+    ``metrics.json`` holds scores only: ``{baseline: {split: rows}}``."""
+    found: dict[str, dict[str, Any]] = {}
+    for name, scores in result.items():
+        if isinstance(scores, dict):
+            for split, values in scores.items():
+                if isinstance(values, dict) and ROWS in values:
+                    found.setdefault(name, {})[split] = values.pop(ROWS)
+    return found
+
+
+def _paired(verdict: dict[str, Any], model_rows: Any, rows: dict[str, Any] | None) -> None:
+    """Replace ``verdict``'s point outcome by the paired bootstrap's (in place) when the model's
+    and the best baseline's rows are both at hand and the metric has a row-wise definition."""
+    if model_rows is None or rows is None or verdict["metric"] not in METRICS:
+        verdict["difference_ci"] = None  # a point comparison: no rows to resample
+        return
+    y_true, model_pred = (np.asarray(a) for a in model_rows)
+    index = rows.get("index")
+    if index is not None:  # a sampled baseline: the model on the same rows
+        y_true, model_pred = y_true[index], model_pred[index]
+    if len(y_true) != len(rows["y_pred"]) or len(y_true) < 2:
+        verdict["difference_ci"] = None
+        return
+    paired = paired_bootstrap(verdict["metric"], y_true, model_pred, rows["y_pred"])
+    point = verdict["outcome"]
+    outcome = interval_outcome(*paired["difference_ci"], verdict["higher_is_better"])
+    verdict.update(paired, outcome=outcome, model_beats_baseline=outcome == "beats",
+                   within_noise=outcome == "ties" and point != "ties")
+
+
 def baseline_verdict(result: dict[str, Any], metrics: dict[str, Any],
-                     task: Any = None) -> dict[str, Any]:
+                     task: Any = None, model_rows: Any = None) -> dict[str, Any]:
     """The task's cheap baselines (fitted on the same splits) compared with the model, and a
     loud warning when the model does not beat them (on test when there is one, else
     validation).
 
     The metric is the task's ``comparison_metric`` in the direction its ``higher_is_better``
     declares (a regressor: ``rmse``, lower better); without one, ``accuracy`` (multi-label:
-    ``micro_f1``, as subset accuracy is harsh on many tags)."""
+    ``micro_f1``, as subset accuracy is harsh on many tags).
+
+    With ``model_rows`` (the model's ``(truths, predictions)`` per example of the compared
+    split, the task's ``comparison_rows``) and the best baseline's rows, the outcome is the
+    paired bootstrap's: ``beats`` only when the 95% interval of model − baseline lies wholly
+    on the model's side, ``loses`` when wholly on the baseline's, else ``ties`` (within the
+    noise); ``difference``, ``difference_ci``, ``rows``, ``resamples``, ``seed``, ``level``
+    and ``within_noise`` are added. Without rows it compares the two scores as they are."""
+    rows = _split_rows(result)
     role = "test" if "test" in metrics else "validation"
     metric = getattr(task, "comparison_metric", None) or (
         "micro_f1" if "micro_f1" in metrics[role] else "accuracy")
     higher = getattr(task, "higher_is_better", {}).get(metric, True)
     verdict = compare_with_baseline(metrics[role], result, role, metric, higher)
+    _paired(verdict, model_rows, rows.get(verdict["best"], {}).get(role))
     result["comparison"] = verdict
+    noise = _interval_words(verdict)
     cheap = {"tfidf_logreg": "a bag of words"}.get(verdict["best"], verdict["best"])
     if verdict["outcome"] == "ties":
-        log.warning("the model ties the cheap baseline: %s %s %.4f = %s %.4f; %s does as "
+        log.warning("the model ties the cheap baseline: %s %s %.4f %s %s %.4f%s; %s does as "
                     "well for a fraction of the cost (more epochs, a pretrained model or more "
                     "data may help the model pull ahead)", role, verdict["metric"],
-                    verdict["model"], verdict["best"], verdict["best_score"], cheap)
+                    verdict["model"], "=" if not verdict.get("within_noise") else "vs",
+                    verdict["best"], verdict["best_score"], noise, cheap)
     elif verdict["outcome"] == "loses":
-        log.warning("THE MODEL DOES NOT BEAT THE CHEAP BASELINE: %s %s %.4f vs %s %.4f; "
+        log.warning("THE MODEL DOES NOT BEAT THE CHEAP BASELINE: %s %s %.4f vs %s %.4f%s; "
                     "%s does better for a fraction of the cost (more epochs, a "
                     "pretrained model or more data may help)", role, verdict["metric"],
-                    verdict["model"], verdict["best"], verdict["best_score"], cheap)
+                    verdict["model"], verdict["best"], verdict["best_score"], noise, cheap)
     else:
-        log.info("baseline: %s %s %.4f (model %.4f)", verdict["best"], role,
-                 verdict["best_score"], verdict["model"])
+        log.info("baseline: %s %s %.4f (model %.4f%s)", verdict["best"], role,
+                 verdict["best_score"], verdict["model"], noise)
     return result
+
+
+def _interval_words(verdict: dict[str, Any]) -> str:
+    """``", difference -0.004 (95% interval -0.021 to +0.013, within the noise)"`` or ``""``
+    for a point comparison."""
+    interval = verdict.get("difference_ci")
+    if not interval:
+        return ""
+    low, high = interval
+    where = ", within the noise" if verdict.get("outcome") == "ties" else ""
+    return (f", difference {verdict['difference']:+.4f} ({verdict['level']:.0%} interval "
+            f"{low:+.4f} to {high:+.4f} over {verdict['rows']:,} rows{where})")
 
 
 def baseline_finding(verdict: dict[str, Any]) -> dict[str, str] | None:
@@ -61,10 +125,15 @@ def baseline_finding(verdict: dict[str, Any]) -> dict[str, str] | None:
         return None
     relation = "=" if outcome == "ties" else ("<" if verdict.get("higher_is_better", True)
                                               else ">")
+    if verdict.get("within_noise"):
+        relation = "~"
     return {"code": "baseline_ties" if outcome == "ties" else "baseline_wins",
             "figure": f"{verdict['split']} {verdict['metric']} {verdict['model']:.4f} "
-                      f"{relation} {verdict['best']} {verdict['best_score']:.4f}",
-            "message": ("the model ties the cheap baseline" if outcome == "ties"
+                      f"{relation} {verdict['best']} {verdict['best_score']:.4f}"
+                      + _interval_words(verdict),
+            "message": ("the model ties the cheap baseline (the gap is within the noise of "
+                        "the scored rows)" if verdict.get("within_noise")
+                        else "the model ties the cheap baseline" if outcome == "ties"
                         else "the cheap baseline beats the model"),
             "change": "train longer (train.max_epochs), start from a pretrained model "
                       "(model.name), or add data; or ship the baseline"}

@@ -30,7 +30,7 @@ def outcome_sentence(metrics: dict[str, Any]) -> tuple[str, str]:
         text = (f"{human_name(key)} {human_value(key, verdict.get('model'))} vs "
                 f"{human_value(key, verdict.get('best_score'))} for the "
                 f"{escape(baseline_name(str(verdict.get('best'))))} baseline "
-                f"(the model {_VERBS.get(outcome, outcome)} it)")
+                f"(the model {_VERBS.get(outcome, outcome)} it{_noise(key, verdict)})")
         return text, _STYLE.get(outcome, "")
     for split in ("test", "validation"):
         scores = split_scores(metrics.get(split))
@@ -38,6 +38,22 @@ def outcome_sentence(metrics: dict[str, Any]) -> tuple[str, str]:
             key = f"{split}.{scores[0][0]}"
             return f"{human_name(key)} {human_value(key, scores[0][1])} (no baseline)", ""
     return "no scores recorded", "warn"
+
+
+def _signed(key: str, value: float) -> str:
+    return ("+" if value >= 0 else "−") + human_value(key, abs(value))
+
+
+def _noise(key: str, verdict: dict[str, Any]) -> str:
+    """``": within the noise, 95% interval of the difference −0.4% to +1.3%"`` (a paired
+    bootstrap over the scored rows), or ``""`` for a comparison of two scores alone."""
+    interval = verdict.get("difference_ci")
+    if not interval:
+        return ""
+    words = ": within the noise" if verdict.get("outcome") == "ties" else ""
+    level = float(verdict.get("level") or 0.95)
+    return (f"{words}{',' if words else ':'} {level:.0%} interval of the difference "
+            f"{_signed(key, interval[0])} to {_signed(key, interval[1])}")
 
 
 def hardware_words(fit: dict[str, Any], plan: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from entrena.tasks.metrics import classification_metrics, multi_label_metrics
+from entrena.tasks.significance import with_rows
 
 __all__ = ["TIE_DECIMALS", "text_baselines", "multi_label_baselines", "compare_with_baseline"]
 
@@ -66,8 +67,11 @@ def text_baselines(train_texts: Sequence[str], train_labels: np.ndarray,
     for name, build in builders.items():
         started = time.perf_counter()
         predict = build()
-        scores = {split: classification_metrics(np.asarray(y), predict(texts), labels)
-                  for split, (texts, y) in evaluation.items()}
+        scores = {}
+        for split, (texts, y) in evaluation.items():
+            guess = predict(texts)
+            scores[split] = with_rows(classification_metrics(np.asarray(y), guess, labels),
+                                      y, guess)
         result[name] = {**scores, "time_s": time.perf_counter() - started}
     return result
 
@@ -115,8 +119,12 @@ def multi_label_baselines(train_texts: Sequence[str], train_tags: np.ndarray,
     for name, build in builders.items():
         started = time.perf_counter()
         predict = build()
-        scores = {split: multi_label_metrics(np.asarray(truth), predict(texts), tags)
-                  for split, (texts, truth) in evaluation.items()}
+        scores = {}
+        for split, (texts, truth) in evaluation.items():
+            guess = predict(texts)
+            scores[split] = with_rows(multi_label_metrics(np.asarray(truth), guess, tags),
+                                      (np.asarray(truth) > 0.5).astype(np.int64),
+                                      np.asarray(guess).astype(np.int64))
         result[name] = {**scores, "time_s": time.perf_counter() - started}
     return result
 

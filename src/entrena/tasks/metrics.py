@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["CLASSIFICATION_HIGHER_IS_BETTER", "THRESHOLD_GRID", "classification_loss",
-           "classification_metrics", "cross_entropy_loss", "evaluate_classification",
-           "multi_label_metrics", "sigmoid", "tune_thresholds"]
+           "classification_metrics", "classification_rows", "cross_entropy_loss",
+           "evaluate_classification", "multi_label_metrics", "sigmoid", "tune_thresholds"]
 
 CLASSIFICATION_HIGHER_IS_BETTER = {"loss": False, "accuracy": True, "macro_f1": True,
                                    "micro_f1": True}
@@ -145,6 +145,20 @@ def evaluate_classification(outputs: np.ndarray, targets: np.ndarray, prepared: 
                                    detailed=detailed)
     return classification_metrics(targets, outputs.argmax(-1), prepared.splits.labels,
                                   detailed=detailed)
+
+
+def classification_rows(outputs: np.ndarray, targets: np.ndarray,
+                        prepared: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(truths, predictions)`` per example, as :func:`evaluate_classification` scores them:
+    class indices (N,) from the arg-max, or multi-hot tags (N, K) at the kept per-tag
+    thresholds — the rows the paired comparison with a baseline resamples."""
+    if np.ndim(targets) == 2:
+        probs = sigmoid(outputs)
+        thresholds = getattr(prepared, "thresholds", None)
+        thresholds = np.full(probs.shape[1], 0.5) if thresholds is None else thresholds
+        return ((np.asarray(targets) > 0.5).astype(np.int64),
+                (probs >= thresholds).astype(np.int64))
+    return np.asarray(targets, dtype=np.int64), np.asarray(outputs).argmax(-1)
 
 
 def classification_metrics(y_true: np.ndarray, y_pred: np.ndarray, labels: list[str],

@@ -20,7 +20,7 @@ import numpy as np
 __all__ = ["REGRESSION_HIGHER_IS_BETTER", "COMPARISON_METRIC", "TIE_RELATIVE", "TargetScaler",
            "WithTarget", "value_table",
            "mse_loss", "regression_metrics", "evaluate_regression", "mean_baseline",
-           "score_baseline", "outcome_against"]
+           "score_baseline", "outcome_against", "regression_rows"]
 
 REGRESSION_HIGHER_IS_BETTER = {"loss": False, "rmse": False, "mae": False, "r2": True,
                                "median_absolute_error": False}
@@ -172,6 +172,15 @@ def evaluate_regression(outputs: np.ndarray, targets: np.ndarray, prepared: Any,
     return regression_metrics(scaler.from_model(np.asarray(targets)), scaler.from_model(outputs))
 
 
+def regression_rows(outputs: np.ndarray, targets: np.ndarray,
+                    prepared: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(true values, predictions)`` (N,) in the target's units, as
+    :func:`evaluate_regression` scores them (the paired comparison's rows)."""
+    scaler: TargetScaler = prepared.target_scaler
+    return (np.asarray(scaler.from_model(np.asarray(targets)), dtype=np.float64).reshape(-1),
+            np.asarray(scaler.from_model(outputs), dtype=np.float64).reshape(-1))
+
+
 def score_baseline(name: str, predict: Any, evaluation: dict[str, tuple[Any, np.ndarray]]
                    ) -> dict[str, Any]:
     """One baseline's metrics per split (and ``time_s`` from ``predict``'s fitting on).
@@ -181,9 +190,14 @@ def score_baseline(name: str, predict: Any, evaluation: dict[str, tuple[Any, np.
         predict: ``inputs -> predictions (N,)`` in the target's units, already fitted.
         evaluation: ``{split: (inputs, true values (N,))}``.
     """
+    from entrena.tasks.significance import with_rows
+
     started = time.perf_counter()
-    return {**{split: regression_metrics(y, predict(x)) for split, (x, y) in evaluation.items()},
-            "time_s": time.perf_counter() - started}
+    scores = {}
+    for split, (x, y) in evaluation.items():
+        guess = predict(x)
+        scores[split] = with_rows(regression_metrics(y, guess), y, guess)
+    return {**scores, "time_s": time.perf_counter() - started}
 
 
 def mean_baseline(train_targets: np.ndarray,

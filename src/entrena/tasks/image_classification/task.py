@@ -24,6 +24,7 @@ from entrena.tasks.image_classification.config import ImageClassificationConfig
 from entrena.tasks.image_classification.data import PreparedImages, prepare_images
 from entrena.tasks.metrics import (
     CLASSIFICATION_HIGHER_IS_BETTER,
+    classification_rows,
     cross_entropy_loss,
     evaluate_classification,
 )
@@ -57,6 +58,7 @@ class ImageClassificationTask:
     """The ``entrena export --format`` values this task writes."""
     loss = staticmethod(cross_entropy_loss)
     evaluate = staticmethod(evaluate_classification)
+    comparison_rows = staticmethod(classification_rows)
     higher_is_better = CLASSIFICATION_HIGHER_IS_BETTER
 
     def model_sources(self, loaded: Any) -> dict[str, str]:
@@ -239,6 +241,7 @@ def image_baselines(features: dict[str, np.ndarray], labels: dict[str, np.ndarra
     from sklearn.preprocessing import StandardScaler
 
     from entrena.tasks.metrics import classification_metrics
+    from entrena.tasks.significance import with_rows
 
     x_train, y_train = features["train"], np.asarray(labels["train"], dtype=np.int64)
     if len(x_train) > BASELINE_MAX_TRAIN:
@@ -258,7 +261,11 @@ def image_baselines(features: dict[str, np.ndarray], labels: dict[str, np.ndarra
     for name, build in builders.items():
         started = time.perf_counter()
         predict = build()
-        scores = {role: classification_metrics(np.asarray(labels[role]), predict(x), names)
-                  for role, x in features.items() if role != "train"}
+        scores = {}
+        for role, x in features.items():
+            if role != "train":
+                guess = predict(x)
+                scores[role] = with_rows(classification_metrics(np.asarray(labels[role]), guess,
+                                                                names), labels[role], guess)
         result[name] = {**scores, "time_s": time.perf_counter() - started}
     return result

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["normalise_answer", "generation_scores", "evaluate_sft", "wilson_interval",
+__all__ = ["normalise_answer", "generation_scores", "evaluate_sft", "match_rows",
+           "wilson_interval",
            "SFT_HIGHER_IS_BETTER"]
 
 SFT_HIGHER_IS_BETTER = {"loss": False, "perplexity": False, "exact_match": True,
@@ -81,6 +82,28 @@ def generation_scores(generated: np.ndarray, references: list[str], tokenizer: A
              for t, r in zip(texts, references, strict=True)]
     eos = [bool((row == eos_token_id).any()) for row in generated]
     return {"exact_match": float(np.mean(match)), "eos_share": float(np.mean(eos))}, texts
+
+
+def match_rows(outputs: np.ndarray, targets: np.ndarray, tokenizer: Any,
+               eos_token_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ones, match flags)`` (N,) int64 in example order (``targets[:, 0]``): each
+    generation's exact match, as :func:`evaluate_sft` scores it — the rows the paired
+    comparison with the zero-shot baseline resamples.
+
+    Args:
+        outputs: (N, 2 + G) as :func:`evaluate_sft` takes them.
+        targets: (N, 1 + R): example index, then the reference ids.
+        tokenizer: Decodes the ids.
+        eos_token_id: The EOS id.
+    """
+    references = [_decode(tokenizer, row) for row in targets[:, 1:].astype(np.int64)]
+    _, texts = generation_scores(outputs[:, 2:].astype(np.int64), references, tokenizer,
+                                 eos_token_id)
+    flags = np.zeros(len(texts), dtype=np.int64)
+    for position, (text, reference) in zip(targets[:, 0].astype(np.int64),
+                                            zip(texts, references, strict=True), strict=True):
+        flags[position] = normalise_answer(text) == normalise_answer(reference)
+    return np.ones(len(texts), dtype=np.int64), flags
 
 
 def evaluate_sft(outputs: np.ndarray, targets: np.ndarray, tokenizer: Any, eos_token_id: int,

@@ -164,6 +164,16 @@ class LlmSftTask:
         prompts = prepared.splits.test.prompts if detailed and prepared.splits.test else None
         return evaluate_sft(outputs, targets, tokenizer, int(tokenizer.eos_token_id), prompts)
 
+    @staticmethod
+    def comparison_rows(outputs: Any, targets: Any,
+                        prepared: PreparedSft) -> tuple[Any, Any]:
+        """Each example's exact-match flag
+        (:func:`~entrena.tasks.llm_sft.evaluation.match_rows`)."""
+        from entrena.tasks.llm_sft.evaluation import match_rows
+
+        tokenizer = prepared.tokenizer
+        return match_rows(outputs, targets, tokenizer, int(tokenizer.eos_token_id))
+
     def baselines(self, loaded: Any, prepared: PreparedSft) -> dict[str, dict[str, Any]]:
         """The base model zero-shot: greedy generations from the same prompts, scored as the
         model is, on the split the verdict reads (test, else validation).
@@ -179,12 +189,17 @@ class LlmSftTask:
         import numpy as np
         import torch
 
-        from entrena.tasks.llm_sft.evaluation import generation_scores, wilson_interval
+        from entrena.tasks.llm_sft.evaluation import (
+            generation_scores,
+            normalise_answer,
+            wilson_interval,
+        )
         from entrena.tasks.llm_sft.model import (
             _pad_id,
             build_language_model,
             greedy_generate,
         )
+        from entrena.tasks.significance import with_rows
 
         started = time.perf_counter()
         cfg = loaded.config
@@ -214,14 +229,19 @@ class LlmSftTask:
             stacked = np.full((len(generated), width), -1, dtype=np.int64)
             for row, ids in enumerate(generated):
                 stacked[row, :len(ids)] = ids
-            result, _ = generation_scores(stacked, [split.responses[i] for i in used],
-                                          tokenizer, eos)
+            references = [split.responses[i] for i in used]
+            result, texts = generation_scores(stacked, references, tokenizer, eos)
             n = len(generated)
             low, high = wilson_interval(round(result["exact_match"] * n), n)
             result.update(prompts=n, exact_match_ci95=[low, high])
             if n >= ZERO_SHOT_MIN_PROMPTS and (high - low) / 2 <= ZERO_SHOT_HALF_WIDTH:
                 break
         del base
+        if generated:  # the drawn prompts' match flags, for the paired comparison
+            matches = [normalise_answer(t) == normalise_answer(r)
+                       for t, r in zip(texts, references, strict=True)]
+            result = with_rows(result, np.ones(len(matches), dtype=np.int64),
+                               np.asarray(matches, dtype=np.int64), index=used)
         if len(generated) < len(split):
             log.info("zero-shot baseline: %d of %d %s prompts (exact match %.3f, 95%% "
                      "interval %.3f-%.3f: settled)", len(generated), len(split), role,

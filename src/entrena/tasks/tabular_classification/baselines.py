@@ -17,6 +17,7 @@ import pandas as pd
 
 from entrena.data.preprocessing import as_numbers, category_values
 from entrena.tasks.metrics import classification_metrics
+from entrena.tasks.significance import with_rows
 
 __all__ = ["ordinal_table", "tabular_baselines", "TIE_MARGIN"]
 
@@ -79,8 +80,10 @@ def tabular_baselines(frames: dict[str, pd.DataFrame], labels: dict[str, np.ndar
 
     started = time.perf_counter()
     majority = int(np.bincount(train_labels).argmax())
-    result["majority"] = {role: classification_metrics(
-        labels[role], np.full(len(labels[role]), majority, dtype=np.int64), names)
+    constant = {role: np.full(len(labels[role]), majority, dtype=np.int64)
+                for role in evaluation}
+    result["majority"] = {role: with_rows(classification_metrics(
+        labels[role], constant[role], names), labels[role], constant[role])
         for role in evaluation}
     result["majority"]["time_s"] = time.perf_counter() - started
 
@@ -96,7 +99,9 @@ def tabular_baselines(frames: dict[str, pd.DataFrame], labels: dict[str, np.ndar
         trees.fit(x_train, train_labels)
         for role in evaluation:
             x, _ = ordinal_table(frames[role], params)
-            scores[role] = classification_metrics(labels[role], trees.predict(x), names)
+            guess = trees.predict(x)
+            scores[role] = with_rows(classification_metrics(labels[role], guess, names),
+                                     labels[role], guess)
     result["boosted_trees"] = {**scores, "time_s": time.perf_counter() - started,
                                "iterations": int(trees.n_iter_)}
     return result

@@ -21,6 +21,7 @@ from entrena.data.batching import random_batches
 from entrena.tasks.base import PlanningSpec, fixed_input_planning
 from entrena.tasks.metrics import (
     CLASSIFICATION_HIGHER_IS_BETTER,
+    classification_rows,
     cross_entropy_loss,
     evaluate_classification,
 )
@@ -87,6 +88,7 @@ class TabularClassificationTask:
     """The ``entrena export --format`` values this task writes."""
     loss = staticmethod(cross_entropy_loss)
     evaluate = staticmethod(evaluate_classification)
+    comparison_rows = staticmethod(classification_rows)
     higher_is_better = CLASSIFICATION_HIGHER_IS_BETTER
 
     def model_sources(self, loaded: Any) -> dict[str, str]:

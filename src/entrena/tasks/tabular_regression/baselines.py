@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from entrena.tasks.regression import TargetScaler, mean_baseline, regression_metrics
+from entrena.tasks.significance import with_rows
 from entrena.tasks.tabular_classification.baselines import ONE_THREAD_ROWS, ordinal_table
 
 __all__ = ["tabular_regression_baselines"]
@@ -52,7 +53,8 @@ def tabular_regression_baselines(frames: dict[str, pd.DataFrame], targets: dict[
         trees.fit(x_train, scaler.to_model(targets["train"]))
         for role, (frame, truth) in evaluation.items():
             x, _ = ordinal_table(frame, params)
-            scores[role] = regression_metrics(truth, scaler.from_model(trees.predict(x)))
+            guess = scaler.from_model(trees.predict(x))
+            scores[role] = with_rows(regression_metrics(truth, guess), truth, guess)
     result["boosted_trees"] = {**scores, "time_s": time.perf_counter() - started,
                                "iterations": int(trees.n_iter_)}
     return result

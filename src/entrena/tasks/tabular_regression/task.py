@@ -26,6 +26,7 @@ from entrena.tasks.regression import (
     evaluate_regression,
     mse_loss,
     outcome_against,
+    regression_rows,
     value_table,
 )
 from entrena.tasks.tabular_classification.data import prepare_table
@@ -50,6 +51,7 @@ class TabularRegressionTask:
     """The ``entrena export --format`` values this task writes."""
     loss = staticmethod(mse_loss)
     evaluate = staticmethod(evaluate_regression)
+    comparison_rows = staticmethod(regression_rows)
     higher_is_better = REGRESSION_HIGHER_IS_BETTER
     comparison_metric = COMPARISON_METRIC
     """The metric the model and the baselines are compared on (lower is better)."""

@@ -17,6 +17,7 @@ from entrena.tasks.base import PlanningSpec
 from entrena.tasks.metrics import (
     CLASSIFICATION_HIGHER_IS_BETTER,
     classification_loss,
+    classification_rows,
     evaluate_classification,
 )
 from entrena.tasks.text_classification.config import TextClassificationConfig
@@ -161,6 +162,7 @@ class TextClassificationTask:
     """The ``entrena export --format`` values this task writes."""
     loss = staticmethod(classification_loss)
     evaluate = staticmethod(evaluate_classification)
+    comparison_rows = staticmethod(classification_rows)
     higher_is_better = CLASSIFICATION_HIGHER_IS_BETTER
 
     def model_sources(self, loaded: Any) -> dict[str, str]:

@@ -26,6 +26,7 @@ from entrena.tasks.regression import (
     evaluate_regression,
     mean_baseline,
     mse_loss,
+    regression_rows,
     score_baseline,
     value_table,
 )
@@ -89,6 +90,7 @@ class TextRegressionTask:
     """The ``entrena export --format`` values this task writes."""
     loss = staticmethod(mse_loss)
     evaluate = staticmethod(evaluate_regression)
+    comparison_rows = staticmethod(regression_rows)
     higher_is_better = REGRESSION_HIGHER_IS_BETTER
     comparison_metric = COMPARISON_METRIC
     """The metric the model and the baselines are compared on (lower is better)."""
