@@ -72,5 +72,5 @@ def test_the_same_rows_give_the_same_interval_and_bad_input_is_named():
     assert paired_bootstrap("accuracy", y, a, b) == paired_bootstrap("accuracy", y, a, b)
     with pytest.raises(ValueError, match="no row-wise definition of 'auc'"):
         paired_bootstrap("auc", y, a, b)
-    with pytest.raises(ValueError, match="the rows must be the same"):
+    with pytest.raises(ValueError, match="must cover the same rows"):
         paired_bootstrap("accuracy", y, a[:-1], b)

@@ -122,3 +122,29 @@ def test_a_sampled_baseline_is_compared_on_its_own_rows():
     verdict = verdict["comparison"]
     assert verdict["rows"] == 50 and verdict["outcome"] == "beats"
     assert verdict["difference"] == pytest.approx(40 / 50)
+
+
+def test_a_regressor_whose_r2_interval_holds_zero_is_no_better_than_the_mean():
+    """Predictions that hug the mean with a faint trend: R² a little above 0 on the test
+    rows, but its interval reaches 0 — the finding says so; a real fit gets none."""
+    import numpy as np
+
+    from entrena.recipes.verdicts import baseline_verdict, mean_finding
+    from entrena.tasks.significance import with_rows
+
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=200)
+    faint = 0.01 * y + np.random.default_rng(1).normal(scale=0.05, size=200)
+    mean = np.zeros(200)
+    task = type("T", (), {"comparison_metric": "rmse", "higher_is_better": {"rmse": False}})()
+    for model, expect in ((faint, True), (y + rng.normal(scale=0.3, size=200), False)):
+        found = {"mean": {"test": with_rows({"rmse": 1.0}, y, mean), "time_s": 0.0}}
+        rmse = float(np.sqrt(np.mean((y - model) ** 2)))
+        r2 = 1 - float(np.sum((y - model) ** 2) / np.sum((y - y.mean()) ** 2))
+        metrics = {"test": {"rmse": rmse, "r2": r2}}
+        verdict = baseline_verdict(found, metrics, task, (y, model))["comparison"]
+        finding = mean_finding(verdict, metrics)
+        assert (finding is not None) is expect, (verdict["model_r2_ci"], r2)
+        if expect:
+            assert finding["code"] == "no_better_than_mean"
+            assert finding["figure"].startswith("test R² ")

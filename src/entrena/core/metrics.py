@@ -228,6 +228,7 @@ _TABLE = [
               "triggered it), message and change (what to do), listed by group: data "
               "(no_test_split), model (one_class: >= 98% of the scored rows predicted as one "
               "class that is at most 90% of them; baseline_ties, baseline_wins, "
+              "no_better_than_mean: a regressor's bootstrap R² interval holds 0; "
               "trees_enough), training "
               "(early_stopping_saved, padding_waste), then hardware and plan, whose figures a "
               "newcomer acts on last (logged at INFO, as is early_stopping_saved; the others as "

@@ -84,6 +84,7 @@ from entrena.recipes.predictions import write_predictions
 from entrena.recipes.verdicts import (
     baseline_finding,
     baseline_verdict,
+    mean_finding,
     no_test_finding,
     one_class_finding,
 )
@@ -472,7 +473,11 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         for found in (finding, no_test, one_class):
             if found is not None:
                 log.warning("%s: %s; %s", found["figure"], found["message"], found["change"])
-        own = [f for f in (one_class, finding, generic, no_test) if f is not None]
+        no_signal = mean_finding(metrics["baseline"]["comparison"], metrics)
+        if no_signal is not None:
+            log.warning("%s: %s; %s", no_signal["figure"], no_signal["message"],
+                        no_signal["change"])
+        own = [f for f in (one_class, no_signal, finding, generic, no_test) if f is not None]
         metrics["diagnosis"] = order_findings([*own, *(metrics["diagnosis"] or [])])
 
         predictions = write_predictions(task, loaded, prepared, scored, paths.predictions)

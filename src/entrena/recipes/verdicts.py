@@ -15,11 +15,13 @@ from entrena.tasks.baselines import compare_with_baseline
 from entrena.tasks.significance import (
     METRICS,
     ROWS,
+    bootstrap_interval,
     interval_outcome,
     paired_bootstrap,
 )
 
-__all__ = ["baseline_finding", "baseline_verdict", "no_test_finding", "one_class_finding"]
+__all__ = ["baseline_finding", "baseline_verdict", "mean_finding", "no_test_finding",
+           "one_class_finding"]
 
 ONE_CLASS_SHARE = 0.98
 """A classifier that gives one class to at least this share of the scored rows…"""
@@ -56,6 +58,8 @@ def _paired(verdict: dict[str, Any], model_rows: Any, rows: dict[str, Any] | Non
     if len(y_true) != len(rows["y_pred"]) or len(y_true) < 2:
         verdict["difference_ci"] = None
         return
+    if verdict["metric"] == "rmse":  # a regressor: is it any better than the mean?
+        verdict["model_r2_ci"] = bootstrap_interval("r2", y_true, model_pred)
     paired = paired_bootstrap(verdict["metric"], y_true, model_pred, rows["y_pred"])
     point = verdict["outcome"]
     outcome = interval_outcome(*paired["difference_ci"], verdict["higher_is_better"])
@@ -137,6 +141,24 @@ def baseline_finding(verdict: dict[str, Any]) -> dict[str, str] | None:
                         else "the cheap baseline beats the model"),
             "change": "train longer (train.max_epochs), start from a pretrained model "
                       "(model.name), or add data; or ship the baseline"}
+
+
+def mean_finding(verdict: dict[str, Any], metrics: dict[str, Any]) -> dict[str, str] | None:
+    """A ``model`` finding when a regressor's R² interval (``model_r2_ci``, bootstrap over the
+    compared rows) reaches 0: it is no better than predicting the training mean there."""
+    interval = verdict.get("model_r2_ci")
+    if not interval or interval[0] > 0:
+        return None
+    r2 = (metrics.get(verdict["split"]) or {}).get("r2")
+    shown = f"{r2:.3f}" if isinstance(r2, int | float) else "?"
+    return {"code": "no_better_than_mean",
+            "figure": f"{verdict['split']} R² {shown} (95% interval {interval[0]:+.3f} to "
+                      f"{interval[1]:+.3f})",
+            "message": "the model is no better than predicting the training mean: its R² "
+                       "interval holds 0",
+            "change": "check that the inputs carry signal about the target (the baselines on "
+                      "the same inputs), transform a skewed target (data.target_transform: "
+                      "log), or train longer"}
 
 
 def no_test_finding(metrics: dict[str, Any]) -> dict[str, str] | None:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["RESAMPLES", "SEED", "LEVEL", "METRICS", "ROWS", "paired_bootstrap",
-           "interval_outcome", "with_rows"]
+           "bootstrap_interval", "interval_outcome", "with_rows"]
 
 RESAMPLES = 1000
 """Bootstrap resamples: the percentile interval's ends move by well under a tenth of its
@@ -100,6 +100,24 @@ def with_rows(scores: dict[str, Any], y_true: Any, y_pred: Any,
                              "index": None if index is None else np.asarray(index)}}
 
 
+def _checked(metric: str, *arrays: Any) -> tuple[Callable[..., float], list[np.ndarray]]:
+    """The metric's function and the arrays, refused when the metric is unknown, the arrays'
+    lengths differ, there are fewer than 2 rows, or a value is not finite."""
+    if metric not in METRICS:
+        raise ValueError(f"bootstrap: no row-wise definition of {metric!r}; one of "
+                         f"{', '.join(sorted(METRICS))}")
+    found = [np.asarray(a) for a in arrays]
+    if len({len(a) for a in found}) != 1:
+        raise ValueError(f"bootstrap: {' vs '.join(str(len(a)) for a in found)} rows; the "
+                         "truths and every prediction must cover the same rows")
+    if len(found[0]) < 2:
+        raise ValueError(f"bootstrap: {len(found[0])} row(s); at least 2 are needed")
+    for a in found:
+        if a.dtype.kind in "fc" and not np.isfinite(a).all():
+            raise ValueError("bootstrap: a truth or prediction is not a finite number")
+    return METRICS[metric], found
+
+
 def paired_bootstrap(metric: str, y_true: Any, model_pred: Any, baseline_pred: Any, *,
                      resamples: int = RESAMPLES, seed: int = SEED,
                      level: float = LEVEL) -> dict[str, Any]:
@@ -121,16 +139,7 @@ def paired_bootstrap(metric: str, y_true: Any, model_pred: Any, baseline_pred: A
     Raises:
         ValueError: An unknown metric, fewer than 2 rows, or arrays of different lengths.
     """
-    if metric not in METRICS:
-        raise ValueError(f"paired_bootstrap: no row-wise definition of {metric!r}; one of "
-                         f"{', '.join(sorted(METRICS))}")
-    score = METRICS[metric]
-    y, a, b = np.asarray(y_true), np.asarray(model_pred), np.asarray(baseline_pred)
-    if not len(y) == len(a) == len(b):
-        raise ValueError(f"paired_bootstrap: {len(y)} truths, {len(a)} model and {len(b)} "
-                         "baseline predictions; the rows must be the same")
-    if len(y) < 2:
-        raise ValueError(f"paired_bootstrap: {len(y)} row(s); at least 2 are needed")
+    score, (y, a, b) = _checked(metric, y_true, model_pred, baseline_pred)
     rng = np.random.default_rng(seed)
     differences = np.empty(resamples)
     for r in range(resamples):
@@ -141,6 +150,24 @@ def paired_bootstrap(metric: str, y_true: Any, model_pred: Any, baseline_pred: A
     return {"difference": score(y, a) - score(y, b), "difference_ci": [float(low), float(high)],
             "rows": int(len(y)), "resamples": int(resamples), "seed": int(seed),
             "level": float(level)}
+
+
+def bootstrap_interval(metric: str, y_true: Any, y_pred: Any, *, resamples: int = RESAMPLES,
+                       seed: int = SEED, level: float = LEVEL) -> list[float]:
+    """The percentile bootstrap interval ``[low, high]`` of one predictor's ``metric``.
+
+    Raises:
+        ValueError: As :func:`paired_bootstrap`.
+    """
+    score, (y, p) = _checked(metric, y_true, y_pred)
+    rng = np.random.default_rng(seed)
+    values = np.empty(resamples)
+    for r in range(resamples):
+        pick = rng.integers(0, len(y), len(y))
+        values[r] = score(y[pick], p[pick])
+    tail = (1.0 - level) / 2 * 100
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return [float(low), float(high)]
 
 
 def interval_outcome(low: float, high: float, higher_is_better: bool) -> str:
