@@ -42,7 +42,8 @@ the data, the model, the training settings (epochs, batch shapes), then the mach
 plan, which a newcomer acts on last."""
 FINDING_GROUPS = {
     "no_test_split": "data", "one_class": "model", "baseline_ties": "model",
-    "baseline_wins": "model", "no_better_than_mean": "model", "trees_enough": "model",
+    "baseline_wins": "model", "no_better_than_mean": "model", "every_tag": "model",
+    "trees_enough": "model",
     "early_stopping_saved": "training", "padding_waste": "training",
     "input_bound": "hardware", "memory_headroom": "hardware", "memory_tight": "hardware",
     "low_mfu": "hardware", "threads_idle": "hardware", "threads_fewer_than_cores": "hardware",

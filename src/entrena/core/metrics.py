@@ -158,6 +158,17 @@ _TABLE = [
               "error on validation"),
     MetricKey("baseline.mean.test", "target units", "regression: the training mean on test"),
     MetricKey("baseline.mean.time_s", "s", "regression: mean baseline: score time"),
+    MetricKey("baseline.median.validation", "target units", "regression: the training "
+              "median predicted for every row (the least absolute error of any constant): "
+              "rmse, mae, r2 and median absolute error on validation"),
+    MetricKey("baseline.median.test", "target units", "regression: the training median on "
+              "test"),
+    MetricKey("baseline.median.time_s", "s", "regression: median baseline: score time"),
+    MetricKey("baseline.every_tag.validation", "fraction", "multi-label: every tag on every "
+              "row: subset accuracy, micro- and macro-F1 on validation (what a model that "
+              "tags everything scores)"),
+    MetricKey("baseline.every_tag.test", "fraction", "multi-label: every tag on test"),
+    MetricKey("baseline.every_tag.time_s", "s", "multi-label: every-tag baseline: score time"),
     MetricKey("baseline.tfidf_ridge.validation", "target units", "text regression: TF-IDF "
               "(word 1-2 grams) + ridge regression on the training split: rmse, mae, r2 and "
               "median absolute error on validation"),
@@ -228,7 +239,8 @@ _TABLE = [
               "triggered it), message and change (what to do), listed by group: data "
               "(no_test_split), model (one_class: >= 98% of the scored rows predicted as one "
               "class that is at most 90% of them; baseline_ties, baseline_wins, "
-              "no_better_than_mean: a regressor's bootstrap R² interval holds 0; "
+              "no_better_than_mean: a regressor's bootstrap R² interval holds 0; every_tag: "
+              "a multi-label model predicting >= 90% of row-tag pairs where <= 60% are true; "
               "trees_enough), training "
               "(early_stopping_saved, padding_waste), then hardware and plan, whose figures a "
               "newcomer acts on last (logged at INFO, as is early_stopping_saved; the others as "

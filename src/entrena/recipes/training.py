@@ -84,6 +84,7 @@ from entrena.recipes.predictions import write_predictions
 from entrena.recipes.verdicts import (
     baseline_finding,
     baseline_verdict,
+    every_tag_finding,
     mean_finding,
     no_test_finding,
     one_class_finding,
@@ -474,10 +475,12 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
             if found is not None:
                 log.warning("%s: %s; %s", found["figure"], found["message"], found["change"])
         no_signal = mean_finding(metrics["baseline"]["comparison"], metrics)
-        if no_signal is not None:
-            log.warning("%s: %s; %s", no_signal["figure"], no_signal["message"],
-                        no_signal["change"])
-        own = [f for f in (one_class, no_signal, finding, generic, no_test) if f is not None]
+        every_tag = every_tag_finding(model_rows, compared)
+        for found in (no_signal, every_tag):
+            if found is not None:
+                log.warning("%s: %s; %s", found["figure"], found["message"], found["change"])
+        own = [f for f in (one_class, every_tag, no_signal, finding, generic, no_test)
+               if f is not None]
         metrics["diagnosis"] = order_findings([*own, *(metrics["diagnosis"] or [])])
 
         predictions = write_predictions(task, loaded, prepared, scored, paths.predictions)

@@ -20,11 +20,17 @@ from entrena.tasks.significance import (
     paired_bootstrap,
 )
 
-__all__ = ["baseline_finding", "baseline_verdict", "mean_finding", "no_test_finding",
-           "one_class_finding"]
+__all__ = ["baseline_finding", "baseline_verdict", "every_tag_finding", "mean_finding",
+           "no_test_finding", "one_class_finding"]
 
 ONE_CLASS_SHARE = 0.98
 """A classifier that gives one class to at least this share of the scored rows…"""
+
+EVERY_TAG_SHARE = 0.90
+"""A multi-label model that puts at least this share of all (row, tag) pairs on…"""
+
+EVERY_TAG_TRUE_SHARE = 0.60
+"""…while at most this share of them are true tags everything instead of choosing."""
 
 ONE_CLASS_TRUE_SHARE = 0.90
 """…while that class is at most this share of their true labels has learned the prior only
@@ -159,6 +165,31 @@ def mean_finding(verdict: dict[str, Any], metrics: dict[str, Any]) -> dict[str, 
             "change": "check that the inputs carry signal about the target (the baselines on "
                       "the same inputs), transform a skewed target (data.target_transform: "
                       "log), or train longer"}
+
+
+def every_tag_finding(model_rows: Any, split: str) -> dict[str, str] | None:
+    """A ``model`` finding when a multi-label model tags (nearly) everything: the share of
+    (row, tag) pairs it predicts is at least :data:`EVERY_TAG_SHARE` while the true share is
+    at most :data:`EVERY_TAG_TRUE_SHARE`. ``model_rows``: the compared split's multi-hot
+    ``(truths, predictions)`` (N, K); None (or single-label rows) gives no finding."""
+    if model_rows is None:
+        return None
+    truth, guess = (np.asarray(a) for a in model_rows)
+    if guess.ndim != 2 or not guess.size:
+        return None
+    predicted, true = float((guess > 0.5).mean()), float((truth > 0.5).mean())
+    if predicted < EVERY_TAG_SHARE or true > EVERY_TAG_TRUE_SHARE:
+        return None
+    width = guess.shape[1]
+    return {"code": "every_tag",
+            "figure": f"{split}: {predicted:.0%} of row-tag pairs predicted ({true:.0%} are "
+                      f"true; {float((guess > 0.5).sum(1).mean()):.1f} of {width} tags a row)",
+            "message": "the model puts nearly every tag on nearly every row: its F1 comes "
+                       "from recall, not from telling the tags apart (compare "
+                       "baseline.every_tag)",
+            "change": "train longer or at a learning rate near 1e-3 (train.max_epochs, "
+                      "train.learning_rate), add data for the rare tags, or check that the "
+                      "texts say which tags apply"}
 
 
 def no_test_finding(metrics: dict[str, Any]) -> dict[str, str] | None:

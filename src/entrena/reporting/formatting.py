@@ -23,7 +23,8 @@ escape = html.escape
 BASELINE_NAMES = {
     "majority": "majority-class", "tfidf_logreg": "TF-IDF + logistic regression",
     "tfidf_ridge": "TF-IDF + ridge", "boosted_trees": "boosted trees",
-    "mean": "training-mean", "thumbnail_logreg": "thumbnail logistic regression",
+    "mean": "training-mean", "median": "training-median", "every_tag": "every-tag",
+    "thumbnail_logreg": "thumbnail logistic regression",
     "zero_shot": "zero-shot base model",
 }
 """Baseline names of ``metrics.json`` in words (the ``METRIC_KEYS`` entries describe them)."""

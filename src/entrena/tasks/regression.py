@@ -20,6 +20,7 @@ import numpy as np
 __all__ = ["REGRESSION_HIGHER_IS_BETTER", "COMPARISON_METRIC", "TIE_RELATIVE", "TargetScaler",
            "WithTarget", "value_table",
            "mse_loss", "regression_metrics", "evaluate_regression", "mean_baseline",
+           "median_baseline",
            "score_baseline", "outcome_against", "regression_rows"]
 
 REGRESSION_HIGHER_IS_BETTER = {"loss": False, "rmse": False, "mae": False, "r2": True,
@@ -205,6 +206,14 @@ def mean_baseline(train_targets: np.ndarray,
     """The training mean predicted for every row: R² ≈ 0; what any model must beat."""
     mean = float(np.mean(train_targets))
     return score_baseline("mean", lambda x: np.full(len(x), mean), evaluation)
+
+
+def median_baseline(train_targets: np.ndarray,
+                    evaluation: dict[str, tuple[Any, np.ndarray]]) -> dict[str, Any]:
+    """The training median predicted for every row: the constant with the least absolute
+    error, and the better constant when the target has outliers."""
+    median = float(np.median(train_targets))
+    return score_baseline("median", lambda x: np.full(len(x), median), evaluation)
 
 
 def outcome_against(model_rmse: float, other_rmse: float) -> str:

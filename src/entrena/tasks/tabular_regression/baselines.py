@@ -14,7 +14,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from entrena.tasks.regression import TargetScaler, mean_baseline, regression_metrics
+from entrena.tasks.regression import (
+    TargetScaler,
+    mean_baseline,
+    median_baseline,
+    regression_metrics,
+)
 from entrena.tasks.significance import with_rows
 from entrena.tasks.tabular_classification.baselines import ONE_THREAD_ROWS, ordinal_table
 
@@ -42,7 +47,8 @@ def tabular_regression_baselines(frames: dict[str, pd.DataFrame], targets: dict[
     from threadpoolctl import threadpool_limits
 
     evaluation = {role: (frames[role], targets[role]) for role in frames if role != "train"}
-    result = {"mean": mean_baseline(targets["train"], evaluation)}
+    result = {"mean": mean_baseline(targets["train"], evaluation),
+              "median": median_baseline(targets["train"], evaluation)}
     started = time.perf_counter()
     x_train, categorical = ordinal_table(frames["train"], params)
     trees = HistGradientBoostingRegressor(

@@ -25,6 +25,7 @@ from entrena.tasks.regression import (
     WithTarget,
     evaluate_regression,
     mean_baseline,
+    median_baseline,
     mse_loss,
     regression_rows,
     score_baseline,
@@ -62,7 +63,8 @@ def text_regression_baselines(train_texts: Any, train_targets: np.ndarray,
     from sklearn.linear_model import Ridge
     from sklearn.pipeline import make_pipeline
 
-    result = {"mean": mean_baseline(train_targets, evaluation)}
+    result = {"mean": mean_baseline(train_targets, evaluation),
+              "median": median_baseline(train_targets, evaluation)}
     started = time.perf_counter()
     pipeline = make_pipeline(
         TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, max_features=200_000),
