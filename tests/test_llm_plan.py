@@ -117,7 +117,10 @@ def test_lora_on_the_last_layers_plans_a_shorter_backward_and_fewer_saved_activa
     assert b.trainable_parameters * 2 == a.trainable_parameters
     logits = 16 * shape.vocab_size * (2 + 4)
     assert b.activations_bytes - logits == pytest.approx((a.activations_bytes - logits) / 2)
-    assert llm_memory(shape, **mem, lora_layers=10 * shape.layers).total_bytes == a.total_bytes
+    with pytest.raises(ConfigError, match="has 30 decoder layers; give 1 to 30"):
+        llm_memory(shape, **mem, lora_layers=31)
+    with pytest.raises(ConfigError, match="has 30 decoder layers"):
+        plan_llm("smollm2-135m", mode="lora", lora_layers=999)
 
 
 # --- published figures (Done-when of issue 21: within +-20% with gradient checkpointing) ----

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -249,6 +250,12 @@ def test_lora_layers_adapts_only_the_last_decoder_layers(smol_tokenizer):
         build_sft_model(pretrained=None, architecture=ARCH, tokenizer=tokenizer,
                         finetuning="lora", lora={**lora, "layers": 3}, dropout=0.0,
                         max_new_tokens=2, gradient_checkpointing=False)
+    for targets, said in ((["foo"], "['foo'] name no layer"), ([], "[] is empty")):
+        with pytest.raises(ConfigError, match=r"model.lora.target_modules: " + re.escape(said)):
+            build_sft_model(pretrained=None, architecture=ARCH, tokenizer=tokenizer,
+                            finetuning="lora", lora={**lora, "layers": None,
+                                                     "target_modules": targets},
+                            dropout=0.0, max_new_tokens=2, gradient_checkpointing=False)
 
 
 def test_forward_share_follows_what_the_backward_pass_runs_through(smol_tokenizer):

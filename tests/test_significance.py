@@ -74,3 +74,23 @@ def test_the_same_rows_give_the_same_interval_and_bad_input_is_named():
         paired_bootstrap("auc", y, a, b)
     with pytest.raises(ValueError, match="must cover the same rows"):
         paired_bootstrap("accuracy", y, a[:-1], b)
+
+
+@pytest.mark.parametrize(("metric", "y", "a", "said"), [
+    ("rmse", np.array([1.0, None, 3.0], dtype=object), np.ones(3), "not a finite number"),
+    ("rmse", np.array(["a", "b"]), np.ones(2), "needs numbers"),
+    ("micro_f1", np.array([1, 2, 1, 2]), np.array([2, 1, 2, 1]), "multi-hot rows"),
+    ("macro_f1", np.ones((4, 2)), np.ones((4, 2)), "class indices"),
+    ("accuracy", np.ones((4, 2)), np.ones(4), "shapes"),
+    ("accuracy", 3, 3, "a single value"),
+])
+def test_rows_that_cannot_be_scored_are_refused_in_one_line(metric, y, a, said):
+    with pytest.raises(ValueError, match=said):
+        paired_bootstrap(metric, y, a, a)
+
+
+def test_resamples_and_level_are_checked():
+    y = np.arange(10) % 2
+    for kwargs in ({"resamples": 0}, {"level": 0.0}, {"level": 1.5}):
+        with pytest.raises(ValueError, match="give at least 1 resample and a level"):
+            paired_bootstrap("accuracy", y, y, 1 - y, **kwargs)

@@ -138,7 +138,8 @@ def test_a_regressor_whose_r2_interval_holds_zero_is_no_better_than_the_mean():
     mean = np.zeros(200)
     task = type("T", (), {"comparison_metric": "rmse", "higher_is_better": {"rmse": False}})()
     for model, expect in ((faint, True), (y + rng.normal(scale=0.3, size=200), False)):
-        found = {"mean": {"test": with_rows({"rmse": 1.0}, y, mean), "time_s": 0.0}}
+        found = {"mean": {"test": with_rows({"rmse": float(np.sqrt(np.mean(y ** 2)))}, y, mean),
+                          "time_s": 0.0}}
         rmse = float(np.sqrt(np.mean((y - model) ** 2)))
         r2 = 1 - float(np.sum((y - model) ** 2) / np.sum((y - y.mean()) ** 2))
         metrics = {"test": {"rmse": rmse, "r2": r2}}
@@ -148,3 +149,24 @@ def test_a_regressor_whose_r2_interval_holds_zero_is_no_better_than_the_mean():
         if expect:
             assert finding["code"] == "no_better_than_mean"
             assert finding["figure"].startswith("test R² ")
+
+
+def test_rows_that_do_not_match_the_scores_fall_back_to_them_loudly(caplog):
+    """A task whose rows disagree with its reported scores, or a sampled baseline whose
+    positions are not rows of the split: the interval is left out and the log says why."""
+    import numpy as np
+
+    from entrena.recipes.verdicts import baseline_verdict
+    from entrena.tasks.significance import with_rows
+
+    y = np.array([0, 1] * 50)
+    found = {"majority": {"test": with_rows({"accuracy": 0.9}, y, y), "time_s": 0.0}}
+    verdict = baseline_verdict(found, {"test": {"accuracy": 1.0}}, None, (y, y))["comparison"]
+    assert verdict["difference_ci"] is None and verdict["outcome"] == "beats"
+    assert "do not reproduce the reported scores" in caplog.text
+    for index in (np.array([-1, 0]), np.array([0, 500]), np.array([0.0, 1.0])):
+        found = {"zero_shot": {"test": with_rows({"accuracy": 0.0}, np.ones(2), np.zeros(2),
+                                                 index=index), "time_s": 0.0}}
+        verdict = baseline_verdict(found, {"test": {"accuracy": 0.5}}, None, (y, y))
+        assert verdict["comparison"]["difference_ci"] is None
+    assert "are not positions of the 100 scored rows" in caplog.text

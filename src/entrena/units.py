@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import NamedTuple
 
@@ -78,6 +79,13 @@ class Budget(NamedTuple):
 _MONEY = re.compile(r"^\s*(?:\$\s*)?(\d+(?:\.\d+)?)\s*(usd|\$|dollars?)?\s*$", re.IGNORECASE)
 
 
+MAX_BUDGET_S = 365 * 86400.0
+"""The longest budget or deadline accepted: a year (a larger number is a typo, and an
+infinite one cannot be planned)."""
+MAX_BUDGET_USD = 1e9
+"""The largest money budget accepted."""
+
+
 def parse_budget(text: str | float | int, *, bare: str = "usd", what: str = "budget") -> Budget:
     """Parse a budget or deadline: ``"20usd"``, ``"$20"``, ``"30m"``, ``"2h"``, ``"1.5d"``.
 
@@ -104,6 +112,9 @@ def parse_budget(text: str | float | int, *, bare: str = "usd", what: str = "bud
     money = _MONEY.match(value)
     if money and (money.group(2) or value.startswith("$") or (bare_number and bare == "usd")):
         usd = float(money.group(1))
+        if not math.isfinite(usd) or usd > MAX_BUDGET_USD:
+            raise ValueError(f"invalid {what} {text!r}: more than any run costs; give at most "
+                             f"'${MAX_BUDGET_USD:,.0f}'")
         if usd <= 0:
             raise ValueError(f"invalid {what} {text!r}: must be more than 0 USD, such as "
                              f"'20usd' or '$2.50'")
@@ -117,6 +128,9 @@ def parse_budget(text: str | float | int, *, bare: str = "usd", what: str = "bud
         negative = value.startswith("-")  # "-3m": say why, not only the accepted forms
         raise ValueError(f"invalid {what} {text!r}: {'must be positive; ' if negative else ''}"
                          f"{forms}") from None
+    if not math.isfinite(seconds) or seconds > MAX_BUDGET_S:
+        raise ValueError(f"invalid {what} {text!r}: longer than any run; give at most "
+                         f"'{MAX_BUDGET_S // 86400:.0f}d' (or leave the budget out)")
     if seconds <= 0:
         raise ValueError(f"invalid {what} {text!r}: must be a positive duration, such as "
                          f"'30m' or '2h'")

@@ -326,11 +326,19 @@ def llm_memory(shape: LlmShape, *, mode: str = "inference", context: int = 4096,
 
 
 def adapted_layers(shape: LlmShape, mode: str, lora_layers: int | None) -> int:
-    """Decoder layers the backward pass runs through: all for ``full`` or ``lora_layers``
-    None, else the last ``lora_layers`` (at most all)."""
-    if mode == "full" or lora_layers is None:
+    """Decoder layers the backward pass runs through: all for ``full`` (or ``inference``) or
+    ``lora_layers`` None, else the last ``lora_layers``.
+
+    Raises:
+        ConfigError: ``lora_layers`` below 1 or above the model's decoder layers.
+    """
+    if mode not in ("lora", "qlora") or lora_layers is None:
         return shape.layers
-    return max(1, min(int(lora_layers), shape.layers))
+    if not 1 <= int(lora_layers) <= shape.layers:
+        raise ConfigError(f"model.lora.layers / --lora-layers: {lora_layers} layers, but "
+                          f"{shape.name} has {shape.layers} decoder layers; give 1 to "
+                          f"{shape.layers} (or leave it out for all)")
+    return int(lora_layers)
 
 
 def llm_step_flops(shape: LlmShape, *, mode: str, tokens: int, context: int,

@@ -54,19 +54,48 @@ def _split_rows(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def _paired(verdict: dict[str, Any], model_rows: Any, rows: dict[str, Any] | None) -> None:
     """Replace ``verdict``'s point outcome by the paired bootstrap's (in place) when the model's
     and the best baseline's rows are both at hand and the metric has a row-wise definition."""
+    verdict["difference_ci"] = None  # a point comparison unless the rows allow the paired one
     if model_rows is None or rows is None or verdict["metric"] not in METRICS:
-        verdict["difference_ci"] = None  # a point comparison: no rows to resample
         return
+    metric = verdict["metric"]
     y_true, model_pred = (np.asarray(a) for a in model_rows)
     index = rows.get("index")
+    why = None
     if index is not None:  # a sampled baseline: the model on the same rows
-        y_true, model_pred = y_true[index], model_pred[index]
-    if len(y_true) != len(rows["y_pred"]) or len(y_true) < 2:
-        verdict["difference_ci"] = None
+        index = np.asarray(index)
+        if index.dtype.kind not in "iu" or not len(index) or index.min() < 0 \
+                or index.max() >= len(y_true):
+            why = f"its rows' positions are not positions of the {len(y_true):,} scored rows"
+        else:
+            y_true, model_pred = y_true[index], model_pred[index]
+    elif len(y_true) == len(model_pred) and len(y_true) >= 2:
+        try:  # the rows must reproduce the scores the verdict reports
+            same = (abs(METRICS[metric](y_true, model_pred) - verdict["model"]) <= 1e-6
+                    * max(1.0, abs(verdict["model"]))
+                    and abs(METRICS[metric](np.asarray(rows["y_true"]), rows["y_pred"])
+                            - verdict["best_score"]) <= 1e-6 * max(1.0, abs(verdict["best_score"])))
+        except (ValueError, TypeError):
+            same = False
+        if not same:
+            why = "the rows do not reproduce the reported scores"
+    if why is None and not len(y_true) == len(model_pred) == len(rows["y_pred"]):
+        why = (f"{len(y_true):,} truths, {len(model_pred):,} model and "
+               f"{len(rows['y_pred']):,} baseline predictions")
+    if why is None and len(y_true) < 2:
+        why = f"{len(y_true)} row(s)"
+    if why is not None:
+        log.warning("baseline comparison without an interval (the scores compared as they "
+                    "are): %s", why)
         return
-    if verdict["metric"] == "rmse":  # a regressor: is it any better than the mean?
-        verdict["model_r2_ci"] = bootstrap_interval("r2", y_true, model_pred)
-    paired = paired_bootstrap(verdict["metric"], y_true, model_pred, rows["y_pred"])
+    try:
+        if metric == "rmse":  # a regressor: is it any better than the mean?
+            verdict["model_r2_ci"] = bootstrap_interval("r2", y_true, model_pred)
+        paired = paired_bootstrap(metric, y_true, model_pred, rows["y_pred"])
+    except ValueError as exc:
+        log.warning("baseline comparison without an interval (the scores compared as they "
+                    "are): %s", exc)
+        verdict.pop("model_r2_ci", None)
+        return
     point = verdict["outcome"]
     outcome = interval_outcome(*paired["difference_ci"], verdict["higher_is_better"])
     verdict.update(paired, outcome=outcome, model_beats_baseline=outcome == "beats",

@@ -100,21 +100,49 @@ def with_rows(scores: dict[str, Any], y_true: Any, y_pred: Any,
                              "index": None if index is None else np.asarray(index)}}
 
 
-def _checked(metric: str, *arrays: Any) -> tuple[Callable[..., float], list[np.ndarray]]:
-    """The metric's function and the arrays, refused when the metric is unknown, the arrays'
-    lengths differ, there are fewer than 2 rows, or a value is not finite."""
+_VALUES = ("rmse", "mae", "r2")
+"""Metrics of numbers (the arrays are read as floats)."""
+
+
+def _checked(metric: str, *arrays: Any, resamples: int = RESAMPLES,
+             level: float = LEVEL) -> tuple[Callable[..., float], list[np.ndarray]]:
+    """The metric's function and the arrays, refused (ValueError, one line) when the metric
+    is unknown, the arrays' shapes differ, there are fewer than 2 rows, a value is missing or
+    not finite, the metric does not fit the arrays' shape (micro-F1 needs multi-hot rows
+    (N, K); macro-F1 class indices (N,)), or ``resamples``/``level`` are out of range."""
     if metric not in METRICS:
         raise ValueError(f"bootstrap: no row-wise definition of {metric!r}; one of "
                          f"{', '.join(sorted(METRICS))}")
-    found = [np.asarray(a) for a in arrays]
-    if len({len(a) for a in found}) != 1:
-        raise ValueError(f"bootstrap: {' vs '.join(str(len(a)) for a in found)} rows; the "
+    if int(resamples) < 1 or not 0.0 < float(level) < 1.0:
+        raise ValueError(f"bootstrap: {resamples} resamples at level {level}; give at least "
+                         "1 resample and a level between 0 and 1 (0.95)")
+    found = []
+    for a in arrays:
+        values = np.asarray(a)
+        if values.ndim == 0:
+            raise ValueError("bootstrap: a single value where rows were expected")
+        if values.dtype.kind == "O" or metric in _VALUES:
+            try:
+                values = values.astype(np.float64) if metric in _VALUES else values
+            except (TypeError, ValueError):
+                raise ValueError(f"bootstrap: {metric} needs numbers; a truth or prediction "
+                                 "is not one") from None
+            if values.dtype.kind == "O" and any(v is None for v in values.ravel()):
+                raise ValueError("bootstrap: a truth or prediction is missing (None)")
+        if values.dtype.kind in "fc" and not np.isfinite(values).all():
+            raise ValueError("bootstrap: a truth or prediction is not a finite number")
+        found.append(values)
+    if len({a.shape for a in found}) != 1:
+        raise ValueError(f"bootstrap: shapes {' vs '.join(str(a.shape) for a in found)}; the "
                          "truths and every prediction must cover the same rows")
     if len(found[0]) < 2:
         raise ValueError(f"bootstrap: {len(found[0])} row(s); at least 2 are needed")
-    for a in found:
-        if a.dtype.kind in "fc" and not np.isfinite(a).all():
-            raise ValueError("bootstrap: a truth or prediction is not a finite number")
+    if metric == "micro_f1" and found[0].ndim != 2:
+        raise ValueError("bootstrap: micro_f1 is for multi-hot rows (N, K); single-label "
+                         "rows are compared on accuracy or macro_f1")
+    if metric == "macro_f1" and found[0].ndim != 1:
+        raise ValueError("bootstrap: macro_f1 here is for class indices (N,); multi-hot rows "
+                         "are compared on micro_f1")
     return METRICS[metric], found
 
 
@@ -139,7 +167,8 @@ def paired_bootstrap(metric: str, y_true: Any, model_pred: Any, baseline_pred: A
     Raises:
         ValueError: An unknown metric, fewer than 2 rows, or arrays of different lengths.
     """
-    score, (y, a, b) = _checked(metric, y_true, model_pred, baseline_pred)
+    score, (y, a, b) = _checked(metric, y_true, model_pred, baseline_pred,
+                                resamples=resamples, level=level)
     rng = np.random.default_rng(seed)
     differences = np.empty(resamples)
     for r in range(resamples):
@@ -159,7 +188,7 @@ def bootstrap_interval(metric: str, y_true: Any, y_pred: Any, *, resamples: int 
     Raises:
         ValueError: As :func:`paired_bootstrap`.
     """
-    score, (y, p) = _checked(metric, y_true, y_pred)
+    score, (y, p) = _checked(metric, y_true, y_pred, resamples=resamples, level=level)
     rng = np.random.default_rng(seed)
     values = np.empty(resamples)
     for r in range(resamples):
@@ -173,6 +202,8 @@ def bootstrap_interval(metric: str, y_true: Any, y_pred: Any, *, resamples: int 
 def interval_outcome(low: float, high: float, higher_is_better: bool) -> str:
     """``beats`` when the whole interval of model − baseline favours the model, ``loses`` when
     it all favours the baseline, else ``ties`` (the gap is within the noise)."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        raise ValueError(f"interval_outcome: interval {low}..{high} is not finite")
     if low > 0 and high > 0:
         return "beats" if higher_is_better else "loses"
     if low < 0 and high < 0:

@@ -75,7 +75,7 @@ class LoraSettings(StrictModel):
     target_modules: Literal["all-linear"] | list[str] = "all-linear"
     """Which linear layers get adapters: `all-linear` (every linear layer but the output
     head, PEFT's shorthand) or module names (`[q_proj, v_proj]`)."""
-    layers: Annotated[int, Field(ge=1)] | None = None
+    layers: Annotated[int, Field(ge=1, strict=True)] | None = None
     """Adapt only the last N decoder layers (PEFT's `layers_to_transform`); null: all. The
     backward pass stops below the lowest adapted layer, so a step costs about
     (1 + 2·N/L)/3 of one that adapts all L layers: SmolLM2-135M (L = 30) with N = 15, 0.66×

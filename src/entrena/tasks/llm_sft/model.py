@@ -443,7 +443,16 @@ def build_sft_model(*, pretrained: str | None, architecture: dict[str, Any] | No
 
             lm = prepare_model_for_kbit_training(
                 lm, use_gradient_checkpointing=gradient_checkpointing)
-        lm = get_peft_model(lm, lora_config(lora, lm))
+        config = lora_config(lora, lm)
+        names = sorted({name.rsplit(".", 1)[-1] for name, module in lm.named_modules()
+                        if isinstance(module, nn.Linear) and ".layers." in name})
+        targets = lora["target_modules"]
+        missing = [] if targets == "all-linear" else [t for t in targets if t not in names]
+        if targets != "all-linear" and (not targets or missing):
+            raise ConfigError(f"model.lora.target_modules: {missing or targets!r} "
+                              f"{'name no layer' if missing else 'is empty'} of the model; "
+                              f"use all-linear or names among {', '.join(names)}")
+        lm = get_peft_model(lm, config)
     model = SftModel(lm, eos_token_id=tokenizer.eos_token_id, pad_token_id=_pad_id(tokenizer),
                      max_new_tokens=max_new_tokens, adapters_only=finetuning != "full",
                      share_prefix=shared_prefix)
