@@ -342,3 +342,24 @@ def test_tate_300_rows_one_epoch_reports_validation_r2(tate_data, tmp_path):
     assert result.returncode == 0, result.stderr
     metrics = json.loads((tmp_path / "run/metrics.json").read_text())
     assert np.isfinite(metrics["validation"]["r2"]) and "tfidf_ridge" in metrics["baseline"]
+
+
+def test_a_two_valued_target_is_named_as_probably_a_class():
+    """Issue 42: a 0/1 target trains as a regression, but the data report says it is
+    probably a class and names the task to use; a real number target gets no such line."""
+    train = raw_split(["0", "1", "1", "0", "1", "0", "0", "1", "1", "0"],
+                      texts=list("abcdefghij"))
+    splits = check_and_split_targets(
+        {"train": train}, {"train": "train.csv", "validation": None, "test": None},
+        label_column="churned", validation_fraction=0.2, max_train_samples=None,
+        max_eval_samples=None, seed=0, group_column=None, policy=CheckPolicy())
+    check = {c["check"]: c for c in splits.report["checks"]}["target_classes"]
+    assert check["status"] == "warning" and check["found"] == 2
+    assert "'churned' takes only 2 values (0, 1)" in check["message"]
+    assert "task: tabular-classification" in check["message"]
+    many = raw_split([str(v) for v in range(10)], texts=list("abcdefghij"))
+    splits = check_and_split_targets(
+        {"train": many}, {"train": "train.csv", "validation": None, "test": None},
+        label_column="y", validation_fraction=0.2, max_train_samples=None,
+        max_eval_samples=None, seed=0, group_column=None, policy=CheckPolicy())
+    assert {c["check"]: c for c in splits.report["checks"]}["target_classes"]["status"] == "ok"

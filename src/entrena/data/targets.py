@@ -16,7 +16,8 @@ rows (texts, table rows as keys) are checked the same way, the target as a numbe
    training target (up to :data:`MAX_BINS`), seeded, grouped so that copies of one key (or
    rows of one ``data.group_column`` value) stay on one side;
 6. validation and test targets outside the training range are counted and warned about
-   (``target_range``);
+   (``target_range``), and a training target with 2 distinct values or fewer is named as
+   probably a class (``target_classes``);
 7. seeded subsamples (``max_train_samples``, ``max_eval_samples``), stratified on the bins.
 
 Split ``labels`` hold the targets as float64 (N,) in the file's units; ``LabelledSplits.labels``
@@ -216,6 +217,7 @@ def check_and_split_targets(raw: dict[str, RawSplit], specs: dict[str, str | Non
         return distinct[r.labels[r.index]]
 
     checks_out.append(_range_check(rows, targets_of, terms))
+    checks_out.append(_class_check(targets_of(rows["train"]), label_column))
     edges = _edges(targets_of(t), MAX_BINS)
     limits = {"train": max_train_samples, "validation": max_eval_samples,
               "test": max_eval_samples}
@@ -273,6 +275,24 @@ def _range_check(rows: dict[str, ck.RowSet], targets_of: Any, terms: ck.Terms
         "target_range", total, "warn",
         f"{total} validation/test target(s) lie outside the training range "
         f"[{low:g}, {high:g}], where a model extrapolates: {'; '.join(parts)}")
+
+
+CLASS_LIKE_VALUES = 2
+"""A numeric target with at most this many distinct training values is probably a class."""
+
+
+def _class_check(train: np.ndarray, label_column: str) -> dict[str, Any]:
+    """A training target with :data:`CLASS_LIKE_VALUES` distinct values or fewer (0/1, 1/2):
+    a class written as a number, better trained as classification."""
+    distinct = np.unique(train)
+    few = len(distinct) <= CLASS_LIKE_VALUES
+    shown = ", ".join(f"{v:g}" for v in distinct[:CLASS_LIKE_VALUES])
+    return hy.check_record(
+        "target_classes", len(distinct) if few else 0, "warn",
+        f"the training target {label_column!r} takes only {len(distinct)} values ({shown}): "
+        "it is probably a class; train it as one (task: tabular-classification or "
+        "text-classification, data.label_column unchanged) for class probabilities and "
+        "accuracy instead of a regression's RMSE", failing=few)
 
 
 def _report(rows: dict[str, ck.RowSet], targets_of: Any, specs: dict[str, str | None],
