@@ -352,7 +352,8 @@ def test_a_two_valued_target_is_named_as_probably_a_class():
     splits = check_and_split_targets(
         {"train": train}, {"train": "train.csv", "validation": None, "test": None},
         label_column="churned", validation_fraction=0.2, max_train_samples=None,
-        max_eval_samples=None, seed=0, group_column=None, policy=CheckPolicy())
+        max_eval_samples=None, seed=0, group_column=None, policy=CheckPolicy(),
+        classification_task="tabular-classification")
     check = {c["check"]: c for c in splits.report["checks"]}["target_classes"]
     assert check["status"] == "warning" and check["found"] == 2
     assert "'churned' takes only 2 values (0, 1)" in check["message"]
@@ -363,3 +364,32 @@ def test_a_two_valued_target_is_named_as_probably_a_class():
         label_column="y", validation_fraction=0.2, max_train_samples=None,
         max_eval_samples=None, seed=0, group_column=None, policy=CheckPolicy())
     assert {c["check"]: c for c in splits.report["checks"]}["target_classes"]["status"] == "ok"
+
+
+def test_a_heavy_tailed_positive_target_is_told_to_use_the_log_transform():
+    """Issue 42: a real table's column (median ~9,500, a few values 20x that) as the target;
+    the data report names data.target_transform: log, and a symmetric target gets no hint."""
+    from entrena.data.targets import skew_hint
+
+    rng = np.random.default_rng(0)
+    heavy = np.exp(rng.normal(9.2, 1.0, 400))  # log-normal: skewness well above 2
+    hint = skew_hint(heavy, "income")
+    assert hint is not None and "data.target_transform: log" in hint
+    assert hint.startswith("the training target 'income' is heavy-tailed (skewness ")
+    assert skew_hint(rng.normal(50, 5, 400), "y") is None  # symmetric
+    assert skew_hint(heavy - heavy.max(), "y") is None  # not positive: log does not apply
+    tail = np.r_[rng.normal(9484, 800, 57), [120_000, 180_000, 215_245]]  # 3 huge values
+    train = raw_split([f"{v:.2f}" for v in tail], texts=[f"t{i}" for i in range(60)])
+    report = {c["check"]: c for c in check_and_split_targets(
+        {"train": train}, {"train": "train.csv", "validation": None, "test": None},
+        label_column="income", validation_fraction=0.2, max_train_samples=None,
+        max_eval_samples=None, seed=0, group_column=None,
+        policy=CheckPolicy()).report["checks"]}
+    assert report["target_skew"]["status"] == "warning"
+    assert "max 215,245" in report["target_skew"]["message"]
+    logged = {c["check"]: c for c in check_and_split_targets(
+        {"train": train}, {"train": "train.csv", "validation": None, "test": None},
+        label_column="income", validation_fraction=0.2, max_train_samples=None,
+        max_eval_samples=None, seed=0, group_column=None, policy=CheckPolicy(),
+        target_transform="log").report["checks"]}
+    assert logged["target_skew"]["status"] == "ok"

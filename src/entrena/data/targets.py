@@ -17,7 +17,9 @@ rows (texts, table rows as keys) are checked the same way, the target as a numbe
    rows of one ``data.group_column`` value) stay on one side;
 6. validation and test targets outside the training range are counted and warned about
    (``target_range``), and a training target with 2 distinct values or fewer is named as
-   probably a class (``target_classes``);
+   probably a class (``target_classes``), and a positive target skewed past
+   :data:`SKEW_LIMIT` without ``data.target_transform`` gets the transform's name
+   (``target_skew``);
 7. seeded subsamples (``max_train_samples``, ``max_eval_samples``), stratified on the bins.
 
 Split ``labels`` hold the targets as float64 (N,) in the file's units; ``LabelledSplits.labels``
@@ -115,7 +117,8 @@ def check_and_split_targets(raw: dict[str, RawSplit], specs: dict[str, str | Non
                             target_transform: str = "none", normalise: bool = True,
                             empty_what: str = "an empty text",
                             check_keys: str = "data.text_column and data.label_column",
-                            terms: ck.Terms = ck.TEXT) -> LabelledSplits:
+                            terms: ck.Terms = ck.TEXT,
+                            classification_task: str = "") -> LabelledSplits:
     """The checks of the module docstring on splits already read.
 
     Args:
@@ -126,6 +129,8 @@ def check_and_split_targets(raw: dict[str, RawSplit], specs: dict[str, str | Non
         normalise: Compare normalised keys for near-duplicates and leakage (text).
         empty_what, check_keys, terms: Words of the messages, as in
             :func:`~entrena.data.tables.check_and_split`.
+        classification_task: The task to suggest for a two-valued target (the caller's
+            twin classification task; empty: "a classification task").
 
     Returns:
         The splits (targets in ``labels``, float64) and their report (``target`` per split).
@@ -217,7 +222,9 @@ def check_and_split_targets(raw: dict[str, RawSplit], specs: dict[str, str | Non
         return distinct[r.labels[r.index]]
 
     checks_out.append(_range_check(rows, targets_of, terms))
-    checks_out.append(_class_check(targets_of(rows["train"]), label_column))
+    checks_out.append(_class_check(targets_of(rows["train"]), label_column,
+                                   classification_task))
+    checks_out.append(_skew_check(targets_of(rows["train"]), label_column, target_transform))
     edges = _edges(targets_of(t), MAX_BINS)
     limits = {"train": max_train_samples, "validation": max_eval_samples,
               "test": max_eval_samples}
@@ -277,22 +284,58 @@ def _range_check(rows: dict[str, ck.RowSet], targets_of: Any, terms: ck.Terms
         f"[{low:g}, {high:g}], where a model extrapolates: {'; '.join(parts)}")
 
 
+SKEW_LIMIT = 2.0
+"""A positive target whose sample skewness (Fisher-Pearson, ``E[(x-μ)³]/σ³``) exceeds this is
+heavy-tailed: a few large values dominate the squared error (a normal target has 0, an
+exponential one 2)."""
+
+
+def skew_hint(values: np.ndarray, label_column: str) -> str | None:
+    """``"the training target 'price' is heavy-tailed (skewness 5.3; median 9,484, max
+    215,245): set data.target_transform: log …"``, or None when the target is not positive or
+    not skewed past :data:`SKEW_LIMIT`."""
+    v = np.asarray(values, dtype=np.float64)
+    if len(v) < 3 or v.min() <= 0 or v.std() == 0:
+        return None
+    skew = float(np.mean((v - v.mean()) ** 3) / v.std() ** 3)
+    if skew <= SKEW_LIMIT:
+        return None
+    def shown(x: float) -> str:
+        return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+
+    return (f"the training target {label_column!r} is heavy-tailed (skewness {skew:.1f}; "
+            f"median {shown(float(np.median(v)))}, max {shown(float(v.max()))}): set "
+            "data.target_transform: "
+            "log, which trains on log(1 + target) and answers in the target's units")
+
+
+def _skew_check(train: np.ndarray, label_column: str, transform: str) -> dict[str, Any]:
+    """``target_skew`` (warn): a positive, heavy-tailed target trained without a transform."""
+    hint = skew_hint(train, label_column) if transform == "none" else None
+    return hy.check_record("target_skew", 1 if hint else 0, "warn",
+                           hint or "the training target is not heavy-tailed, or is "
+                           "transformed", failing=hint is not None)
+
+
 CLASS_LIKE_VALUES = 2
 """A numeric target with at most this many distinct training values is probably a class."""
 
 
-def _class_check(train: np.ndarray, label_column: str) -> dict[str, Any]:
+def _class_check(train: np.ndarray, label_column: str,
+                 classification_task: str) -> dict[str, Any]:
     """A training target with :data:`CLASS_LIKE_VALUES` distinct values or fewer (0/1, 1/2):
-    a class written as a number, better trained as classification."""
+    a class written as a number, better trained as classification (``classification_task``,
+    the task of the same inputs, named by the caller: this layer names no task)."""
     distinct = np.unique(train)
     few = len(distinct) <= CLASS_LIKE_VALUES
     shown = ", ".join(f"{v:g}" for v in distinct[:CLASS_LIKE_VALUES])
     return hy.check_record(
         "target_classes", len(distinct) if few else 0, "warn",
         f"the training target {label_column!r} takes only {len(distinct)} values ({shown}): "
-        "it is probably a class; train it as one (task: tabular-classification or "
-        "text-classification, data.label_column unchanged) for class probabilities and "
-        "accuracy instead of a regression's RMSE", failing=few)
+        "it is probably a class; train it as one ("
+        + (f"task: {classification_task}" if classification_task else "a classification task")
+        + ", data.label_column unchanged) for class probabilities and accuracy instead of a "
+        "regression's RMSE", failing=few)
 
 
 def _report(rows: dict[str, ck.RowSet], targets_of: Any, specs: dict[str, str | None],

@@ -606,11 +606,17 @@ def _nonfinite_error(state: TrainState, paths: RunPaths, splits: LabelledSplits,
     shown = ", ".join(map(str, rows[:10])) + (" …" if len(rows) > 10 else "")
     skip = ("" if tcfg.on_nonfinite == "skip_batch"
             else "; or set train.on_nonfinite: skip_batch")
+    heavy = None  # a regression's heavy-tailed target: the transform is the fix that works
+    if getattr(loaded.config.data, "target_transform", None) == "none":
+        from entrena.data.targets import skew_hint
+
+        heavy = skew_hint(splits.train.labels, str(loaded.config.data.label_column))
     return NonFiniteError(
         f"{what} at step {bad.get('step')} (epoch "
         f"{int(bad.get('epoch', 0)) + 1}), caught before the weights changed{gave_up}; {saved}; "
         f"the batch's examples (rows {shown} of {loaded.config.data.train}) are listed in "
-        f"{paths.nonfinite}. Usual fixes: lower train.learning_rate (now "
+        f"{paths.nonfinite}. {'First: ' + heavy + '. Other' if heavy else 'Usual'} fixes: "
+        f"lower train.learning_rate (now "
         f"{tcfg.learning_rate:g}); keep train.gradient_clip_norm on (now "
         f"{tcfg.gradient_clip_norm}); train in 32-true or bf16-mixed rather than 16-mixed "
         f"(train.precision); look at those rows for empty or extreme inputs{skip}. Then "

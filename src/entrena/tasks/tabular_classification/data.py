@@ -142,6 +142,7 @@ def prepare_table(loaded: LoadedConfig, *, numeric_target: bool = False) -> Prep
                   check_keys="data.label_column and data.drop_columns")
     if numeric_target:
         splits = check_and_split_targets(raw, specs, target_transform=data.target_transform,
+                                         classification_task="tabular-classification",
                                          **common)
     else:
         splits = check_and_split(raw, specs, on_unseen_labels=data.on_unseen_labels,
