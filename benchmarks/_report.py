@@ -88,6 +88,13 @@ def run_all(prefix: str, jobs: list[tuple], run: Any) -> tuple[list[dict], list[
     return results, load
 
 
+def read_rows(path: Path) -> list[dict]:
+    """The runs of a results file (one JSON object a line), for ``--from FILE``."""
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
 def forget_fit_peaks() -> None:
     """Drop the fit peaks ``entrena train`` keeps beside its cached step memory
     (``<cache>/profiles/memory-*.json``), so that the next plan is a first fit's: a plan

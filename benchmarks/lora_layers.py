@@ -31,17 +31,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import ROOT, publish_runs, today  # noqa: E402
+from _report import ROOT, publish_runs, read_rows, run_all, today  # noqa: E402
 from budget import cpu_kind  # noqa: E402
 
 CONFIG = ROOT / "examples" / "reviews-chat" / "config.yaml"
@@ -131,25 +129,18 @@ def main() -> None:
     args = parser.parse_args()
     command = "python benchmarks/lora_layers.py " + " ".join(sys.argv[1:])
     if args.from_file:
-        rows = [json.loads(line) for line in args.from_file.read_text().splitlines() if line]
-        publish(rows, [], command, args.write)
+        publish(read_rows(args.from_file), [], command, args.write)
         return
     out = ROOT / "benchmarks" / "results" / f"lora-layers-{cpu_kind()}-{today()}.jsonl"
-    load = [os.getloadavg()[0]]
-    rows = []
     if args.runs:
-        rows = [read_run(d) for d in args.runs]
+        rows, load = [read_run(d) for d in args.runs], []
     else:
-        with tempfile.TemporaryDirectory(prefix="lora-layers-") as tmp:
-            for seed in args.seeds:
-                for layers in args.layers:
-                    rows.append(one_run(layers, seed, Path(tmp)))
-                    load.append(os.getloadavg()[0])
-                    print(json.dumps(rows[-1]), flush=True)
+        rows, load = run_all("lora-layers-", [(layers, seed) for seed in args.seeds
+                                              for layers in args.layers], one_run)
     with out.open("a") as handle:
         for row in rows:
             handle.write(json.dumps(row) + "\n")
-    publish(rows, load if not args.runs else [], command, args.write,
+    publish(rows, load, command, args.write,
             *(["finished run directories trained one after another on the quiet machine "
                "(read back with --runs)"] if args.runs else []))
 

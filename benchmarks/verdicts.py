@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import ROOT, publish_runs, today  # noqa: E402
+from _report import ROOT, publish_runs, read_rows, run_all, today  # noqa: E402
 from budget import cpu_kind  # noqa: E402
 
 ENTRENA = Path(sys.executable).with_name("entrena")
@@ -112,18 +110,12 @@ def main() -> None:
     args = parser.parse_args()
     command = "python benchmarks/verdicts.py " + " ".join(sys.argv[1:])
     if args.from_file:
-        rows = [json.loads(line) for line in args.from_file.read_text().splitlines() if line]
-        publish(rows, [], command, args.write)
+        publish(read_rows(args.from_file), [], command, args.write)
         return
     out = ROOT / "benchmarks" / "results" / f"verdicts-{cpu_kind()}-{today()}.jsonl"
-    load, rows = [os.getloadavg()[0]], []
-    with tempfile.TemporaryDirectory(prefix="verdicts-") as tmp:
-        for name in args.examples:
-            rows.append(one_run(name, args.sets, Path(tmp)))
-            load.append(os.getloadavg()[0])
-            print(json.dumps(rows[-1]), flush=True)
-            with out.open("a") as handle:
-                handle.write(json.dumps(rows[-1]) + "\n")
+    rows, load = run_all("verdicts-", [(name, args.sets) for name in args.examples], one_run)
+    with out.open("a") as handle:
+        handle.writelines(json.dumps(row) + "\n" for row in rows)
     publish(rows, load, command, args.write)
 
 

@@ -112,6 +112,13 @@ def build_language_model(*, pretrained: str | None, architecture: dict[str, Any]
     return model
 
 
+def projection_names(lm: Any) -> list[str]:
+    """The names of the decoder layers' linear projections (``q_proj`` … ``down_proj``): what
+    ``all-linear`` stands for, without the output head."""
+    return sorted({name.rsplit(".", 1)[-1] for name, module in lm.named_modules()
+                   if isinstance(module, nn.Linear) and ".layers." in name})
+
+
 def lora_config(settings: dict[str, Any], lm: Any = None) -> Any:
     """PEFT's ``LoraConfig`` of ``model.lora`` (causal LM, no bias adapters).
 
@@ -132,8 +139,7 @@ def lora_config(settings: dict[str, Any], lm: Any = None) -> Any:
                               f"decoder layers; set model.lora.layers to at most {depth} "
                               f"(or null for all)")
         if targets == "all-linear":
-            targets = sorted({name.rsplit(".", 1)[-1] for name, module in lm.named_modules()
-                              if isinstance(module, nn.Linear) and ".layers." in name})
+            targets = projection_names(lm)
         subset = {"layers_to_transform": list(range(depth - top, depth)),
                   "layers_pattern": "layers"}
     return LoraConfig(r=int(settings["r"]), lora_alpha=float(settings["alpha"]),
@@ -444,8 +450,7 @@ def build_sft_model(*, pretrained: str | None, architecture: dict[str, Any] | No
             lm = prepare_model_for_kbit_training(
                 lm, use_gradient_checkpointing=gradient_checkpointing)
         config = lora_config(lora, lm)
-        names = sorted({name.rsplit(".", 1)[-1] for name, module in lm.named_modules()
-                        if isinstance(module, nn.Linear) and ".layers." in name})
+        names = projection_names(lm)
         targets = lora["target_modules"]
         missing = [] if targets == "all-linear" else [t for t in targets if t not in names]
         if targets != "all-linear" and (not targets or missing):
