@@ -213,3 +213,22 @@ def test_a_skipped_diverged_step_is_one_readable_warning(data_dir, tmp_path, cap
     pattern = (r"skipped step 2 \(epoch 1\): loss \d\.\d+e\+1\d above \d\.\d+ \(diverged\); "
                r"example indices \[\d+(, \d+){7}\]")
     assert all(re.fullmatch(pattern, m) for m in skipped), skipped
+
+
+def test_a_regression_step_is_judged_against_predicting_the_mean_on_its_rows():
+    """Issue 42: the guard's floor is the batch's own 'predict the training mean' loss (the
+    standardised targets' mean square), so one large, legitimate target is not divergence;
+    class labels and tags give no floor."""
+    import numpy as np
+
+    from entrena.data.batching import reference_loss
+
+    assert divergence_threshold([0.5], [0.6], 10.0, floor=14.0) == pytest.approx(140.0)
+    assert divergence_threshold([0.5], [0.6], 10.0, floor=0.1) == pytest.approx(6.0)
+    assert divergence_threshold([0.5], [0.6], 10.0, floor=float("nan")) == pytest.approx(6.0)
+    assert divergence_threshold([0.5], [0.6], None, floor=14.0) is None
+    z = np.array([0.5, -1.0, 12.0, 0.0], dtype=np.float32)
+    assert reference_loss(z, [0, 1, 2]) == pytest.approx((0.25 + 1.0 + 144.0) / 3)
+    assert reference_loss(z, []) is None
+    assert reference_loss(np.array([0, 1, 2]), [0, 1]) is None  # class indices
+    assert reference_loss(np.zeros((3, 2), dtype=np.float32), [0, 1]) is None  # tags

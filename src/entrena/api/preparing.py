@@ -191,7 +191,8 @@ def report_table(report: dict[str, Any]) -> Any:
     lines.append(Text("; ".join(n for n in notes if n)))
     for check in report.get("checks", []):
         if check["status"] != "ok":
-            style = {"failed": "bold red", "warning": "yellow", "dropped": "cyan"}[check["status"]]
+            style = {"failed": "bold red", "warning": "yellow", "dropped": "cyan",
+                     "clipped": "cyan", "read": "cyan"}[check["status"]]
             lines.append(Text.assemble((f"{check['status']:>8}", style),
                                        f"  {check['check']}: {check['message']}"))
     return Group(*lines)

@@ -335,8 +335,10 @@ class TrainConfig(StrictModel):
     loss was sane) and the batch's example ids and exits 1; `skip_batch` drops that batch's
     gradients, logs it and goes on, until `max_skipped_fraction` is passed."""
     divergence_factor: Annotated[float, Field(gt=1.0)] | None = 10.0
-    """A step whose loss is above this many times the larger of its running median (last 20
-    steps) and the median of the fit's first 20 steps counts as diverged and is handled as
+    """A step whose loss is above this many times the largest of its running median (last 20
+    steps), the median of the fit's first 20 steps and, for a regression, the loss of
+    predicting the training mean on that step's rows (so one batch holding a large,
+    legitimate target is not diverged) counts as diverged and is handled as
     `on_nonfinite` says. Keeps one copy of the weights and optimizer state from before the
     latest step (memory), so that a stop goes back to the last sane state; `null` turns both
     off."""

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["group_by_length", "sequential_batches", "random_batches", "epoch_batches",
-           "pad_batch", "padded_width", "pack_rows", "padding_fraction", "packed_padding_fraction"]
+           "reference_loss", "pad_batch", "padded_width", "pack_rows", "padding_fraction",
+           "packed_padding_fraction"]
 
 
 def group_by_length(lengths: Sequence[int], batch_size: int, seed: int,
@@ -178,3 +179,20 @@ def packed_padding_fraction(lengths: Sequence[int],
             real += int(sizes.sum())
             slots += int(sizes.max()) * len(pack_rows(sizes))
     return 1.0 - real / slots if slots else 0.0
+
+
+def reference_loss(labels: np.ndarray, indices: Sequence[int]) -> float | None:
+    """The squared error of predicting the training mean on ``indices``, for a regression
+    target, else ``None``.
+
+    A regression task's ``labels`` (N,) float32 are its standardised targets
+    (:mod:`entrena.tasks.regression`), so predicting the training mean is predicting 0 and
+    loses their mean square under the task's mean squared error. The loop's divergence guard
+    (:func:`~entrena.engine.guard.divergence_threshold`) takes it as a floor, so a batch with
+    a large, legitimate target is not called diverged. Class indices (int64) and multi-hot
+    tags (N, K) give ``None``.
+    """
+    if labels.ndim != 1 or labels.dtype.kind != "f" or not len(indices):
+        return None
+    chosen = labels[np.asarray(indices, dtype=np.int64)].astype(np.float64)
+    return float(np.mean(chosen * chosen))

@@ -142,17 +142,18 @@ def check_record(name: str, found: int | float, action: str, what: str, *,
     Args:
         name: The check (``data.checks.<name>``).
         found: What it counted (rows, or a ratio for ``imbalance``/``truncation``).
-        action: ``drop``, ``warn`` or ``error``.
+        action: ``drop``, ``warn``, ``clip`` (values pulled to bounds), ``read`` (values read
+            in a way worth telling: numbers with thousands separators) or ``error``.
         what: A sentence on what was found, for people.
         failing: Whether the finding counts against the check; default ``found > 0``.
 
     Returns:
         ``{"check", "found", "action", "status", "message"}``; ``status`` is ``ok``,
-        ``dropped``, ``warning`` or ``failed``.
+        ``dropped``, ``warning``, ``clipped``, ``read`` or ``failed``.
     """
     hit = bool(found) if failing is None else failing
-    status = ("ok" if not hit else {"drop": "dropped", "warn": "warning",
-                                    "error": "failed"}[action])
+    status = ("ok" if not hit else {"drop": "dropped", "warn": "warning", "clip": "clipped",
+                                    "read": "read", "error": "failed"}[action])
     if not hit and failing is None:
         what = "none found"
     return {"check": name, "found": found, "action": action, "status": status,

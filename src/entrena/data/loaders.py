@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from entrena.data.batching import epoch_batches, pad_batch
+from entrena.data.batching import epoch_batches, pad_batch, reference_loss
 from entrena.data.encoding import EncodedTexts
 
 __all__ = ["TextBatches"]
@@ -60,6 +60,11 @@ class TextBatches:
                                  shuffle=self.shuffle, group=self.group, seed=self.seed)
             self._plans = {key: plan}  # keep one epoch's plan; others are rebuilt on demand
         return self._plans[key]
+
+    def reference_loss(self, indices: Sequence[int]) -> float | None:
+        """The divergence guard's floor for these examples
+        (:func:`~entrena.data.batching.reference_loss`)."""
+        return reference_loss(self.labels, indices)
 
     def collate(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
         """``input_ids`` (B, T) int64, ``attention_mask`` (B, T) int64, ``labels`` (B,) int64

@@ -320,6 +320,7 @@ def load_splits(*, train: str, validation: str | None, test: str | None,
                 label_cleanup: LabelCleanup | None = None,
                 multi_label_separator: str | None = None,
                 target_transform: str | None = None,
+                target_outliers: str = "keep",
                 regression_task: str = "",
                 classification_task: str = "") -> LabelledSplits:
     """Read the configured data into checked, labelled splits.
@@ -336,6 +337,8 @@ def load_splits(*, train: str, validation: str | None, test: str | None,
         target_transform: Not ``None``: the label is a number to predict, checked by
             :func:`entrena.data.targets.check_and_split_targets` with this transform
             (``none`` or ``log``); the splits' ``labels`` are float64 targets.
+        target_outliers: ``data.target_outliers`` of a number to predict (``keep``,
+            ``drop``, ``clip``).
         regression_task: Named when the label column looks like numbers to predict.
         classification_task: Named when a numeric target has two values (a class).
 
@@ -368,7 +371,7 @@ def load_splits(*, train: str, validation: str | None, test: str | None,
             raw, specs, label_column=label_column, validation_fraction=validation_fraction,
             max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed,
             group_column=group_column, policy=policy, target_transform=target_transform,
-            empty_what=f"an empty {describe_text_columns(text_column)}",
+            target_outliers=target_outliers, empty_what=f"an empty {describe_text_columns(text_column)}",
             classification_task=classification_task)
     splits = check_and_split(
         raw, specs, label_column=label_column, validation_fraction=validation_fraction,

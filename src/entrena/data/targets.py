@@ -20,7 +20,12 @@ rows (texts, table rows as keys) are checked the same way, the target as a numbe
    probably a class (``target_classes``), and a positive target skewed past
    :data:`SKEW_LIMIT` without ``data.target_transform`` gets the transform's name
    (``target_skew``);
-7. seeded subsamples (``max_train_samples``, ``max_eval_samples``), stratified on the bins.
+7. targets far from the training median (:func:`robust_z` beyond :data:`OUTLIER_Z`, on the
+   scale the network learns) are named with their rows (``target_outliers``) and, as
+   ``data.target_outliers`` says, kept (``keep``, a warning), dropped (``drop``) or clipped
+   to the bounds (``clip``) in the training rows and a validation split carved from them;
+   a test file, or a validation file, is scored as given;
+8. seeded subsamples (``max_train_samples``, ``max_eval_samples``), stratified on the bins.
 
 Split ``labels`` hold the targets as float64 (N,) in the file's units; ``LabelledSplits.labels``
 (class names) is empty.
@@ -48,8 +53,8 @@ from entrena.data.tables import (
 )
 from entrena.errors import DataError
 
-__all__ = ["MAX_BINS", "NUMBER", "parse_targets", "target_bins", "check_and_split_targets",
-           "target_summary"]
+__all__ = ["MAX_BINS", "NUMBER", "OUTLIER_Z", "parse_targets", "robust_z", "target_bins",
+           "check_and_split_targets", "target_summary"]
 
 NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 """A target as written in a file: an optional sign, digits with an optional decimal point and
@@ -114,7 +119,8 @@ def check_and_split_targets(raw: dict[str, RawSplit], specs: dict[str, str | Non
                             label_column: str, validation_fraction: float,
                             max_train_samples: int | None, max_eval_samples: int | None,
                             seed: int, group_column: str | None, policy: hy.CheckPolicy,
-                            target_transform: str = "none", normalise: bool = True,
+                            target_transform: str = "none", target_outliers: str = "keep",
+                            normalise: bool = True,
                             empty_what: str = "an empty text",
                             check_keys: str = "data.text_column and data.label_column",
                             terms: ck.Terms = ck.TEXT,
@@ -126,6 +132,7 @@ def check_and_split_targets(raw: dict[str, RawSplit], specs: dict[str, str | Non
             ``label_names`` the targets as written.
         specs: Path, pattern or URL of each split, for messages and the report.
         target_transform: ``none`` or ``log`` (``log1p``): refused when a value is ≤ -1.
+        target_outliers: ``keep``, ``drop`` or ``clip`` (step 7 of the module docstring).
         normalise: Compare normalised keys for near-duplicates and leakage (text).
         empty_what, check_keys, terms: Words of the messages, as in
             :func:`~entrena.data.tables.check_and_split`.
@@ -218,9 +225,23 @@ def check_and_split_targets(raw: dict[str, RawSplit], specs: dict[str, str | Non
             checks_out[-1] = ck.leakage(rows, policy, against=("validation",),
                                         record=checks_out[-1], terms=terms)
 
-    def targets_of(r: ck.RowSet) -> np.ndarray:
-        return distinct[r.labels[r.index]]
+    clipped: dict[str, tuple[float, float]] = {}
 
+    def targets_of(r: ck.RowSet) -> np.ndarray:
+        values = distinct[r.labels[r.index]]
+        return np.clip(values, *clipped[r.role]) if r.role in clipped else values
+
+    carved = validation_split is not None
+    changed = ("train", "validation") if carved else ("train",)
+    record, bounds, outliers = _outlier_check(rows, targets_of, label_column, target_transform,
+                                              target_outliers, changed, terms)
+    checks_out.append(record)
+    for role in changed:
+        if target_outliers == "drop":
+            r = rows[role]
+            r.keep(~outliers[role], "target_outliers")
+        elif target_outliers == "clip" and bounds is not None:
+            clipped[role] = bounds
     checks_out.append(_range_check(rows, targets_of, terms))
     checks_out.append(_class_check(targets_of(rows["train"]), label_column,
                                    classification_task))
@@ -258,6 +279,107 @@ def _grouped_split(bins: np.ndarray, groups: np.ndarray, fraction: float, seed: 
     if len(counts[counts > 0]) > 1 and counts[counts > 0].min() >= 2:
         return stratified_group_split(bins, groups, fraction, seed)
     return stratified_group_split(np.zeros_like(bins), groups, fraction, seed)
+
+
+OUTLIER_Z = 3.5
+"""A target whose modified z-score (:func:`robust_z`) exceeds this in absolute value is an
+outlier: the cut Iglewicz and Hoaglin recommend (*How to Detect and Handle Outliers*, ASQC
+1993, §3.4); a normal sample has about 1 in 2,000 beyond it."""
+MAD_TO_SIGMA = 0.6745
+"""The median absolute deviation of a normal sample over its standard deviation (the 0.75
+quantile of the standard normal); ``0.6745 (x - median) / MAD`` is Iglewicz and Hoaglin's
+modified z-score."""
+MEAN_AD_TO_SIGMA = 0.7979
+"""The mean absolute deviation of a normal sample over its standard deviation (√(2/π)): the
+scale used instead when more than half the values equal the median (MAD = 0)."""
+
+
+def robust_z(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """Modified z-scores (N,) of ``values`` against the median and median absolute deviation
+    of ``reference`` (M,): ``0.6745 (x - median) / MAD`` (Iglewicz and Hoaglin 1993).
+
+    When MAD is 0 (more than half of ``reference`` equals its median), the mean absolute
+    deviation stands in (``0.7979 (x - median) / MeanAD``); when that is 0 too, every
+    value off the median is infinitely far (``inf``) and the median itself 0.
+    """
+    reference = np.asarray(reference, dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64)
+    center = float(np.median(reference))
+    deviation = np.abs(reference - center)
+    mad = float(np.median(deviation))
+    scale = mad / MAD_TO_SIGMA if mad > 0 else float(np.mean(deviation)) / MEAN_AD_TO_SIGMA
+    offset = values - center
+    if scale > 0:
+        return offset / scale
+    return np.where(offset == 0, 0.0, np.copysign(np.inf, offset))
+
+
+def _shown(x: float) -> str:
+    """A target for a message: ``215,245`` from 1,000 up, else 4 significant digits."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+
+
+def _outlier_check(rows: dict[str, ck.RowSet], targets_of: Any, label_column: str,
+                   transform: str, mode: str, changed: tuple[str, ...], terms: ck.Terms
+                   ) -> tuple[dict[str, Any], tuple[float, float] | None,
+                              dict[str, np.ndarray]]:
+    """``target_outliers``: each split's targets with ``|robust_z| > OUTLIER_Z`` against the
+    training targets, on the learned scale (``log1p`` under ``log``).
+
+    Returns:
+        ``(check record, clip bounds (low, high) in the target's units or None, outlier
+        mask (rows of each split, in its current order))``; the record's action is ``warn``
+        (``keep``), ``drop`` or ``clip``, its count the outliers of the ``changed`` splits.
+    """
+    def learned(v: np.ndarray) -> np.ndarray:
+        return np.log1p(v) if transform == "log" else v
+
+    train = learned(targets_of(rows["train"]))
+    masks: dict[str, np.ndarray] = {}
+    parts: list[str] = []
+    total = 0
+    for role in sorted(rows, key=ck.ROLES.index):
+        r = rows[role]
+        values = targets_of(r)
+        mask = np.abs(robust_z(learned(values), train)) > OUTLIER_Z
+        masks[role] = mask
+        r.counts["target_outliers"] = int(mask.sum())
+        if not mask.any():
+            continue
+        if role in changed:
+            total += int(mask.sum())
+        order = np.argsort(-np.abs(robust_z(learned(values[mask]), train)))
+        where = terms.where(r.raw, r.rows()[mask][order][:5].tolist())
+        parts.append(f"{int(mask.sum())} {role} (most extreme first: {where}: "
+                     f"{', '.join(_shown(x) for x in values[mask][order][:3])})"
+                     + ("" if role in changed else ", scored as given"))
+    center = float(np.median(train))
+    deviation = np.abs(train - center)
+    mad = float(np.median(deviation))
+    scale = mad / MAD_TO_SIGMA if mad > 0 else float(np.mean(deviation)) / MEAN_AD_TO_SIGMA
+    bounds = None
+    if scale > 0:
+        low, high = center - OUTLIER_Z * scale, center + OUTLIER_Z * scale
+        bounds = ((float(np.expm1(low)), float(np.expm1(high))) if transform == "log"
+                  else (low, high))
+    shown = f"[{_shown(bounds[0])}, {_shown(bounds[1])}]" if bounds else "the median"
+    scale_words = ", on the log scale the network learns" if transform == "log" else ""
+    if not parts:
+        return (hy.check_record("target_outliers", 0, "warn", "none found"), bounds, masks)
+    done = {"keep": "kept in training (data.target_outliers: keep)",
+            "drop": "dropped from the training rows (data.target_outliers: drop)",
+            "clip": f"clipped to {shown} in the training rows (data.target_outliers: clip)"}
+    fix = ("; if they are typing mistakes fix them, or set data.target_outliers: drop (leave "
+           f"them out of training) or clip (pull them to {shown})" if mode == "keep" else "")
+    skew = ("; a heavy-tailed target is better served by data.target_transform: log"
+            if transform == "none" and mode == "keep" else "")
+    action = {"keep": "warn", "drop": "drop", "clip": "clip"}[mode]
+    return (hy.check_record(
+        "target_outliers", total, action,
+        f"{sum(int(m.sum()) for m in masks.values())} target(s) of {label_column!r} lie more "
+        f"than {OUTLIER_Z:g} robust z-scores (median and MAD of the training targets"
+        f"{scale_words}) from the training median: {'; '.join(parts)}; "
+        f"{done[mode]}{fix}{skew}", failing=bool(parts)), bounds, masks)
 
 
 def _range_check(rows: dict[str, ck.RowSet], targets_of: Any, terms: ck.Terms
@@ -300,9 +422,7 @@ def skew_hint(values: np.ndarray, label_column: str) -> str | None:
     skew = float(np.mean((v - v.mean()) ** 3) / v.std() ** 3)
     if skew <= SKEW_LIMIT:
         return None
-    def shown(x: float) -> str:
-        return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
-
+    shown = _shown
     return (f"the training target {label_column!r} is heavy-tailed (skewness {skew:.1f}; "
             f"median {shown(float(np.median(v)))}, max {shown(float(v.max()))}): set "
             "data.target_transform: "
@@ -346,6 +466,7 @@ def _report(rows: dict[str, ck.RowSet], targets_of: Any, specs: dict[str, str | 
         entry = ck.split_entry(r, specs[role],
                                role == "validation" and validation_split is not None)
         entry["outside_training_range"] = int(r.counts.get("outside_training_range", 0))
+        entry["target_outliers"] = int(r.counts.get("target_outliers", 0))
         entry["target"] = target_summary(targets_of(r))
         entry["label_counts"] = {}
         splits[role] = entry

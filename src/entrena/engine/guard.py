@@ -28,22 +28,27 @@ MIN_SKIPPED_TO_GIVE_UP = 3
 
 
 def divergence_threshold(recent: Sequence[float], first: Sequence[float],
-                         factor: float | None) -> float | None:
+                         factor: float | None, floor: float | None = None) -> float | None:
     """The loss above which a step counts as diverged, or ``None`` (guard off or no history).
 
-    ``factor`` times the larger of the running median of the recent step losses and the median
-    of the fit's first ones: a loss that fell near zero does not make an ordinary hard batch
-    look like divergence.
+    ``factor`` times the largest of the running median of the recent step losses, the median
+    of the fit's first ones, and ``floor``: a loss that fell near zero does not make an
+    ordinary hard batch look like divergence, and a regression batch holding a legitimately
+    large target is judged against what predicting the mean would lose on it.
 
     Args:
         recent: The last :data:`DIVERGENCE_WINDOW` step losses (mean over the step's
             micro-batches), oldest first.
         first: The fit's first :data:`DIVERGENCE_WINDOW` step losses.
         factor: ``train.divergence_factor``; ``None`` turns the guard off.
+        floor: The step's reference loss (a batch source's ``reference_loss``: for a
+            standardised regression target, the squared error of predicting the training
+            mean on the step's examples), or ``None``.
     """
     if factor is None or not recent:
         return None
-    reference = max(statistics.median(recent), statistics.median(first) if first else 0.0)
+    reference = max(statistics.median(recent), statistics.median(first) if first else 0.0,
+                    floor if floor is not None and math.isfinite(floor) else 0.0)
     return factor * reference if reference > 0 else None
 
 

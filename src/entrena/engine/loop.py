@@ -46,6 +46,10 @@ class BatchSource(Protocol):
     # Optional: ``target_count(indices) -> int``, the count the task's loss divides a batch's
     # sum by (target tokens of a language model), known before the forward pass; with it,
     # every micro-batch of an optimizer step is divided by the step's total.
+    # Optional: ``reference_loss(indices) -> float | None``, the loss a trivial model gets on
+    # those examples (a standardised regression target: predicting the training mean, i.e.
+    # the targets' mean square); the divergence guard never calls a step diverged below
+    # ``divergence_factor`` times it, so one batch with a large, legitimate target is kept.
 
 
 def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -253,6 +257,8 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource, loss: L
     # gradient accumulation gives the gradient of one big batch (transformers PR #34191).
     count_units = getattr(train, "target_count", None)
     group_count: int | None = None
+    reference_loss = (getattr(train, "reference_loss", None)
+                      if settings.divergence_factor is not None else None)
 
     model.train()
     hooks.fire(Event.FIT_START, state)
@@ -263,6 +269,7 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource, loss: L
         group_start: tuple[int, int, int, int, float] = (state.batch_in_epoch, 0, 0, 0, 0.0)
         group_indices: list[int] = []
         group_losses: list[float] = []
+        group_references: list[float | None] = []
         first = state.batch_in_epoch
         position = first - 1
         while position + 1 < len(plan):
@@ -271,7 +278,7 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource, loss: L
             if position % accumulation == 0 or position == first:
                 group_start = (position, state.samples_seen, state.tokens_seen,
                                state.padded_tokens_seen, state.train_time_s)
-                group_indices, group_losses = [], []
+                group_indices, group_losses, group_references = [], [], []
                 state.extras.pop("nonfinite", None)
                 if count_units is not None:
                     end = min(len(plan), (position // accumulation + 1) * accumulation)
@@ -299,14 +306,18 @@ def fit(*, backend: Any, model: Any, optimizer: Any, train: BatchSource, loss: L
                 continue
             group_indices.extend(int(i) for i in indices)
             group_losses.append(loss_value)
+            if reference_loss is not None:
+                group_references.append(reference_loss(indices))
             hooks.fire(Event.AFTER_BACKWARD, state)
             stepped = False
             if last_micro:
                 # Non-finite and divergence guard: before optimizer.step(), so bad values
                 # never reach the weights.
                 step_loss = sum(group_losses) / len(group_losses)
-                limit = divergence_threshold(state.recent_losses, state.first_losses,
-                                             settings.divergence_factor)
+                references = [r for r in group_references if r is not None]
+                limit = divergence_threshold(
+                    state.recent_losses, state.first_losses, settings.divergence_factor,
+                    sum(references) / len(references) if references else None)
                 losses_finite = all(math.isfinite(v) for v in group_losses)
                 bad_loss = not losses_finite or (limit is not None and step_loss > limit)
                 grad_norm = (_gradient_norm(backend, model, optimizer, settings)

@@ -84,6 +84,7 @@ from entrena.recipes.predictions import write_predictions
 from entrena.recipes.verdicts import (
     baseline_finding,
     baseline_verdict,
+    constant_value_finding,
     every_tag_finding,
     mean_finding,
     no_test_finding,
@@ -476,10 +477,11 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                 log.warning("%s: %s; %s", found["figure"], found["message"], found["change"])
         no_signal = mean_finding(metrics["baseline"]["comparison"], metrics)
         every_tag = every_tag_finding(model_rows, compared)
-        for found in (no_signal, every_tag):
+        constant = constant_value_finding(model_rows, compared)
+        for found in (no_signal, every_tag, constant):
             if found is not None:
                 log.warning("%s: %s; %s", found["figure"], found["message"], found["change"])
-        own = [f for f in (one_class, every_tag, no_signal, finding, generic, no_test)
+        own = [f for f in (one_class, every_tag, constant, no_signal, finding, generic, no_test)
                if f is not None]
         metrics["diagnosis"] = order_findings([*own, *(metrics["diagnosis"] or [])])
 
@@ -579,8 +581,11 @@ def _nonfinite_error(state: TrainState, paths: RunPaths, splits: LabelledSplits,
     tcfg = loaded.config.train
     loss = float(bad.get("loss", float("nan")))
     if bad.get("reason") == "diverged":
+        against = ("the larger of its running median and the loss of predicting the training "
+                   "mean on that batch" if hasattr(loaded.config.data, "target_transform")
+                   else "its running median")
         what = (f"diverged loss ({loss:.4g}, above {bad.get('loss_limit', 0.0):.4g} = "
-                f"train.divergence_factor {tcfg.divergence_factor:g} x its running median)")
+                f"train.divergence_factor {tcfg.divergence_factor:g} x {against})")
     elif not math.isfinite(loss):
         what = f"non-finite loss ({loss})"
     else:

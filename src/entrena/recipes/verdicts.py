@@ -20,8 +20,8 @@ from entrena.tasks.significance import (
     paired_bootstrap,
 )
 
-__all__ = ["baseline_finding", "baseline_verdict", "every_tag_finding", "mean_finding",
-           "no_test_finding", "one_class_finding"]
+__all__ = ["baseline_finding", "baseline_verdict", "constant_value_finding",
+           "every_tag_finding", "mean_finding", "no_test_finding", "one_class_finding"]
 
 ONE_CLASS_SHARE = 0.98
 """A classifier that gives one class to at least this share of the scored rows…"""
@@ -35,6 +35,12 @@ EVERY_TAG_TRUE_SHARE = 0.60
 ONE_CLASS_TRUE_SHARE = 0.90
 """…while that class is at most this share of their true labels has learned the prior only
 (a model that has not yet learned, or a learning rate too low or too high to)."""
+
+NEAR_CONSTANT_SPREAD = 0.1
+"""A regressor whose predictions' standard deviation is below this share of the true
+values' (on the compared rows) answers nearly the same value for every row: it has learned
+the mean, not the inputs (a model explaining R² of the variance has a spread of about √R²
+of the truth's, so 0.1 is R² ≈ 0.01)."""
 
 log = logging.getLogger("entrena")
 
@@ -186,14 +192,18 @@ def mean_finding(verdict: dict[str, Any], metrics: dict[str, Any]) -> dict[str, 
         return None
     r2 = (metrics.get(verdict["split"]) or {}).get("r2")
     shown = f"{r2:.3f}" if isinstance(r2, int | float) else "?"
+    message = ("the model is worse than predicting the training mean: its R² interval lies "
+               "below 0" if interval[1] < 0 else
+               "the model is no better than predicting the training mean: its R² interval "
+               "holds 0")
     return {"code": "no_better_than_mean",
             "figure": f"{verdict['split']} R² {shown} (95% interval {interval[0]:+.3f} to "
                       f"{interval[1]:+.3f})",
-            "message": "the model is no better than predicting the training mean: its R² "
-                       "interval holds 0",
+            "message": message,
             "change": "check that the inputs carry signal about the target (the baselines on "
                       "the same inputs), transform a skewed target (data.target_transform: "
-                      "log), or train longer"}
+                      "log), drop or clip extreme targets (the data report's "
+                      "target_outliers; data.target_outliers), or train longer"}
 
 
 def every_tag_finding(model_rows: Any, split: str) -> dict[str, str] | None:
@@ -219,6 +229,30 @@ def every_tag_finding(model_rows: Any, split: str) -> dict[str, str] | None:
             "change": "train longer or at a learning rate near 1e-3 (train.max_epochs, "
                       "train.learning_rate), add data for the rare tags, or check that the "
                       "texts say which tags apply"}
+
+
+def constant_value_finding(model_rows: Any, split: str) -> dict[str, str] | None:
+    """A ``model`` finding when a regressor predicts nearly one value for every row: the
+    predictions' standard deviation is below :data:`NEAR_CONSTANT_SPREAD` of the true
+    values'. ``model_rows``: the compared split's ``(true values, predictions)`` (N,) in the
+    target's units; None, tags or classes (2-D or integer rows) give no finding."""
+    if model_rows is None:
+        return None
+    truth, guess = (np.asarray(a) for a in model_rows)
+    if guess.ndim != 1 or guess.dtype.kind != "f" or len(guess) < 2:
+        return None
+    spread, true_spread = float(np.std(guess)), float(np.std(truth))
+    if not true_spread > 0 or spread >= NEAR_CONSTANT_SPREAD * true_spread:
+        return None
+    return {"code": "near_constant",
+            "figure": f"{split}: predictions' spread {spread:.4g} against the targets' "
+                      f"{true_spread:.4g} ({spread / true_spread:.1%}; mean prediction "
+                      f"{float(np.mean(guess)):.4g})",
+            "message": "the model answers nearly the same value for every row: it learned "
+                       "the mean, not the inputs",
+            "change": "train longer or at another learning rate (train.max_epochs, "
+                      "train.learning_rate), transform a skewed target (data.target_transform: "
+                      "log), or check that the inputs say something about the target"}
 
 
 def no_test_finding(metrics: dict[str, Any]) -> dict[str, str] | None:

@@ -26,6 +26,12 @@ class TargetConfig(StrictModel):
     """Transform of the target before it is standardised: `log` learns log(1 + target)
     (prices, counts, durations: a skewed, non-negative target; refused when a value is
     <= -1); predictions and every reported figure are in the target's own units either way."""
+    target_outliers: Literal["keep", "drop", "clip"] = "keep"
+    """Targets more than 3.5 robust z-scores (median and median absolute deviation of the
+    training targets, after `target_transform`) from the median are named with their rows in
+    the data report; `keep` trains on them (a warning), `drop` leaves them out of the
+    training rows, `clip` pulls them to those bounds. A validation split carved from the
+    training file is treated the same; a test (or validation) file is scored as given."""
 
     @model_validator(mode="after")
     def _no_class_label_keys(self) -> TargetConfig:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from entrena.data.batching import random_batches
+from entrena.data.batching import random_batches, reference_loss
 from entrena.tasks.base import PlanningSpec, fixed_input_planning
 from entrena.tasks.metrics import (
     CLASSIFICATION_HIGHER_IS_BETTER,
@@ -64,6 +64,10 @@ class FeatureBatches:
             return random_batches(len(self.labels), self.batch_size, self.seed + epoch)
         n = len(self.labels)
         return [list(range(i, min(i + self.batch_size, n))) for i in range(0, n, self.batch_size)]
+
+    def reference_loss(self, indices: Sequence[int]) -> float | None:
+        """The divergence guard's floor (:func:`entrena.data.batching.reference_loss`)."""
+        return reference_loss(self.labels, indices)
 
     def collate(self, indices: Sequence[int]) -> dict[str, Any]:
         """``features`` (B, F) float32 and ``labels`` (B,) (int64 class indices, or float32

@@ -245,6 +245,7 @@ def prepare_texts(loaded: LoadedConfig, sources: dict[str, str], *,
                                if not numeric_target and getattr(data, "multi_label", None)
                                else None),
         target_transform=data.target_transform if numeric_target else None,
+        target_outliers=data.target_outliers if numeric_target else "keep",
         regression_task="text-regression", classification_task="text-classification")
     checked_s = time.perf_counter() - started
     if tokenizer is None:
