@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 from PIL import Image
 
@@ -239,6 +240,14 @@ def test_export_parity_and_predict(trained: dict[str, Any], tmp_path: Path) -> N
     rows = list(csv.DictReader((tmp_path / "out.csv").read_text().splitlines()))
     assert [(r["id"], r["predicted_label"]) for r in rows] == [("7", "right"), ("8", "")]
     assert rows[1]["status"] == "skipped: missing file"
+    # loaded once, answering a DataFrame of absolute paths in memory (the pyfunc's path)
+    from entrena.api.predicting import load_predictor
+
+    predictor = load_predictor(tmp_path / "bundle")
+    frame = pd.DataFrame({"image": [str(folder / "1.png"), str(folder / "missing.png")]})
+    answer = predictor.predict(frame)
+    assert answer["predicted_label"].tolist()[:1] == ["right"]
+    assert answer["status"].tolist() == ["ok", "skipped: missing file"]
     # the CLI's closing line names no skip reason when there is none (it said 'empty text')
     good = tmp_path / "good"
     good.mkdir()

@@ -72,7 +72,7 @@ def test_a_wrong_input_gets_entrenas_message(registered):
     from entrena.api.mlflow_models import predict_frame
 
     run_dir, _ = registered
-    with pytest.raises(MlflowException, match="no column 'review'") as info:
+    with pytest.raises(MlflowException, match="lacks the text column\\(s\\) 'review'") as info:
         predict_frame(run_dir, pd.DataFrame({"text": ["good"]}))
     assert info.value.error_code == "INVALID_PARAMETER_VALUE"
 

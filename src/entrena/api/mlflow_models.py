@@ -4,11 +4,13 @@ with its signature and an input example and registered in the model registry.
 The ``pyfunc`` model is :class:`EntrenaModel`; its ``predict`` takes a DataFrame of the input
 columns (the label column may be absent) and returns one row per input with the columns
 ``entrena predict`` adds (``predicted_label``, ``prob_<label>``…, or ``predicted_value`` for
-a regressor; and ``status``). It runs ``entrena predict`` itself on the frame
-(:func:`entrena.api.predicting.predict`), so preprocessing, postprocessing and the checks are
-entrena's own, for every task. An image model takes a column of image paths, absolute
-ones (on the machine that serves it). ``mlflow models serve -m models:/<name>/<version>`` and
-``mlflow models build-docker`` then serve it (docs/how-to/serving-mlflow.md).
+a regressor; and ``status``). It loads the model once (``load_context``:
+:func:`entrena.api.predicting.load_predictor`) and answers each frame in memory with the task
+code ``entrena predict`` runs, so preprocessing, postprocessing and the checks are entrena's
+own, for every task, with no file read or written per request. An image model takes a
+column of image paths, absolute ones (on the machine that serves it).
+``mlflow models serve -m models:/<name>/<version>`` and ``mlflow models build-docker`` then
+serve it (docs/how-to/serving-mlflow.md).
 
 The model carries entrena's code (``code_paths``) and pins its dependencies
 (``pip_requirements``) so that a Docker image built from it needs nothing else. MLflow is
@@ -32,7 +34,8 @@ from entrena.core.rundir import RunPaths
 from entrena.exporting.bundle import is_bundle
 from entrena.tasks.registry import get_task
 
-__all__ = ["EXAMPLE_ROWS", "MODEL_ARTIFACT", "EntrenaModel", "log_model", "pip_requirements"]
+__all__ = ["EXAMPLE_ROWS", "MODEL_ARTIFACT", "EntrenaModel", "log_model", "pip_requirements",
+           "predict_frame", "strict_frame"]
 
 log = logging.getLogger("entrena")
 
@@ -56,55 +59,79 @@ them)."""
 
 
 class EntrenaModel(mlflow.pyfunc.PythonModel):
-    """The ``pyfunc`` model: ``entrena predict`` on a DataFrame (:func:`predict_frame`) with
-    the run's model or bundle, which travels as the artifact :data:`MODEL_ARTIFACT`."""
+    """The ``pyfunc`` model: the run's model or bundle (the artifact :data:`MODEL_ARTIFACT`)
+    loaded once in :meth:`load_context` (:func:`entrena.api.predicting.load_predictor`),
+    answering each DataFrame in memory."""
 
     def load_context(self, context: Any) -> None:
+        """Load the model, tokenizer or preprocessing once (MLflow calls this once per
+        server worker)."""
+        from entrena.api.predicting import load_predictor
+
         self.source = context.artifacts[MODEL_ARTIFACT]
+        self.predictor = load_predictor(self.source)
 
     def predict(self, context: Any, model_input: pd.DataFrame,
                 params: dict[str, Any] | None = None) -> pd.DataFrame:
-        """One row per row of ``model_input``: the columns ``entrena predict`` adds."""
-        source = getattr(self, "source", None) or context.artifacts[MODEL_ARTIFACT]
-        return predict_frame(source, model_input)
+        """One row per row of ``model_input``: the columns ``entrena predict`` adds
+        (:func:`strict_frame`: a skipped row's numbers are null, never NaN).
 
+        Raises:
+            mlflow.exceptions.MlflowException: ``INVALID_PARAMETER_VALUE`` with entrena's
+                one-line message when the input is wrong (a missing column …): the scoring
+                server answers 400 and stays up.
+        """
+        from entrena.errors import EntrenaError
 
-def predict_frame(source: str | Path, frame: Any) -> Any:
-    """``entrena predict`` on a DataFrame.
-
-    Args:
-        source: A finished run directory (or its staged copy) or an export bundle.
-        frame: ``pandas.DataFrame`` (N rows) of the input columns; other columns (the label)
-            are kept by predict and dropped here.
-
-    Returns:
-        A ``pandas.DataFrame`` of N rows, in input order: the columns predict adds.
-
-    Raises:
-        mlflow.exceptions.MlflowException: ``INVALID_PARAMETER_VALUE`` with entrena's message
-            when the input is wrong (a missing text column …): the scoring server answers 400.
-    """
-    import csv
-
-    from entrena.api.predicting import predict
-    from entrena.errors import EntrenaError
-
-    with tempfile.TemporaryDirectory(prefix="entrena-pyfunc-") as folder:
-        # A CSV, which every task's predict reads (images: a CSV of paths). Every field is
-        # quoted, so the delimiter detection cannot mistake a text's `;` or tab for one, and
-        # floats are written in their shortest exact form.
-        data, output = Path(folder) / "input.csv", Path(folder) / "output.parquet"
-        pd.DataFrame(frame).reset_index(drop=True).to_csv(data, index=False,
-                                                          quoting=csv.QUOTE_ALL)
+        predictor = getattr(self, "predictor", None)
+        if predictor is None:
+            self.load_context(context)
+            predictor = self.predictor
         try:
-            result = predict(source, data, output=output, progress=False)
+            return strict_frame(predictor.predict(pd.DataFrame(model_input)))
         except EntrenaError as exc:
             from mlflow.exceptions import INVALID_PARAMETER_VALUE, MlflowException
 
-            raise MlflowException(str(exc).replace(str(data), "the input"),
-                                  error_code=INVALID_PARAMETER_VALUE) from exc
-        added = result.summary["columns_added"]
-        return pd.read_parquet(output, columns=added)
+            raise MlflowException(str(exc), error_code=INVALID_PARAMETER_VALUE) from exc
+
+
+def strict_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every missing cell (NaN, ``pd.NA``) or infinite number as ``None``
+    (object columns where there are any): MLflow's scoring server writes NaN as the bare
+    token ``NaN``, which is not JSON (a JavaScript client's ``JSON.parse`` throws and loses
+    the whole batch); ``null`` is, and the row's ``status`` says why it has no
+    prediction."""
+    import numpy as np
+
+    out = frame.copy()
+    for column in out.columns:
+        values = out[column]
+        bad = values.isna().to_numpy().copy()
+        if values.dtype.kind == "f":
+            bad |= np.isinf(values.to_numpy())
+        if bad.any():  # a string column's missing cells are NaN too (pandas' str dtype)
+            out[column] = values.astype(object).where(~bad, None)
+    return out
+
+
+def predict_frame(source: str | Path, frame: Any) -> Any:
+    """The columns ``entrena predict`` adds for each row of ``frame`` (a DataFrame of N rows),
+    loading the model for this call: a one-off; a server keeps
+    :func:`entrena.api.predicting.load_predictor`'s predictor instead.
+
+    Raises:
+        mlflow.exceptions.MlflowException: ``INVALID_PARAMETER_VALUE`` with entrena's message
+            when the input is wrong (a missing text column …).
+    """
+    from entrena.api.predicting import load_predictor
+    from entrena.errors import EntrenaError
+
+    try:
+        return strict_frame(load_predictor(source).predict(pd.DataFrame(frame)))
+    except EntrenaError as exc:
+        from mlflow.exceptions import INVALID_PARAMETER_VALUE, MlflowException
+
+        raise MlflowException(str(exc), error_code=INVALID_PARAMETER_VALUE) from exc
 
 
 def pip_requirements() -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from entrena.errors import ConfigError, DataError
 
-__all__ = ["PredictResult", "predict"]
+__all__ = ["PredictResult", "load_predictor", "predict"]
 
 log = logging.getLogger("entrena")
 
@@ -105,3 +105,60 @@ def predict(run: str | Path, data: str | Path, *, output: str | Path | None = No
                              batch_size=batch_size, chunk_rows=chunk_rows, progress=progress,
                              console=console)
     return PredictResult(output, task.predict(location, data, output, options))
+
+
+def load_predictor(source: str | Path, *, backend: str | None = None,
+                   threads: int | None = None, on_bad_rows: str | None = None,
+                   batch_size: int = 32) -> Any:
+    """A run's model (or an export bundle) loaded once, answering DataFrames in memory.
+
+    ``predictor.predict(frame)`` takes a ``pandas.DataFrame`` of N rows with the input
+    columns (the label may be there; other columns are ignored) and returns N rows, in
+    order, with the columns ``entrena predict`` adds (:attr:`columns_added`:
+    ``predicted_label``, ``prob_<label>``… or ``predicted_value``; and ``status``). It reads
+    and writes no file per call and is safe to call from several threads (calls are
+    serialised). The MLflow ``pyfunc`` model and ``entrena predict`` run the same task code.
+
+    Args:
+        source: A finished run directory or an export bundle.
+        backend: ``torch`` or ``onnx`` (as ``entrena predict --backend``); default: what the
+            source holds.
+        threads: CPU threads for PyTorch / ONNX Runtime.
+        on_bad_rows: ``skip`` (an unusable row gets ``status: skipped: …``) or ``error``;
+            default the run's ``data.on_bad_rows`` (texts) or ``skip``.
+        batch_size: Rows per model call (memory stays bounded whatever N).
+
+    Returns:
+        A :class:`~entrena.exporting.prediction.FramePredictor`.
+
+    Raises:
+        ConfigError: Unknown backend or policy, or a batch size below 1.
+        DataError: No model in ``source``, or a task whose models cannot answer in memory
+            (an LLM: serve its GGUF bundle instead).
+    """
+    from entrena.exporting.prediction import (
+        BACKENDS,
+        PredictOptions,
+        locate_model,
+        model_meta_file,
+        model_task_name,
+    )
+    from entrena.tasks.registry import model_files, recorded_task
+
+    if batch_size < 1:
+        raise ConfigError(f"batch_size={batch_size}: give at least 1 row per model call")
+    if on_bad_rows is not None and on_bad_rows not in ("skip", "error"):
+        raise ConfigError(f"on_bad_rows={on_bad_rows!r}: use skip or error")
+    if backend is not None and backend not in BACKENDS:
+        raise ConfigError(f"backend={backend!r} is not a backend; use one of: "
+                          f"{', '.join(BACKENDS)}")
+    task = recorded_task(model_task_name(source), model_meta_file(source))
+    opener = getattr(task, "frame_predictor", None)
+    if opener is None:
+        raise DataError(f"{source}: a {task.name} model does not answer tables in memory; "
+                        "use entrena predict on a file (an LLM: entrena chat, or serve its "
+                        "GGUF export)")
+    location = locate_model(source, backend, model_files=model_files,
+                            formats=task.export_formats)
+    return opener(location, PredictOptions(on_bad_rows=on_bad_rows, threads=threads,
+                                           batch_size=batch_size, progress=False))

@@ -371,7 +371,8 @@ def load_splits(*, train: str, validation: str | None, test: str | None,
             raw, specs, label_column=label_column, validation_fraction=validation_fraction,
             max_train_samples=max_train_samples, max_eval_samples=max_eval_samples, seed=seed,
             group_column=group_column, policy=policy, target_transform=target_transform,
-            target_outliers=target_outliers, empty_what=f"an empty {describe_text_columns(text_column)}",
+            target_outliers=target_outliers,
+            empty_what=f"an empty {describe_text_columns(text_column)}",
             classification_task=classification_task)
     splits = check_and_split(
         raw, specs, label_column=label_column, validation_fraction=validation_fraction,

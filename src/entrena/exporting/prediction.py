@@ -37,7 +37,7 @@ __all__ = ["BACKENDS", "SKIPPED_ROWS_LISTED", "VALUE_COLUMNS", "value_frame", "M
            "locate_model", "model_meta_file", "model_task_name",
            "PredictOptions",
            "output_columns", "output_format", "labelled_frame", "multi_label_frame",
-           "ChunkPredictor", "Progress",
+           "ChunkPredictor", "FramePredictor", "missing_columns_error", "Progress",
            "stream_predictions", "warn_replaced"]
 
 log = logging.getLogger("entrena")
@@ -317,6 +317,70 @@ def output_format(data: Path, output: Path) -> Any:
         return TextFormat()
     same = suffix == ".csv" and data.suffix.lower() == ".csv"
     return TextFormat(found.delimiter if same else ",", found.encoding)
+
+
+class FramePredictor:
+    """A model loaded once that answers DataFrames in memory: the MLflow ``pyfunc`` model's
+    ``predict`` (and any server) calls :meth:`predict` per request, with no file read or
+    written per call.
+
+    It wraps a task's :class:`ChunkPredictor` (the object ``entrena predict`` streams a file
+    through), so both answer with the same code. Calls are serialised by a lock: the model
+    call itself uses every CPU thread PyTorch / ONNX Runtime are given, and a Hugging Face
+    fast tokenizer is not safe to call from two threads at once.
+
+    Args:
+        predictor: The task's chunk predictor, model loaded.
+        check_columns: ``columns -> None``, raising :class:`~entrena.errors.DataError` when
+            the frame lacks a column the model reads.
+        on_bad_rows: ``skip`` (an unusable row gets ``status: skipped: …`` and null
+            predictions) or ``error``.
+        batch_size: Rows per model call.
+    """
+
+    def __init__(self, predictor: ChunkPredictor, check_columns: Any, *,
+                 on_bad_rows: str = "skip", batch_size: int = 32):
+        import threading
+
+        self.predictor = predictor
+        self.check_columns = check_columns
+        self.on_bad_rows = on_bad_rows
+        self.batch_size = batch_size
+        self.columns_added = (output_columns(predictor.labels) if predictor.labels
+                              else list(VALUE_COLUMNS))
+        """The columns :meth:`predict` returns, in order."""
+        self._lock = threading.Lock()
+
+    def predict(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """One row per row of ``frame`` (N rows of the input columns; others are ignored),
+        in order: :attr:`columns_added`. Probabilities and values of a skipped row are NaN.
+
+        Raises:
+            DataError: A column the model reads is missing, a cell is a list or an object
+                where a text belongs, or a bad row under ``on_bad_rows == "error"``.
+        """
+        frame = pd.DataFrame(frame).reset_index(drop=True)
+        self.check_columns([str(c) for c in frame.columns])
+        missing = {c: frame[c].isna().to_numpy() for c in self.predictor.na_columns
+                   if c in frame.columns}
+        with self._lock:
+            annotated, _ = self.predictor.annotate(frame, first_row=1,
+                                                   on_bad_rows=self.on_bad_rows,
+                                                   batch_size=self.batch_size,
+                                                   missing=missing)
+        return annotated[self.columns_added].reset_index(drop=True)
+
+
+def missing_columns_error(where: str, wanted: list[str], columns: list[str],
+                          what: str = "column") -> DataError | None:
+    """A one-line :class:`~entrena.errors.DataError` naming the ``wanted`` columns absent from
+    ``columns`` (and listing those), or ``None`` when all are there."""
+    absent = [c for c in wanted if c not in columns]
+    if not absent:
+        return None
+    return DataError(f"{where} lacks the {what}(s) {', '.join(map(repr, absent))} the model "
+                     f"reads; its columns are: {', '.join(map(repr, columns)) or 'none'}; "
+                     "add them (an empty cell is a missing value)")
 
 
 def stream_predictions(predictor: ChunkPredictor, data: Path, output: Path, *,

@@ -226,3 +226,7 @@ class Task(Protocol):
         (:class:`~entrena.exporting.prediction.ModelLocation`) into ``output``
         (:class:`~entrena.exporting.prediction.PredictOptions`); the summary."""
         ...
+
+    # Optional: ``frame_predictor(location, options) -> FramePredictor``, the model loaded
+    # once answering DataFrames in memory (entrena.exporting.prediction.FramePredictor);
+    # entrena.api.predicting.load_predictor and the MLflow pyfunc model use it.

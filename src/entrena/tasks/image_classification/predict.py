@@ -23,14 +23,16 @@ from entrena.exporting import onnx_format
 from entrena.exporting.bundle import META_FILE
 from entrena.exporting.inference import Runner, TorchRunner, require_finite, softmax
 from entrena.exporting.prediction import (
+    FramePredictor,
     ModelLocation,
     PredictOptions,
     labelled_frame,
+    missing_columns_error,
     output_columns,
     output_format,
 )
 
-__all__ = ["ImagePredictor", "predict_images"]
+__all__ = ["ImagePredictor", "image_frame_predictor", "predict_images"]
 
 log = logging.getLogger("entrena")
 
@@ -189,3 +191,47 @@ class ImagePredictor:
                                         inputs="images")
                 probs[kept] = softmax(logits)
         return probs, status
+
+
+class _ImageRows:
+    """An :class:`ImagePredictor` as a :class:`~entrena.exporting.prediction.ChunkPredictor`
+    of rows whose ``column`` holds image paths (absolute, or relative to the working
+    directory)."""
+
+    skip_reason = "unreadable image"
+
+    def __init__(self, predictor: ImagePredictor, column: str):
+        self.predictor, self.column = predictor, column
+        self.labels, self.runner = predictor.labels, predictor.runner
+        self.na_columns = [column]
+
+    def annotate(self, frame: Any, *, first_row: int, on_bad_rows: str, batch_size: int = BATCH,
+                 missing: dict[str, np.ndarray] | None = None) -> tuple[Any, np.ndarray]:
+        """``frame`` with ``predicted_label``, ``prob_<label>`` and ``status``; the skipped
+        rows' mask (an empty path is an unreadable image)."""
+        paths = [Path(str(v).strip()) if v is not None and str(v).strip() else Path()
+                 for v in frame[self.column].tolist()]
+        probs, status = self.predictor.predict(paths, on_bad_rows=on_bad_rows,
+                                               batch_size=batch_size)
+        skipped = np.array([s != "ok" for s in status], dtype=bool)
+        return labelled_frame(frame, self.labels, probs, status), skipped
+
+
+def image_frame_predictor(location: ModelLocation, options: PredictOptions) -> FramePredictor:
+    """The model at ``location`` and its transforms loaded once, answering DataFrames whose
+    image column (``options.input_column``, else the training data's ``data.image_column``)
+    holds paths on the serving machine
+    (:class:`~entrena.exporting.prediction.FramePredictor`)."""
+    predictor = ImagePredictor(location.folder, location.kind, location.manifest,
+                               options.threads)
+    column = (options.input_column or location.config.get("data", {}).get("image_column")
+              or predictor.meta.get("image_column") or "image")
+
+    def check(columns: list[str]) -> None:
+        error = missing_columns_error("the input", [column], columns, "image path column")
+        if error is not None:
+            raise error
+
+    return FramePredictor(_ImageRows(predictor, column), check,
+                          on_bad_rows=options.on_bad_rows or "skip",
+                          batch_size=options.batch_size)

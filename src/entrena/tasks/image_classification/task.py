@@ -193,6 +193,13 @@ class ImageClassificationTask:
 
         return predict_images(location, data, output, options)
 
+    def frame_predictor(self, location: Any, options: Any) -> Any:
+        """The model at ``location`` loaded once, answering DataFrames of image paths
+        (:func:`~entrena.tasks.image_classification.predict.image_frame_predictor`)."""
+        from entrena.tasks.image_classification.predict import image_frame_predictor
+
+        return image_frame_predictor(location, options)
+
 
 def thumbnail_features(prepared: PreparedImages, role: str, side: int = THUMBNAIL_SIDE,
                        limit: int | None = None, seed: int = 0) -> np.ndarray:

@@ -27,10 +27,10 @@ from entrena.exporting.inference import (
     require_finite,
     softmax,
 )
-from entrena.exporting.prediction import ModelLocation, PredictOptions
+from entrena.exporting.prediction import FramePredictor, ModelLocation, PredictOptions
 from entrena.tasks.tabular_classification.export import PREPROCESSING_FILE, feature_columns_of
 
-__all__ = ["SKIPPED_EMPTY_ROW", "TablePredictor", "predict_table"]
+__all__ = ["SKIPPED_EMPTY_ROW", "TablePredictor", "predict_table", "table_frame_predictor"]
 
 log = logging.getLogger("entrena")
 
@@ -77,6 +77,18 @@ def predict_table(location: ModelLocation, data: Path, output: Path,
                     "given the training median; fix them, or pass --on-bad-rows error to refuse "
                     "them", data, entry["count"], column, ", ".join(map(str, entry["rows"])))
     return summary
+
+
+def table_frame_predictor(location: ModelLocation, options: PredictOptions) -> FramePredictor:
+    """The model at ``location`` and its preprocessing loaded once, answering DataFrames of
+    the feature columns (:class:`~entrena.exporting.prediction.FramePredictor`); ``options``:
+    threads, batch size and the bad-row policy (default ``skip``)."""
+    predictor = TablePredictor(location.folder, location.kind, location.manifest,
+                               options.threads, source="the input")
+    return FramePredictor(predictor,
+                          lambda columns: predictor.check_columns(columns, Path("the input")),
+                          on_bad_rows=options.on_bad_rows or "skip",
+                          batch_size=options.batch_size)
 
 
 class TablePredictor:

@@ -152,6 +152,13 @@ class TabularRegressionTask:
 
         return predict_table(location, data, output, options)
 
+    def frame_predictor(self, location: Any, options: Any) -> Any:
+        """The model and its preprocessing loaded once, answering DataFrames in memory
+        (:func:`~entrena.tasks.tabular_classification.predict.table_frame_predictor`)."""
+        from entrena.tasks.tabular_classification.predict import table_frame_predictor
+
+        return table_frame_predictor(location, options)
+
     def advice(self, verdict: dict[str, Any], baselines: dict[str, Any]) -> dict[str, str] | None:
         """A diagnosis finding when the boosted trees win or tie on RMSE."""
         trees = baselines.get("boosted_trees", {}).get(verdict["split"])

@@ -27,9 +27,11 @@ from entrena.exporting.inference import (
     softmax,
 )
 from entrena.exporting.prediction import (
+    FramePredictor,
     ModelLocation,
     PredictOptions,
     labelled_frame,
+    missing_columns_error,
     multi_label_frame,
     stream_predictions,
     value_frame,
@@ -37,7 +39,8 @@ from entrena.exporting.prediction import (
 )
 from entrena.tasks.metrics import sigmoid
 
-__all__ = ["SKIPPED_EMPTY", "TextPredictor", "predict_texts", "preprocessing_of"]
+__all__ = ["SKIPPED_EMPTY", "TextPredictor", "predict_texts", "preprocessing_of",
+           "text_frame_predictor"]
 
 log = logging.getLogger("entrena")
 
@@ -103,6 +106,24 @@ def predict_texts(location: ModelLocation, data: Path, output: Path,
     summary = stream_predictions(predictor, data, output, columns=columns, policy=policy,
                                  options=options, model=str(location.path), started=start)
     return {**summary, "text_column": wanted[0] if len(wanted) == 1 else wanted}
+
+
+def text_frame_predictor(location: ModelLocation, options: PredictOptions) -> FramePredictor:
+    """The model at ``location`` loaded once, answering DataFrames with the training text
+    column(s) (:class:`~entrena.exporting.prediction.FramePredictor`); ``options``: threads,
+    batch size and the bad-row policy (default the run's ``data.on_bad_rows``)."""
+    prep = preprocessing_of(location)
+    trained = text_columns(prep.text_column)
+    predictor = TextPredictor(location, prep, trained if len(trained) > 1 else trained[0],
+                              options.threads, markers=trained)
+
+    def check(columns: list[str]) -> None:
+        error = missing_columns_error("the input", trained, columns, "text column")
+        if error is not None:
+            raise error
+
+    return FramePredictor(predictor, check, on_bad_rows=options.on_bad_rows or prep.on_bad_rows,
+                          batch_size=options.batch_size)
 
 
 class TextPredictor:

@@ -284,3 +284,10 @@ class TextClassificationTask:
         from entrena.tasks.text_classification.predict import predict_texts
 
         return predict_texts(location, data, output, options)
+
+    def frame_predictor(self, location: Any, options: Any) -> Any:
+        """The model at ``location`` loaded once, answering DataFrames in memory
+        (:func:`~entrena.tasks.text_classification.predict.text_frame_predictor`)."""
+        from entrena.tasks.text_classification.predict import text_frame_predictor
+
+        return text_frame_predictor(location, options)

@@ -181,3 +181,7 @@ class TextRegressionTask:
     def predict(self, location: Any, data: Path, output: Path, options: Any) -> dict[str, Any]:
         """Predict ``data`` into ``output`` (a ``predicted_value`` column); the summary."""
         return self._text.predict(location, data, output, options)
+
+    def frame_predictor(self, location: Any, options: Any) -> Any:
+        """The model loaded once, answering DataFrames with ``predicted_value``."""
+        return self._text.frame_predictor(location, options)
