@@ -141,15 +141,20 @@ def test_a_numeric_column_with_stray_strings_is_flagged_with_its_rows(tmp_path):
     assert report_check(prepared, "identifier_columns")["status"] == "ok"  # one finding only
 
 
-def test_decimal_commas_and_identifier_columns_are_flagged(tmp_path):
+def test_decimal_commas_are_read_and_identifier_columns_are_flagged(tmp_path):
     train = make_table(80, 1)
     train["ref"] = [f"R{i:04d}" for i in range(80)]  # an id the config does not drop
-    config = table_config(tmp_path, train, make_table(20, 2).assign(ref="R9999"))
+    test = make_table(20, 2).assign(ref="R9999")
+    config = table_config(tmp_path, train, test)
     (tmp_path / "train.csv").write_text(train.to_csv(index=False, sep=";", decimal=","))
+    (tmp_path / "test.csv").write_text(test.to_csv(index=False, sep=";", decimal=","))
     prepared = prepare(config)
-    comma = report_check(prepared, "mostly_numeric")["message"]
-    assert "'income' holds numbers written with a decimal comma in " in comma
-    assert "write them with a point (12.5)" in comma
+    # was: categories, and the advice to write them with a point
+    assert prepared.numeric == ["age", "income"]
+    assert prepared.preprocessing["number_styles"] == {"age": "1234,5", "income": "1234,5"}
+    assert report_check(prepared, "number_styles")["found"] == 2
+    assert report_check(prepared, "mostly_numeric")["status"] == "ok"
+    assert prepared.report["splits"]["test"]["invalid_numbers"] == {}
     ident = report_check(prepared, "identifier_columns")
     assert ident["status"] == "warning" and ident["found"] == 1
     assert "'ref' has" in ident["message"] and "data.drop_columns" in ident["message"]

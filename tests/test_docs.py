@@ -128,8 +128,9 @@ def test_each_task_lists_the_keys_it_adds():
     from entrena.tasks.registry import builtin_config_schemas
 
     schemas = builtin_config_schemas()
-    # a regression task's target transform, and early stopping and tuning on its metrics
-    regression_keys = {"data.target_transform", "train.early_stopping",
+    # a regression task's target transform and outliers, and early stopping and tuning on its
+    # metrics
+    regression_keys = {"data.target_transform", "data.target_outliers", "train.early_stopping",
                        "train.early_stopping.monitor", "tune.metric"}
     added = {name: {row.key for s in task_reference_sections(schema) for row in s.rows}
              for name, schema in schemas.items()}
@@ -146,9 +147,10 @@ def test_each_task_lists_the_keys_it_adds():
             "data.augmentation", "data.augmentation.random_resized_crop",
             "data.augmentation.crop_scale_min", "data.augmentation.horizontal_flip",
             "model.image_size", "model.pretrained", "model.weights_file"},
-        "tabular-classification": {"task", "data.drop_columns", "model.hidden_sizes"},
-        "tabular-regression": {"task", "data.drop_columns", "model.hidden_sizes",
-                               *regression_keys},
+        "tabular-classification": {"task", "data.drop_columns", "data.number_format",
+                                   "model.hidden_sizes"},
+        "tabular-regression": {"task", "data.drop_columns", "data.number_format",
+                               "model.hidden_sizes", *regression_keys},
         "text-regression": {
             "task", "data.text_column", "data.pad_to_multiple_of", "model.name",
             "model.architecture",

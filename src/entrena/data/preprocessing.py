@@ -8,6 +8,11 @@ category lists). :func:`transform` applies those parameters with NumPy, so train
 ``export`` and ``predict`` use the same numbers without unpickling anything; a test checks
 that it matches ``ColumnTransformer.transform``.
 
+Numbers written with thousands separators or a decimal comma (``5,632``, ``12,5``) are read
+in the style chosen for their column at preparation (:mod:`entrena.data.numbers`), kept in the
+parameters as ``number_styles`` (``{column: style}``, the columns not in the plain style);
+parameters saved without that key read every column in the plain style.
+
 Feature order: the numeric columns (one feature each), then each categorical column's
 categories in the encoder's order, then its pooled ``infrequent`` feature if it has one.
 """
@@ -21,8 +26,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from entrena.data.numbers import parse_numbers, present_values
+
 __all__ = ["MISSING", "FORMAT", "fit_preprocessing", "fit_column_transformer",
-           "fitted_params", "transform", "as_numbers",
+           "fitted_params", "transform", "as_numbers", "style_of",
            "category_values", "unseen_categories", "invalid_numbers", "feature_names",
            "sklearn_table"]
 
@@ -40,11 +47,21 @@ MAX_CATEGORIES = 64
 """One-hot features per categorical column at most; rarer categories share one feature."""
 
 
-def as_numbers(values: pd.Series) -> np.ndarray:
-    """A column as float64: numbers parsed from text, anything unparsable or empty is NaN."""
-    if pd.api.types.is_bool_dtype(values):
-        return values.astype(float).to_numpy()
-    return pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+def as_numbers(values: pd.Series, style: str | None = None) -> np.ndarray:
+    """A column as float64 (N,): numbers read from text in ``style`` (a name of
+    :data:`entrena.data.numbers.STYLES`; ``None``: plain numbers), anything unreadable or
+    empty is NaN; booleans are 0/1.
+
+    Raises:
+        ValueError: ``style`` is not a known style.
+    """
+    return parse_numbers(values, style)
+
+
+def style_of(params: dict[str, Any], name: str) -> str | None:
+    """The number style column ``name`` is read in under fitted ``params`` (``None``: plain;
+    parameters saved before ``number_styles`` existed read every column plainly)."""
+    return params.get("number_styles", {}).get(name)
 
 
 def category_values(values: pd.Series) -> np.ndarray:
@@ -65,33 +82,37 @@ def category_values(values: pd.Series) -> np.ndarray:
 
 
 def fit_preprocessing(frame: pd.DataFrame, numeric: Sequence[str],
-                      categorical: Sequence[str]) -> dict[str, Any]:
+                      categorical: Sequence[str],
+                      number_styles: dict[str, str] | None = None) -> dict[str, Any]:
     """Fit imputation, scaling and one-hot encoding on the training rows.
 
     Args:
         frame: The training rows only (raw values: text or numbers); (N, columns).
         numeric: Columns used as numbers.
         categorical: Columns used as categories.
+        number_styles: ``{column: style}`` for the columns whose numbers are not written
+            plainly (:mod:`entrena.data.numbers`); kept in the parameters.
 
     Returns:
         The fitted parameters: ``{"format", "numeric": [{"name", "median", "mean",
-        "scale"}], "categorical": [{"name", "categories", "infrequent"}], "width"}``
-        (``width`` F: the number of features :func:`transform` returns).
+        "scale"}], "categorical": [{"name", "categories", "infrequent"}], "number_styles",
+        "width"}`` (``width`` F: the number of features :func:`transform` returns).
     """
-    transformer = fit_column_transformer(frame, numeric, categorical)
-    return fitted_params(transformer, numeric, categorical)
+    transformer = fit_column_transformer(frame, numeric, categorical, number_styles)
+    return fitted_params(transformer, numeric, categorical, number_styles)
 
 
 def fit_column_transformer(frame: pd.DataFrame, numeric: Sequence[str],
-                           categorical: Sequence[str]) -> Any:
+                           categorical: Sequence[str],
+                           number_styles: dict[str, str] | None = None) -> Any:
     """The fitted scikit-learn ``ColumnTransformer`` behind :func:`fit_preprocessing`; its
-    ``transform(sklearn_table(frame, …))`` equals :func:`transform`."""
+    ``transform(sklearn_table(frame, …, number_styles))`` equals :func:`transform`."""
     from sklearn.compose import ColumnTransformer
     from sklearn.impute import SimpleImputer
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
-    table = sklearn_table(frame, numeric, categorical)
+    table = sklearn_table(frame, numeric, categorical, number_styles)
     parts = []
     if numeric:
         parts.append(("numeric", make_pipeline(SimpleImputer(strategy="median"),
@@ -105,10 +126,12 @@ def fit_column_transformer(frame: pd.DataFrame, numeric: Sequence[str],
     return transformer.fit(table)
 
 
-def fitted_params(transformer: Any, numeric: Sequence[str],
-                  categorical: Sequence[str]) -> dict[str, Any]:
-    """The JSON parameters of a fitted :func:`fit_column_transformer`."""
-    params: dict[str, Any] = {"format": FORMAT, "numeric": [], "categorical": []}
+def fitted_params(transformer: Any, numeric: Sequence[str], categorical: Sequence[str],
+                  number_styles: dict[str, str] | None = None) -> dict[str, Any]:
+    """The JSON parameters of a fitted :func:`fit_column_transformer` (``number_styles``:
+    as it was given)."""
+    params: dict[str, Any] = {"format": FORMAT, "numeric": [], "categorical": [],
+                              "number_styles": dict(number_styles or {})}
     if numeric:
         imputer, scaler = transformer.named_transformers_["numeric"].steps[0][1], \
             transformer.named_transformers_["numeric"].steps[1][1]
@@ -129,10 +152,12 @@ def fitted_params(transformer: Any, numeric: Sequence[str],
     return params
 
 
-def sklearn_table(frame: pd.DataFrame, numeric: Sequence[str],
-                   categorical: Sequence[str]) -> pd.DataFrame:
-    """The columns as scikit-learn gets them: floats (NaN missing) and category strings."""
-    data: dict[str, Any] = {name: as_numbers(frame[name]) for name in numeric}
+def sklearn_table(frame: pd.DataFrame, numeric: Sequence[str], categorical: Sequence[str],
+                  number_styles: dict[str, str] | None = None) -> pd.DataFrame:
+    """The columns as scikit-learn gets them: floats (NaN missing; read in
+    ``number_styles[column]`` where given) and category strings."""
+    styles = number_styles or {}
+    data: dict[str, Any] = {name: as_numbers(frame[name], styles.get(name)) for name in numeric}
     data.update({name: category_values(frame[name]).astype(str) for name in categorical})
     return pd.DataFrame(data, index=frame.index)
 
@@ -163,7 +188,7 @@ def transform(frame: pd.DataFrame, params: dict[str, Any]) -> np.ndarray:
     n = len(frame)
     blocks = []
     for column in params["numeric"]:
-        values = as_numbers(frame[column["name"]])
+        values = as_numbers(frame[column["name"]], style_of(params, column["name"]))
         values = np.where(np.isfinite(values), values, column["median"])  # inf: as missing
         scaled = (values - column["mean"]) / column["scale"]
         blocks.append(np.clip(scaled, -MAX_STANDARD_SCORE, MAX_STANDARD_SCORE)[:, None])
@@ -185,13 +210,13 @@ def transform(frame: pd.DataFrame, params: dict[str, Any]) -> np.ndarray:
 
 def invalid_numbers(frame: pd.DataFrame, params: dict[str, Any]) -> dict[str, np.ndarray]:
     """Per numeric column, the rows (0-based positions) holding a value that is present but
-    not a finite number (``abc``, ``12,5``, ``inf``): :func:`transform` imputes them like
-    missing values."""
+    not a finite number in the column's style (``abc``, ``inf``; ``12,5`` in a plain column):
+    :func:`transform` imputes them like missing values."""
     out = {}
     for column in params["numeric"]:
         raw = frame[column["name"]]
-        present = ~(raw.isna() | raw.astype(str).str.strip().eq("")).to_numpy()
-        bad = np.flatnonzero(present & ~np.isfinite(as_numbers(raw)))
+        numbers = as_numbers(raw, style_of(params, column["name"]))
+        bad = np.flatnonzero(present_values(raw) & ~np.isfinite(numbers))
         if len(bad):
             out[column["name"]] = bad
     return out

@@ -1,5 +1,6 @@
 """Tables for the tabular task: whole splits as DataFrames, the feature
-columns and their kinds, and each row as a key string for the hygiene checks.
+columns, the style their numbers are written in and their kinds, and each row as a key string
+for the hygiene checks.
 
 The hygiene checks of :mod:`entrena.data.checks` compare texts; a table row becomes one text,
 its feature values joined in column order (numbers canonical: ``1``, ``1.0`` and ``1.00`` are
@@ -17,13 +18,24 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from entrena.data.numbers import (
+    CATEGORY,
+    DECIMAL_COMMA,
+    DETECTION_ORDER,
+    NUMBER_LIKE,
+    PLAIN,
+    STYLES,
+    detect_style,
+    unreadable,
+)
 from entrena.data.preprocessing import as_numbers, category_values
 from entrena.data.reading import RawSplit, _canonical_label, format_rows
 from entrena.data.sources import SourceFile, read_chunks, require_columns
-from entrena.errors import DataError
+from entrena.errors import DataError, closest_choice
 
 __all__ = ["read_frame", "feature_columns", "column_kinds", "all_missing", "row_texts",
-           "raw_table_split", "refuse_non_finite", "suspicious_columns"]
+           "raw_table_split", "refuse_non_finite", "suspicious_columns", "check_number_format",
+           "number_styles"]
 
 SEPARATOR = "\x1f"
 """Between the values of a row key (the ASCII unit separator: not in ordinary data)."""
@@ -89,24 +101,101 @@ def all_missing(frame: pd.DataFrame, columns: Sequence[str]) -> list[str]:
     return out
 
 
-def column_kinds(frame: pd.DataFrame, columns: Sequence[str]) -> tuple[list[str], list[str]]:
-    """``(numeric, categorical)``: a column is numeric when every present value parses as a
-    finite or infinite number (booleans are categories), else categorical."""
+def check_number_format(forced: dict[str, str], columns: Sequence[str], *, label_column: str,
+                        numeric_target: bool, path: str) -> None:
+    """Check that every column ``data.number_format`` names is a column of the training file
+    that is read as numbers or categories.
+
+    Raises:
+        DataError: A column not in the file (its columns listed, the closest named), or the
+            label column of a classifier (its values are class names) or a regression target
+            set to ``category``.
+    """
+    for name, style in forced.items():
+        if name not in columns:
+            close = closest_choice(name, columns)
+            raise DataError(f"{path}: data.number_format names column {name!r}, which is not a "
+                            f"column of the train data (columns: "
+                            f"{', '.join(map(repr, columns))})"
+                            + (f"; did you mean {close!r}?" if close else
+                               "; fix the name or remove it from data.number_format"))
+        if name == label_column and not numeric_target:
+            raise DataError(f"{path}: data.number_format names {name!r}, the label column, "
+                            "whose values are class names; remove it from data.number_format")
+        if name == label_column and style == CATEGORY:
+            raise DataError(f"{path}: data.number_format sets the target {name!r} to "
+                            "'category', but a regression target is a number; give the style "
+                            f"its numbers are written in ({', '.join(map(repr, STYLES))}) or "
+                            "remove it from data.number_format")
+
+
+def number_styles(frame: pd.DataFrame, columns: Sequence[str], forced: dict[str, str], *,
+                  path: str) -> dict[str, str]:
+    """The style each column's numbers are written in, where it is not the plain one.
+
+    A column named in ``forced`` (``data.number_format``) takes that style (or stays
+    categorical: ``category``); any other column that is not all plain numbers takes the
+    style :func:`entrena.data.numbers.detect_style` finds, if any.
+
+    Args:
+        frame: The training rows, (N, columns).
+        columns: The columns to look at (features, and a regression target).
+        forced: ``{column: style or "category"}`` (``data.number_format``).
+        path: The training file, for messages.
+
+    Returns:
+        ``{column: style}`` for the columns read in a style other than ``1234.5``.
+
+    Raises:
+        DataError: A forced style under which some present training value does not read:
+            names the column, the style, the first rows (1-based) and values, and the fix.
+    """
+    out = {}
+    for name in columns:
+        values, style = frame[name], forced.get(name)
+        if style == CATEGORY:
+            continue
+        if style is None:
+            style = detect_style(values)
+        else:
+            bad = unreadable(values, style)
+            if len(bad):
+                shown = ", ".join(repr(str(v).strip()) for v in values.iloc[bad[:3]])
+                raise DataError(
+                    f"{path}: data.number_format reads column {name!r} as {style!r}, but "
+                    f"{len(bad)} training value(s) do not read in that style (rows "
+                    f"{format_rows((bad + 1).tolist())}: {shown}); fix or empty those values, "
+                    f"or give the style the column is written in (one of "
+                    f"{', '.join(map(repr, STYLES))}, or 'category' to keep it as categories)")
+        if style is not None and style != PLAIN:
+            out[name] = style
+    return out
+
+
+def column_kinds(frame: pd.DataFrame, columns: Sequence[str],
+                 number_styles: dict[str, str] | None = None,
+                 categories: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """``(numeric, categorical)``: a column is numeric when every present value reads as a
+    finite or infinite number in its style (``number_styles``, else plain), else
+    categorical; booleans and the columns of ``categories`` are categorical."""
     numeric, categorical = [], []
+    styles = number_styles or {}
     for name in columns:
         values = frame[name]
         present = ~(values.isna() | values.astype(str).str.strip().eq(""))
-        if pd.api.types.is_bool_dtype(values):
+        if pd.api.types.is_bool_dtype(values) or name in categories:
             categorical.append(name)
             continue
-        parsed = as_numbers(values[present])
+        parsed = as_numbers(values[present], styles.get(name))
         (numeric if present.any() and not np.isnan(parsed).any() else categorical).append(name)
     return numeric, categorical
 
 
 MOSTLY_NUMERIC = 0.9
-"""A categorical column whose present training values are numbers this often or more is
-flagged: a few stray strings (``n/a?``, ``12,5``) turned a numeric column into categories."""
+"""A categorical column whose present training values are numbers (in one style) this often or
+more is flagged: a few stray strings (``n/a?``, ``12,5`` among ``1,234.5``) turned a numeric
+column into categories."""
+
 IDENTIFIER_SHARE = 0.95
 """A categorical column with a distinct value in this share of training rows (20 rows or
 more) is flagged as a likely identifier."""
@@ -123,9 +212,9 @@ def suspicious_columns(frame: pd.DataFrame, categorical: Sequence[str],
 
     Returns:
         ``{"mostly_numeric": [...], "identifier_columns": [...]}``: a column numeric in at
-        least :data:`MOSTLY_NUMERIC` of its present training values (the others named with
-        their row numbers), and a column distinct in at least :data:`IDENTIFIER_SHARE` of the
-        training rows.
+        least :data:`MOSTLY_NUMERIC` of its present training values in one style (the others
+        named with their row numbers; the style named when it is not the plain one), and a
+        column distinct in at least :data:`IDENTIFIER_SHARE` of the training rows.
     """
     found: dict[str, list[str]] = {"mostly_numeric": [], "identifier_columns": []}
     for name in categorical:
@@ -136,22 +225,17 @@ def suspicious_columns(frame: pd.DataFrame, categorical: Sequence[str],
             continue
         if pd.api.types.is_bool_dtype(values):
             continue  # booleans are categories by design
-        numbers = ~np.isnan(as_numbers(values)) & present
         text = values.astype(str).str.strip()
-        commas = text.str.fullmatch(r"[-+]?\d*,\d+").to_numpy() & present & ~numbers
+        style, numbers = _most_read_style(values, text, present)
         strays = np.flatnonzero(present & ~numbers)
-        if commas.any() and commas.sum() == len(strays):
-            first = int(np.flatnonzero(commas)[0])
-            found["mostly_numeric"].append(
-                f"{name!r} holds numbers written with a decimal comma in {int(commas.sum())} of "
-                f"{n} training rows ({text.iloc[first]!r}, row {rows[first]}); write them with a "
-                "point (12.5)")
-            continue
         if len(strays) and numbers.sum() >= MOSTLY_NUMERIC * n:
             shown = ", ".join(f"{text.iloc[i]!r} (row {rows[i]})" for i in strays[:3])
+            written = "" if style == PLAIN else f" written like {style!r}"
+            hint = "" if style == PLAIN else \
+                " (data.number_format names a column's style when it is ambiguous)"
             found["mostly_numeric"].append(
-                f"{name!r} is a number in {int(numbers.sum())} of {n} training rows but not in "
-                f"{len(strays)}: {shown}")
+                f"{name!r} is a number{written} in {int(numbers.sum())} of {n} training rows "
+                f"but not in {len(strays)}: {shown}{hint}")
             continue
         distinct = values[present].astype(str).str.strip().nunique()
         if n >= 20 and distinct >= IDENTIFIER_SHARE * len(values):
@@ -160,16 +244,35 @@ def suspicious_columns(frame: pd.DataFrame, categorical: Sequence[str],
     return found
 
 
+def _most_read_style(values: pd.Series, text: pd.Series,
+                     present: np.ndarray) -> tuple[str, np.ndarray]:
+    """``(style, reads: bool (N,))``: the style in which most present values read (the plain
+    one first on a tie), and which values read in it."""
+    best, reads = PLAIN, present & ~np.isnan(as_numbers(values))
+    if reads.sum() == present.sum():
+        return best, reads
+    like = text.str.fullmatch(NUMBER_LIKE).to_numpy(dtype=bool) & present  # else: words
+    if like.sum() < MOSTLY_NUMERIC * present.sum() or like.sum() <= reads.sum():
+        return best, reads
+    for name in (*DETECTION_ORDER, DECIMAL_COMMA):
+        found = present & ~np.isnan(as_numbers(values, name))
+        if found.sum() > reads.sum():
+            best, reads = name, found
+    return best, reads
+
+
 def refuse_non_finite(frame: pd.DataFrame, numeric: Sequence[str], *, path: str,
-                      role: str) -> None:
-    """Refuse infinite numbers (``inf``, ``1e400``) in numeric columns: they cannot be
-    imputed, standardised or fed to a network.
+                      role: str, number_styles: dict[str, str] | None = None) -> None:
+    """Refuse infinite numbers (``inf``, ``1e400``) in numeric columns (read in their style,
+    ``number_styles``, else plainly): they cannot be imputed, standardised or fed to a
+    network.
 
     Raises:
         DataError: Names the file, the column, the rows (1-based, header excluded) and values.
     """
+    styles = number_styles or {}
     for name in numeric:
-        values = as_numbers(frame[name])
+        values = as_numbers(frame[name], styles.get(name))
         bad = np.flatnonzero(np.isinf(values))
         if len(bad):
             shown = ", ".join(repr(str(v).strip()) for v in frame[name].iloc[bad[:3]])
@@ -179,9 +282,10 @@ def refuse_non_finite(frame: pd.DataFrame, numeric: Sequence[str], *, path: str,
                             "takes the training median)")
 
 
-def row_texts(frame: pd.DataFrame, numeric: Sequence[str],
-              categorical: Sequence[str]) -> tuple[pa.Array, np.ndarray]:
-    """Each row's feature values as one key string, and which rows have no value at all.
+def row_texts(frame: pd.DataFrame, numeric: Sequence[str], categorical: Sequence[str],
+              number_styles: dict[str, str] | None = None) -> tuple[pa.Array, np.ndarray]:
+    """Each row's feature values as one key string, and which rows have no value at all
+    (numbers read in their style, ``number_styles``, else plainly).
 
     Returns:
         ``(keys: Arrow large_string (N,), empty: bool (N,))``.
@@ -189,8 +293,9 @@ def row_texts(frame: pd.DataFrame, numeric: Sequence[str],
     n = len(frame)
     parts: list[np.ndarray] = []
     present = np.zeros(n, dtype=bool)
+    styles = number_styles or {}
     for name in numeric:
-        values = as_numbers(frame[name])
+        values = as_numbers(frame[name], styles.get(name))
         present |= ~np.isnan(values)
         parts.append(np.array(["" if np.isnan(v) else repr(float(v)) for v in values],
                               dtype=object))
@@ -208,11 +313,13 @@ def row_texts(frame: pd.DataFrame, numeric: Sequence[str],
 def raw_table_split(role: str, spec: str, frame: pd.DataFrame, files: list[dict[str, Any]], *,
                     label_column: str, group_column: str | None, numeric: Sequence[str],
                     categorical: Sequence[str], on_bad_rows: str,
-                    numeric_label: bool = False) -> RawSplit:
+                    numeric_label: bool = False,
+                    number_styles: dict[str, str] | None = None) -> RawSplit:
     """One split as the hygiene checks see it (rows as key strings).
 
     ``numeric_label``: the label is a number to predict (no "mixes numbers and strings"
     check: :func:`entrena.data.targets.parse_targets` refuses non-numbers with their rows).
+    ``number_styles``: the style of each numeric column not written plainly.
 
     Raises:
         DataError: The label column is missing (the columns are listed), labels mix numbers
@@ -225,7 +332,7 @@ def raw_table_split(role: str, spec: str, frame: pd.DataFrame, files: list[dict[
                         f"{', '.join(map(repr, missing))} that training has (columns: "
                         f"{', '.join(map(str, frame.columns))}); add them, or list them in "
                         "data.drop_columns")
-    keys, empty = row_texts(frame, numeric, categorical)
+    keys, empty = row_texts(frame, numeric, categorical, number_styles)
     labels = frame[label_column]
     no_label = (labels.isna() | labels.astype(str).str.strip().eq("")).to_numpy() & ~empty
     rows = np.arange(1, len(frame) + 1, dtype=np.int64)

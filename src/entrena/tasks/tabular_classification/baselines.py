@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from entrena.data.preprocessing import as_numbers, category_values
+from entrena.data.preprocessing import as_numbers, category_values, style_of
 from entrena.tasks.metrics import classification_metrics
 from entrena.tasks.significance import with_rows
 
@@ -30,7 +30,8 @@ PyTorch has run, scikit-learn's OpenMP threads contend with PyTorch's (measured 
 
 
 def ordinal_table(frame: pd.DataFrame, params: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Rows as the trees take them: numbers as they are (NaN missing), categories as codes.
+    """Rows as the trees take them: numbers (NaN missing; read in the column's style,
+    ``params["number_styles"]``), categories as codes.
 
     Args:
         frame: Raw feature values, (N, columns).
@@ -43,7 +44,7 @@ def ordinal_table(frame: pd.DataFrame, params: dict[str, Any]) -> tuple[np.ndarr
     """
     columns, mask = [], []
     for column in params["numeric"]:
-        columns.append(as_numbers(frame[column["name"]]))
+        columns.append(as_numbers(frame[column["name"]], style_of(params, column["name"])))
         mask.append(False)
     for column in params["categorical"]:
         index = {v: float(i) for i, v in enumerate(column["categories"])}

@@ -6,13 +6,19 @@ The order:
 2. feature columns: every training column but ``data.label_column``, ``data.group_column``
    and ``data.drop_columns``; a column with no value in the training rows is dropped with a
    warning (counted in the report's ``features.dropped_all_missing``);
-3. kinds, from the training rows: numeric when every present value parses as a number,
-   categorical otherwise;
-4. the hygiene checks of text data on whole rows (:mod:`entrena.data.tabular`): empty rows
+3. number styles, from the training rows (:mod:`entrena.data.numbers`): a column that is not
+   all plain numbers (features, and the target of a regression) is read in the first style
+   under which every present value reads (``5,632``, ``1.234,5``, ``12 500``), or in the
+   style ``data.number_format`` names; reported in the ``number_styles`` check and kept in
+   the preprocessing (``number_styles``), so every split, ``export`` and ``predict`` read the
+   column alike; a regression target so written becomes numbers before the target checks;
+4. kinds, from the training rows: numeric when every present value reads as a number (in its
+   style), categorical otherwise (and when ``data.number_format`` says ``category``);
+5. the hygiene checks of text data on whole rows (:mod:`entrena.data.tabular`): empty rows
    and rows without a label skipped, exact duplicates, conflicting labels, train/test leakage,
    the validation split (stratified, seeded, copies of a row on one side), small classes,
    imbalance;
-5. preprocessing fitted on the training split only (:mod:`entrena.data.preprocessing`) and
+6. preprocessing fitted on the training split only (:mod:`entrena.data.preprocessing`) and
    applied to every split; validation and test values training never saw are counted per
    column (``splits.<role>.unseen_categories``).
 
@@ -33,7 +39,9 @@ import pandas as pd
 from entrena.config import LoadedConfig
 from entrena.data.hygiene import CheckPolicy, check_record
 from entrena.data.labels import LabelCleanup
+from entrena.data.numbers import CATEGORY, as_written
 from entrena.data.preprocessing import (
+    as_numbers,
     feature_names,
     fit_preprocessing,
     invalid_numbers,
@@ -44,8 +52,10 @@ from entrena.data.reading import format_rows
 from entrena.data.tables import LabelledSplits, check_and_split, open_config_sources
 from entrena.data.tabular import (
     all_missing,
+    check_number_format,
     column_kinds,
     feature_columns,
+    number_styles,
     raw_table_split,
     read_frame,
     refuse_non_finite,
@@ -104,8 +114,9 @@ def prepare_table(loaded: LoadedConfig, *, numeric_target: bool = False) -> Prep
     Raises:
         DataError: A file is missing or unreadable, the label column (or a dropped column) is
             missing (the columns are listed), a split lacks a training feature column, labels
-            mix numbers and strings, fewer than 2 classes, bad rows under ``error``, or a
-            validation split that cannot be made.
+            mix numbers and strings, fewer than 2 classes, bad rows under ``error``, a
+            validation split that cannot be made, or ``data.number_format`` names a column
+            that is not in the training file or a style some training value does not read in.
     """
     started = time.perf_counter()
     cfg = loaded.config
@@ -118,20 +129,34 @@ def prepare_table(loaded: LoadedConfig, *, numeric_target: bool = False) -> Prep
     columns = feature_columns(list(frames["train"].columns), label_column=data.label_column,
                               drop_columns=data.drop_columns or [],
                               group_column=data.group_column, path=train_spec)
+    forced = dict(data.number_format)
+    check_number_format(forced, list(frames["train"].columns), label_column=data.label_column,
+                        numeric_target=numeric_target, path=train_spec)
     empty_columns = all_missing(frames["train"], columns) if len(frames["train"]) else []
-    for name in empty_columns:
+    columns = [c for c in columns if c not in empty_columns]
+    read = [*columns, *([data.label_column] if numeric_target else [])]
+    styles = number_styles(frames["train"], read, forced, path=train_spec)
+    for name in empty_columns:  # after the errors above: a refused table warns of nothing
         log.warning("column %r of %s has no value in any training row: dropped", name,
                     train_spec)
-    columns = [c for c in columns if c not in empty_columns]
-    numeric, categorical = column_kinds(frames["train"], columns) if columns else ([], [])
+    numeric, categorical = column_kinds(
+        frames["train"], columns, styles,
+        categories=[c for c, style in forced.items() if style == CATEGORY]) \
+        if columns else ([], [])
+    as_written_train = frames["train"]  # for the report's examples
+    if numeric_target and data.label_column in styles:  # the target checks read plain numbers
+        frames = {role: _target_as_numbers(frame, data.label_column,
+                                           styles[data.label_column])
+                  for role, frame in frames.items()}
     for role, frame in frames.items():
         refuse_non_finite(frame, [c for c in numeric if c in frame.columns],
-                          path=specs[role] or "", role=role)
+                          path=specs[role] or "", role=role, number_styles=styles)
     raw = {role: raw_table_split(role, specs[role] or "", frame, infos[role],
                                  label_column=data.label_column,
                                  group_column=data.group_column if role == "train" else None,
                                  numeric=numeric, categorical=categorical,
-                                 on_bad_rows=data.on_bad_rows, numeric_label=numeric_target)
+                                 on_bad_rows=data.on_bad_rows, numeric_label=numeric_target,
+                                 number_styles=styles)
            for role, frame in frames.items()}
     common = dict(label_column=data.label_column, validation_fraction=data.validation_fraction,
                   max_train_samples=data.max_train_samples,
@@ -142,6 +167,7 @@ def prepare_table(loaded: LoadedConfig, *, numeric_target: bool = False) -> Prep
                   check_keys="data.label_column and data.drop_columns")
     if numeric_target:
         splits = check_and_split_targets(raw, specs, target_transform=data.target_transform,
+                                         target_outliers=data.target_outliers,
                                          classification_task="tabular-classification",
                                          **common)
     else:
@@ -157,12 +183,14 @@ def prepare_table(loaded: LoadedConfig, *, numeric_target: bool = False) -> Prep
 
     chosen = {role: rows_of(role) for role, _ in splits.roles()}
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused just below
-        params = fit_preprocessing(chosen["train"], numeric, categorical)  # training rows only
+        params = fit_preprocessing(chosen["train"], numeric, categorical,  # training rows only
+                                   styles)
     _refuse_overflow(params, chosen["train"], train_spec)
     features = {role: transform(frame, params) for role, frame in chosen.items()}
     report = splits.report
     _add_features(report, params, chosen, numeric, categorical, empty_columns,
                   [c for c in data.drop_columns or []])
+    _add_number_styles(report, styles, as_written_train)
     _add_column_checks(report, suspicious_columns(chosen["train"], categorical,
                                                   splits.train.row_ids))
     _add_invalid_numbers(report, params, chosen, splits)
@@ -199,6 +227,40 @@ def _add_invalid_numbers(report: dict[str, Any], params: dict[str, Any],
         f"training median: {'; '.join(parts)}; fix them or leave those cells empty"))
 
 
+def _target_as_numbers(frame: pd.DataFrame, column: str, style: str) -> pd.DataFrame:
+    """``frame`` with the regression target ``column`` read in ``style``: each value that
+    reads becomes its plain number (``1,234.5`` → ``1234.5``); the others stay as written,
+    for :func:`entrena.data.targets.parse_targets` to refuse with their rows."""
+    if column not in frame.columns:
+        return frame  # a file without the label column: refused by raw_table_split
+    values = frame[column]
+    numbers = as_numbers(values, style)
+    written = np.where(np.isnan(numbers), values.to_numpy(dtype=object),
+                       np.array([repr(float(v)) for v in numbers], dtype=object))
+    return frame.assign(**{column: pd.Series(written, index=frame.index, dtype=object)})
+
+
+def _add_number_styles(report: dict[str, Any], styles: dict[str, str],
+                       train: pd.DataFrame) -> None:
+    """The ``number_styles`` record: each column read in a style other than plain numbers,
+    with one training value and the number it became."""
+    parts = []
+    for column, style in styles.items():
+        example = as_written(train[column], style)
+        shown = f" ({example[0]!r} read as {_plain(example[1])})" if example else ""
+        parts.append(f"{column!r} in style {style!r}{shown}")
+    report["checks"].append(check_record(
+        "number_styles", len(styles), "read",
+        f"{len(styles)} column(s) hold numbers not written plainly and are read as numbers: "
+        f"{'; '.join(parts)}; to read a column otherwise, set data.number_format: "
+        "{column: style} (a style such as '1234,5' for a decimal comma, or 'category')"))
+
+
+def _plain(number: float) -> str:
+    """A number as plain text: ``5632``, ``12.5``."""
+    return str(int(number)) if number.is_integer() and abs(number) < 1e15 else repr(number)
+
+
 def _add_column_checks(report: dict[str, Any], found: dict[str, list[str]]) -> None:
     """The ``mostly_numeric`` and ``identifier_columns`` warnings (columns used as categories
     that are probably mistakes), each with its fix."""
@@ -219,8 +281,9 @@ def _refuse_overflow(params: dict[str, Any], frame: pd.DataFrame, path: str) -> 
     """
     for column in params["numeric"]:
         if not (np.isfinite(column["mean"]) and np.isfinite(column["scale"])):
-            largest = float(np.nanmax(np.abs(pd.to_numeric(frame[column["name"]],
-                                                           errors="coerce"))))
+            numbers = as_numbers(frame[column["name"]],
+                                 params["number_styles"].get(column["name"]))
+            largest = float(np.nanmax(np.abs(numbers)))
             raise DataError(f"{path}: numeric column {column['name']!r} holds numbers too large "
                             f"to standardise (up to {largest:.3g}); rescale that column (e.g. "
                             "divide by 1e6) or list it in data.drop_columns")

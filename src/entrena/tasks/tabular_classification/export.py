@@ -10,6 +10,7 @@ columns a row needs), ``export.json`` and ``MODEL_CARD.md``. Raw rows become fea
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from entrena.core.files import dumps_strict
-from entrena.data.preprocessing import transform
+from entrena.data.preprocessing import as_numbers, style_of, transform
 from entrena.data.sources import read_table
 from entrena.errors import DataError
 from entrena.exporting.bundle import META_FILE, ExportRequest, RunModel, parity_source
@@ -61,7 +62,8 @@ def table_rows(run: RunModel, parity_data: str | Path | None,
     train when it had none); the first ``limit`` rows in file order.
 
     ``numeric_target``: a regressor's rows: ``labels`` are the label column's values as
-    float64 (NaN where empty or not a number), and no row is dropped for its label.
+    float64 (read in the target's number style when training chose one; NaN where empty or
+    not a number), and no row is dropped for its label.
 
     Raises:
         DataError: The file cannot be read or lacks a feature column the model needs.
@@ -79,7 +81,7 @@ def table_rows(run: RunModel, parity_data: str | Path | None,
     codes = None
     if numeric_target:
         if label_column in frame.columns:
-            codes = pd.to_numeric(frame[label_column], errors="coerce").to_numpy(np.float64)
+            codes = as_numbers(frame[label_column], _target_style(run, label_column))
     elif label_column in frame.columns:
         codes = label_index(frame[label_column], list(run.meta["labels"]))
         frame, codes = frame.loc[codes >= 0], codes[codes >= 0]
@@ -87,6 +89,18 @@ def table_rows(run: RunModel, parity_data: str | Path | None,
         frame, codes = frame.iloc[:limit], (codes[:limit] if codes is not None else None)
         dataset = f"{dataset} (first {limit} rows)"
     return TableRows(frame.reset_index(drop=True), codes, dataset)
+
+
+def _target_style(run: RunModel, label_column: str) -> str | None:
+    """The number style training read the regression target in (saved in the model's
+    ``preprocessing.json`` as ``number_styles``), or ``None``: plain numbers."""
+    if run.paths is None:
+        return None
+    try:
+        params = json.loads((run.paths.model / PREPROCESSING_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return style_of(params, label_column)
 
 
 def write_table_bundle(run: RunModel, request: ExportRequest, rows: TableRows) -> dict[str, Any]:
