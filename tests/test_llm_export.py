@@ -219,6 +219,58 @@ def test_predict_and_chat_run_the_gguf_bundle(exported):
     assert re.fullmatch(r"model> (great|other)\n", talk.stdout)
 
 
+@pytest.mark.slow
+def test_serve_answers_chat_completions_as_entrena_chat_does(exported, tmp_path):
+    """`entrena serve BUNDLE` starts llama.cpp's OpenAI-compatible server on the GGUF file;
+    /v1/chat/completions (greedy) gives the answer `entrena chat` gives, through the chat
+    template stored in the file; SIGTERM stops it with exit 0."""
+    import os
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python[server] (make "
+                                                       "install-llm)")
+    from conftest import clean_env, entrena_command
+
+    _, _, document = exported
+    bundle = document["bundle"]
+    prompt = "Review: the coffee was tasty (7). Great or other?"
+    talk = invoke("chat", bundle, "--max-new-tokens", "4", input=f"{prompt}\n/exit\n")
+    assert talk.exit_code == 0, talk.stderr[-2000:]
+    want = talk.stdout.removeprefix("model> ").strip()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = (tmp_path / "serve.log").open("w")
+    server = subprocess.Popen([*entrena_command(), "serve", str(bundle), "--port", str(port)],
+                              env=clean_env(), stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    body = json.dumps({"messages": [{"role": "user", "content": prompt}], "temperature": 0,
+                       "max_tokens": 4}).encode()
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{port}/v1/chat/completions", data=body, method="POST",
+                    headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    answer = json.loads(response.read())
+                break
+            except OSError:
+                assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, "entrena serve did not start"
+                time.sleep(0.5)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+        log.close()
+    assert answer["choices"][0]["message"]["content"].strip() == want
+    assert server.returncode == 0, (tmp_path / "serve.log").read_text()[-3000:]
+
+
 # --- bad input: one line, exit 2 -------------------------------------------------------------
 
 def _one_error_line(done) -> str:

@@ -108,3 +108,103 @@ def test_a_wrong_request_is_one_line_and_the_next_one_is_answered(text_run, tabl
     assert text.predict(pd.DataFrame({"text": ["good"]}))["status"].tolist() == ["ok"]
     with pytest.raises(ConfigError, match="batch_size=0"):
         load_predictor(text_run, batch_size=0)
+
+
+# --- entrena serve -------------------------------------------------------------------------
+
+def test_serve_dry_run_writes_the_mlflow_model_and_prints_a_working_command(text_run):
+    """`--dry-run`: the MLflow model folder is written under the run, the command is MLflow's
+    scoring server with this Python, this interpreter's bin first on PATH (MLflow starts
+    `uvicorn` by name), and the curl line carries a real input row."""
+    result = run_cli("serve", text_run, "--port", "5077", "--dry-run", "--json",
+                     cwd=text_run.parent)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["engine"] == "mlflow" and plan["url"] == "http://127.0.0.1:5077/invocations"
+    assert plan["command"][1:5] == ["-m", "mlflow", "models", "serve"]
+    assert plan["env"]["PATH"].split(":")[0] == str(Path(plan["command"][0]).parent)
+    assert (text_run / "serving" / "mlflow-model" / "MLmodel").is_file()
+    assert '"dataframe_records": [{"text": ' in plan["curl"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--port", "0"], "--port 0: give a port from 1 to 65535"),
+    (["--workers", "0"], "--workers 0: give at least 1"),
+    (["--max-rows", "0"], "--max-rows 0: give at least 1"),
+])
+def test_serve_refuses_bad_options_in_one_line(text_run, args, words):
+    result = run_cli("serve", text_run, *args, "--dry-run", cwd=text_run.parent)
+    assert result.returncode == 2 and result.stderr.strip() == f"error: {words}"
+
+
+def test_serve_names_a_missing_source(tmp_path):
+    result = run_cli("serve", tmp_path / "nothing", "--dry-run", cwd=tmp_path)
+    assert result.returncode == 2 and "no such run or bundle" in result.stderr
+
+
+def _post(url: str, body: bytes) -> tuple[int, dict]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+@pytest.mark.slow
+def test_serve_answers_and_each_bad_request_is_a_400_that_leaves_it_up(text_run, tmp_path):
+    """`entrena serve RUN` started as a user would: a good request, then each bad one (a
+    missing column, an empty body, a non-JSON body, a list where a text belongs, more rows
+    than --max-rows) is a 400 and the next good one a 200; answers are strict JSON."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    from conftest import clean_env, entrena_command
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = (tmp_path / "serve.log").open("w")
+    server = subprocess.Popen([*entrena_command(), "serve", str(text_run), "--port", str(port),
+                               "--max-rows", "5"], env=clean_env(), stdout=log,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}/invocations"
+    good = json.dumps({"dataframe_records": [{"text": "a great product"}, {"text": None}]})
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2):
+                    break
+            except OSError:
+                assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, "entrena serve did not start"
+                time.sleep(0.5)
+        bad = [json.dumps({"dataframe_records": [{"review": "good"}]}), "", "not json",
+               json.dumps({"dataframe_records": [{"text": ["a", "b"]}]}),
+               json.dumps({"dataframe_records": [{"text": "x"}] * 6})]
+        for body in [good, *bad]:
+            code, answer = _post(url, body.encode())
+            if body is good:
+                assert code == 200, answer
+                rows = answer["predictions"]
+                assert [r["status"] for r in rows] == ["ok", "skipped: empty text"]
+                assert rows[1]["prob_good"] is None
+            else:
+                assert code == 400, (body[:80], answer)
+                assert _post(url, good.encode())[0] == 200  # still up
+        assert "more than the 5 one request may hold" in _post(url, bad[-1].encode())[1][
+            "message"]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+        log.close()
+    assert server.returncode == 0, (tmp_path / "serve.log").read_text()[-3000:]

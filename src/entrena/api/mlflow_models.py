@@ -35,7 +35,8 @@ from entrena.exporting.bundle import is_bundle
 from entrena.tasks.registry import get_task
 
 __all__ = ["EXAMPLE_ROWS", "MODEL_ARTIFACT", "EntrenaModel", "log_model", "pip_requirements",
-           "predict_frame", "strict_frame"]
+           "predict_frame", "save_model", "strict_frame", "MAX_REQUEST_ROWS",
+           "MAX_ROWS_VARIABLE", "max_request_rows"]
 
 log = logging.getLogger("entrena")
 
@@ -88,11 +89,36 @@ class EntrenaModel(mlflow.pyfunc.PythonModel):
             self.load_context(context)
             predictor = self.predictor
         try:
-            return strict_frame(predictor.predict(pd.DataFrame(model_input)))
+            frame = pd.DataFrame(model_input)
+            limit = max_request_rows()
+            if len(frame) > limit:
+                from entrena.errors import DataError
+
+                raise DataError(f"the request holds {len(frame)} rows, more than the "
+                                f"{limit} one request may hold ({MAX_ROWS_VARIABLE}); send "
+                                "them in several requests")
+            return strict_frame(predictor.predict(frame))
         except EntrenaError as exc:
             from mlflow.exceptions import INVALID_PARAMETER_VALUE, MlflowException
 
             raise MlflowException(str(exc), error_code=INVALID_PARAMETER_VALUE) from exc
+
+
+MAX_ROWS_VARIABLE = "ENTRENA_SERVE_MAX_ROWS"
+"""The environment variable that bounds the rows of one request (``entrena serve
+--max-rows``); default :data:`MAX_REQUEST_ROWS`."""
+MAX_REQUEST_ROWS = 10_000
+"""Rows one request may hold by default: a larger one is refused (HTTP 400) before any model
+call, so one client cannot hold a worker for minutes or its memory for the whole answer."""
+
+
+def max_request_rows() -> int:
+    """The rows one request may hold: ``$ENTRENA_SERVE_MAX_ROWS`` (a positive integer), else
+    :data:`MAX_REQUEST_ROWS`."""
+    import os
+
+    value = os.environ.get(MAX_ROWS_VARIABLE, "")
+    return int(value) if value.isdigit() and int(value) > 0 else MAX_REQUEST_ROWS
 
 
 def strict_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -208,6 +234,42 @@ def _stage(source: Path, folder: Path) -> tuple[Path, Path]:
     return staged, code
 
 
+def _pyfunc_parts(source: Path, folder: Path, example: Any = None) -> dict[str, Any]:
+    """What ``mlflow.pyfunc.log_model`` / ``save_model`` take for ``source``, staged in
+    ``folder``: the model's code (:data:`MODEL_SCRIPT`), the artifact, entrena's code, the
+    signature (inferred from the input example and the model's answer to it: the example is
+    predicted once, a check that the model runs), the example and the pinned requirements."""
+    from mlflow.models import infer_signature
+
+    staged, code = _stage(source, folder)
+    if example is None and (staged / "config.yaml").is_file():
+        example = _example(staged)
+    signature = (infer_signature(example, predict_frame(staged, example))
+                 if example is not None else None)
+    script = folder / "entrena_pyfunc.py"  # models from code: nothing pickled
+    script.write_text(MODEL_SCRIPT, encoding="utf-8")
+    return dict(python_model=str(script), artifacts={MODEL_ARTIFACT: str(staged)},
+                code_paths=[str(code)], signature=signature, input_example=example,
+                pip_requirements=pip_requirements())
+
+
+def save_model(source: str | Path, path: str | Path) -> Path:
+    """``source`` (a finished run or an export bundle) as an MLflow ``pyfunc`` model folder
+    at ``path`` (which must not exist), without a tracking store or registry: what
+    ``mlflow models serve -m PATH`` serves (``entrena serve``).
+
+    Raises:
+        Exception: What MLflow raises.
+    """
+    import os
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    path = Path(path)
+    with tempfile.TemporaryDirectory(prefix="entrena-mlflow-model-") as folder:
+        mlflow.pyfunc.save_model(path=str(path), **_pyfunc_parts(Path(source), Path(folder)))
+    return path
+
+
 def log_model(source: str | Path, *, tracking_uri: str, registered_name: str,
               run_id: str | None = None, example: Any = None) -> dict[str, Any]:
     """Log ``source`` as an MLflow ``pyfunc`` model and register it.
@@ -234,24 +296,14 @@ def log_model(source: str | Path, *, tracking_uri: str, registered_name: str,
     """
     import os
 
-    from mlflow.models import infer_signature
-
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
     source = Path(source)
     with tempfile.TemporaryDirectory(prefix="entrena-mlflow-model-") as folder:
-        staged, code = _stage(source, Path(folder))
-        if example is None and (staged / "config.yaml").is_file():
-            example = _example(staged)
-        signature = (infer_signature(example, predict_frame(staged, example))
-                     if example is not None else None)
-        script = Path(folder) / "entrena_pyfunc.py"  # models from code: nothing pickled
-        script.write_text(MODEL_SCRIPT, encoding="utf-8")
-        kwargs = dict(name="model", python_model=str(script),
-                      artifacts={MODEL_ARTIFACT: str(staged)}, code_paths=[str(code)],
-                      signature=signature, input_example=example,
-                      pip_requirements=pip_requirements(),
-                      registered_model_name=registered_name, await_registration_for=30)
+        kwargs: dict[str, Any] = dict(name="model", **_pyfunc_parts(source, Path(folder),
+                                                                    example),
+                                      registered_model_name=registered_name,
+                                      await_registration_for=30)
         previous = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
         environment = os.environ.get("MLFLOW_TRACKING_URI")
         mlflow.set_tracking_uri(tracking_uri)

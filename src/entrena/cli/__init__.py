@@ -410,6 +410,55 @@ def chat(source: Annotated[Path, typer.Argument(
 
 
 @app.command()
+def serve(source: Annotated[Path, typer.Argument(
+              metavar="RUN_OR_BUNDLE", help="A finished run directory or an export bundle.",
+              show_default=False)],
+          host: Annotated[str, typer.Option(
+              "--host", help="Address to listen on (0.0.0.0: other machines too).")
+          ] = "127.0.0.1",
+          port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 5000,
+          workers: Annotated[int, typer.Option(
+              "--workers", help="Server processes (MLflow), each with its own model copy.")
+          ] = 1,
+          threads: Annotated[int | None, typer.Option(
+              "--threads", help="CPU threads of llama.cpp (a GGUF model).")] = None,
+          max_rows: Annotated[int | None, typer.Option(
+              "--max-rows", help="Rows one request may hold (default 10000); a larger one "
+              "is refused with HTTP 400.")] = None,
+          dry_run: Annotated[bool, typer.Option(
+              "--dry-run", help="Write the served model and print the command, URL and a "
+              "curl line; start nothing.")] = False,
+          json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
+    """Serve a model over HTTP with the server that fits it: MLflow's scoring server for a
+    classifier or regressor (POST /invocations), llama.cpp's OpenAI-compatible server for a
+    GGUF chat model (POST /v1/chat/completions). Prints the URL and a curl line that works."""
+    _setup_logging(verbose)
+    from entrena.api.serving import serve as serve_fn
+    from entrena.api.serving import serve_plan
+
+    def show(plan: Any) -> None:
+        if json_output:
+            typer.echo(dumps_strict(plan.as_dict(), indent=2))
+            return
+        console = _stderr_console()
+        console.print(f"serving {plan.model} with {plan.engine} at {plan.url}", markup=False,
+                      highlight=False)
+        console.print(f"try: {plan.curl}", markup=False, highlight=False, soft_wrap=True)
+
+    if dry_run:
+        plan = _call_verb(lambda: serve_plan(source, host=host, port=port, workers=workers,
+                                             threads=threads, max_rows=max_rows), verbose)
+        show(plan)
+        if not json_output:
+            typer.echo(" ".join(plan.command))
+        return
+    code = _call_verb(lambda: serve_fn(source, host=host, port=port, workers=workers,
+                                       threads=threads, max_rows=max_rows, announce=show),
+                      verbose)
+    raise typer.Exit(code)
+
+
+@app.command()
 def doctor(run_dir: Annotated[Path, typer.Option(
                "--run-dir", help="Where runs are written (free disk is checked).")] = Path("runs"),
            json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
