@@ -331,6 +331,87 @@ def test_the_chat_template_is_saved_with_the_model(tiny_run, smol_tokenizer):
     assert meta["task"] == "llm-sft" and meta["format"] == "messages"
 
 
+def test_the_run_is_registered_as_an_mlflow_chat_model_that_answers_as_chat_does(tiny_run):
+    """Training registers the run as an MLflow chat model (OpenAI's chat schema); loaded
+    from the registry it answers a conversation with the text `entrena chat` gives, counts
+    its tokens, and a bad request is MLflow's INVALID_PARAMETER_VALUE (HTTP 400)."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    from entrena.api.chatting import open_session
+
+    work, run_dir, result, _ = tiny_run
+    assert result.returncode == 0
+    assert "MLflow model: models:/tiny-llm/1" in result.stderr
+    question = chats(1, start=300)[0]["messages"][:1]
+    session, _ = open_session(run_dir, max_new_tokens=8)
+    expected = session.answer(question)
+    mlflow.set_tracking_uri(f"sqlite:///{work / 'runs' / 'mlflow.db'}")
+    try:
+        model = mlflow.pyfunc.load_model("models:/tiny-llm/1")
+    finally:
+        mlflow.set_tracking_uri(None)
+    answer = model.predict({"messages": question, "max_tokens": 8})
+    choice = answer["choices"][0]
+    assert choice["message"] == {"role": "assistant", "content": expected.text}
+    assert expected.text in ("great", "other")  # the tiny model learnt the answers
+    assert choice["finish_reason"] == "stop"
+    assert answer["usage"]["prompt_tokens"] == expected.prompt_tokens
+    assert answer["usage"]["completion_tokens"] == expected.completion_tokens
+    with pytest.raises(MlflowException, match=r"messages\[0\]\.role 'robot'") as bad:
+        model.predict({"messages": [{"role": "robot", "content": "hi"}]})
+    assert bad.value.error_code == "INVALID_PARAMETER_VALUE"
+    with pytest.raises(MlflowException, match="give n 1"):
+        model.predict({"messages": question, "n": 2})
+
+
+def test_a_chat_answer_takes_a_system_message_and_stops_at_max_tokens(tiny_run):
+    """A leading system message replaces the training one (none here); an answer cut at
+    max_new_tokens says `length`; malformed conversations are one line each."""
+    from entrena.api.chatting import open_session
+
+    _, run_dir, _, _ = tiny_run
+    session, _ = open_session(run_dir, max_new_tokens=8)
+    question = chats(1, start=301)[0]["messages"][:1]
+    cut = session.answer(question, max_new_tokens=1)
+    assert (cut.completion_tokens, cut.finish_reason) == (1, "length")
+    system = {"role": "system", "content": "Answer in one word."}
+    told = session.answer([system, *question])
+    rendered = session.tokenizer.apply_chat_template([system, *question], tokenize=False,
+                                                     add_generation_prompt=True)
+    assert told.prompt_tokens == len(session.tokenizer(rendered, add_special_tokens=False)
+                                     ["input_ids"])
+    assert told.prompt_tokens != session.answer(question).prompt_tokens  # not the default
+    for messages, words in [
+            ([], "at least one"),
+            ([{"role": "user", "content": 3}], "messages[0].content"),
+            ([{"role": "system", "content": "x"}], "add the user's turn"),
+            ([*question, {"role": "system", "content": "x"}], "a system message goes first")]:
+        with pytest.raises(DataError, match=re.escape(words)):
+            session.answer(messages)
+
+
+def test_serve_plans_mlflow_for_a_chat_run_without_gguf(tiny_run):
+    """`entrena serve RUN` of an LLM run with no GGUF bundle: MLflow's server on the chat
+    model it writes (loadable, answering), a curl line with messages; --engine llama.cpp
+    is refused in one line."""
+    import mlflow
+
+    from entrena.api.serving import serve_plan
+
+    _, run_dir, _, _ = tiny_run
+    plan = serve_plan(run_dir, port=5123)
+    assert plan.engine == "mlflow" and plan.url == "http://127.0.0.1:5123/invocations"
+    assert '"messages": [{"role": "user"' in plan.curl
+    answer = mlflow.pyfunc.load_model(plan.model).predict(
+        {"messages": chats(1, start=302)[0]["messages"][:1], "max_tokens": 4})
+    assert answer["choices"][0]["message"]["role"] == "assistant"
+    with pytest.raises(DataError, match="no GGUF model to serve with llama.cpp"):
+        serve_plan(run_dir, engine="llama.cpp", write=False)
+    with pytest.raises(ConfigError, match="--engine 'vllm'"):
+        serve_plan(run_dir, engine="vllm", write=False)
+
+
 def test_predict_writes_generated_text_for_every_row(tiny_run):
     work, _, _, predicted = tiny_run
     assert predicted.returncode == 0, predicted.stderr[-3000:]

@@ -31,12 +31,13 @@ import mlflow.pyfunc
 import pandas as pd
 
 from entrena.core.rundir import RunPaths
+from entrena.errors import ConfigError
 from entrena.exporting.bundle import is_bundle
 from entrena.tasks.registry import get_task
 
-__all__ = ["EXAMPLE_ROWS", "MODEL_ARTIFACT", "EntrenaModel", "log_model", "pip_requirements",
-           "predict_frame", "save_model", "strict_frame", "MAX_REQUEST_ROWS",
-           "MAX_ROWS_VARIABLE", "max_request_rows"]
+__all__ = ["EXAMPLE_ROWS", "MODEL_ARTIFACT", "EntrenaChatModel", "EntrenaModel", "log_model",
+           "pip_requirements", "model_kind", "predict_frame", "save_model", "strict_frame",
+           "MAX_REQUEST_ROWS", "MAX_ROWS_VARIABLE", "max_request_rows"]
 
 log = logging.getLogger("entrena")
 
@@ -102,6 +103,80 @@ class EntrenaModel(mlflow.pyfunc.PythonModel):
             from mlflow.exceptions import INVALID_PARAMETER_VALUE, MlflowException
 
             raise MlflowException(str(exc), error_code=INVALID_PARAMETER_VALUE) from exc
+
+
+CHAT_MODEL_SCRIPT = """\
+import mlflow.models
+
+from entrena.api.mlflow_models import EntrenaChatModel
+
+mlflow.models.set_model(EntrenaChatModel())
+"""
+"""The chat model's code as MLflow's "models from code" logs it."""
+CHAT_EXAMPLE_TOKENS = 8
+"""``max_tokens`` of the chat model's input example, which MLflow answers once when it saves
+the model (a check that it runs; a short answer keeps that check to a second or two)."""
+
+
+class EntrenaChatModel(mlflow.pyfunc.ChatModel):
+    """The chat model of an ``llm-sft`` run (or its ``hf`` bundle): MLflow's chat
+    conventions (OpenAI's chat completion schema): ``{"messages": [{"role", "content"}…],
+    "max_tokens": N}`` in, a ``ChatCompletionResponse`` out, with the run's chat template,
+    system prompt and end-of-turn token as in training and ``entrena chat``
+    (:class:`~entrena.tasks.llm_sft.chat.ChatSession`). Decoding is greedy (the answer
+    ``entrena chat`` gives): ``temperature``, ``top_p`` and ``top_k`` do not change it. The
+    model is loaded once (:meth:`load_context`); one answer is generated at a time per worker
+    (a lock: MLflow's server runs a worker's requests on threads)."""
+
+    def load_context(self, context: Any) -> None:
+        """Load the model and tokenizer once (MLflow calls this once per server worker)."""
+        import threading
+
+        from entrena.api.chatting import open_session
+
+        self.source = context.artifacts[MODEL_ARTIFACT]
+        self.session, _ = open_session(self.source)
+        self.lock = threading.Lock()
+
+    def predict(self, context: Any, messages: list[Any], params: Any) -> Any:
+        """The greedy answer to ``messages`` (``params.max_tokens`` caps its length; ``n``
+        must be 1).
+
+        Raises:
+            mlflow.exceptions.MlflowException: ``INVALID_PARAMETER_VALUE`` with entrena's
+                one-line message for a bad request (an unknown role, no user turn, ``n`` > 1,
+                ``max_tokens`` < 1): the server answers 400 and stays up.
+        """
+        from mlflow.exceptions import INVALID_PARAMETER_VALUE, MlflowException
+        from mlflow.types.llm import (
+            ChatChoice,
+            ChatCompletionResponse,
+            ChatMessage,
+            TokenUsageStats,
+        )
+
+        from entrena.errors import EntrenaError
+
+        if getattr(self, "session", None) is None:
+            self.load_context(context)
+        try:
+            limit = getattr(params, "max_tokens", None)
+            if limit is not None and int(limit) < 1:
+                raise ConfigError(f"max_tokens {limit}: give at least 1")
+            if (getattr(params, "n", 1) or 1) != 1:
+                raise ConfigError(f"n {params.n}: entrena answers one greedy completion per "
+                                  "request; give n 1")
+            with self.lock:
+                answer = self.session.answer(messages, max_new_tokens=limit)
+        except EntrenaError as exc:
+            raise MlflowException(str(exc), error_code=INVALID_PARAMETER_VALUE) from exc
+        return ChatCompletionResponse(
+            choices=[ChatChoice(index=0, finish_reason=answer.finish_reason,
+                                message=ChatMessage(role="assistant", content=answer.text))],
+            usage=TokenUsageStats(prompt_tokens=answer.prompt_tokens,
+                                  completion_tokens=answer.completion_tokens,
+                                  total_tokens=answer.prompt_tokens + answer.completion_tokens),
+            model=Path(self.source).name)
 
 
 MAX_ROWS_VARIABLE = "ENTRENA_SERVE_MAX_ROWS"
@@ -234,14 +309,35 @@ def _stage(source: Path, folder: Path) -> tuple[Path, Path]:
     return staged, code
 
 
+def model_kind(source: str | Path) -> str | bool:
+    """How the model of ``source`` (a run or bundle) is an MLflow model: its task's
+    ``mlflow_model`` attribute (``True``: a ``pyfunc`` model taking DataFrames,
+    :class:`EntrenaModel`; ``"chat"``: a chat model, :class:`EntrenaChatModel`; ``False``:
+    none)."""
+    from entrena.exporting.prediction import model_meta_file, model_task_name
+    from entrena.tasks.registry import recorded_task
+
+    task = recorded_task(model_task_name(source), model_meta_file(source))
+    return getattr(task, "mlflow_model", True)
+
+
 def _pyfunc_parts(source: Path, folder: Path, example: Any = None) -> dict[str, Any]:
     """What ``mlflow.pyfunc.log_model`` / ``save_model`` take for ``source``, staged in
-    ``folder``: the model's code (:data:`MODEL_SCRIPT`), the artifact, entrena's code, the
-    signature (inferred from the input example and the model's answer to it: the example is
-    predicted once, a check that the model runs), the example and the pinned requirements."""
+    ``folder``: the model's code (:data:`MODEL_SCRIPT`, or :data:`CHAT_MODEL_SCRIPT` for a chat
+    model), the artifact, entrena's code, the signature (inferred from the input example and
+    the model's answer to it: the example is predicted once, a check that the model runs; a
+    chat model's is MLflow's chat signature), the example and the pinned requirements."""
     from mlflow.models import infer_signature
 
     staged, code = _stage(source, folder)
+    if model_kind(staged) == "chat":
+        script = folder / "entrena_chat_model.py"
+        script.write_text(CHAT_MODEL_SCRIPT, encoding="utf-8")
+        chat_example = {"messages": [{"role": "user", "content": "Hello!"}],
+                        "max_tokens": CHAT_EXAMPLE_TOKENS}
+        return dict(python_model=str(script), artifacts={MODEL_ARTIFACT: str(staged)},
+                    code_paths=[str(code)], input_example=chat_example,
+                    pip_requirements=pip_requirements())
     if example is None and (staged / "config.yaml").is_file():
         example = _example(staged)
     signature = (infer_signature(example, predict_frame(staged, example))
@@ -389,8 +485,9 @@ def register_model(source: str | Path, run_dir: str | Path, tracking: dict[str, 
         if run_id is None:  # the tracker was off or failed (and said so): no run to join
             log.info("MLflow model not logged: no MLflow run of %s in %s", run_dir, uri)
             return None
+        example = _example(run_dir) if model_kind(run_dir) is True else None
         info = log_model(source, tracking_uri=uri, registered_name=name, run_id=run_id,
-                         example=_example(run_dir))
+                         example=example)
     except Exception as exc:  # noqa: BLE001 - tracking never fails the verb
         log.warning("MLflow model not logged (%s); the run itself is complete",
                     exception_summary(exc))

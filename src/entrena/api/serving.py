@@ -6,9 +6,14 @@
   never stale). The model is loaded once per worker (:mod:`entrena.api.mlflow_models`); a
   request answers ``POST /invocations`` with ``{"dataframe_records": [...]}`` or
   ``{"dataframe_split": ...}``.
-- A chat model's GGUF bundle (``entrena export RUN --format gguf``; a run is served through
-  its own GGUF bundle): llama.cpp's OpenAI-compatible server (``python -m llama_cpp.server``,
-  ``llama-cpp-python[server]``), which applies the chat template stored in the GGUF file.
+- A chat model's GGUF bundle (``entrena export RUN --format gguf``; a run that has one is
+  served through it): llama.cpp's OpenAI-compatible server (``python -m llama_cpp.server``,
+  ``llama-cpp-python[server]``), which applies the chat template stored in the GGUF file
+  (``POST /v1/chat/completions``).
+- A chat model's run without a GGUF bundle (or with ``--engine mlflow``), or its ``hf``
+  bundle: MLflow's scoring server on an MLflow chat model (PyTorch;
+  :class:`~entrena.api.mlflow_models.EntrenaChatModel`), ``POST /invocations`` with
+  ``{"messages": [...], "max_tokens": N}`` (OpenAI's chat completion schema).
 
 The server is started with the Python that runs entrena and that interpreter's ``bin`` first
 on ``PATH``: MLflow starts ``uvicorn`` by name, and called as ``.venv/bin/mlflow`` without an
@@ -28,7 +33,7 @@ from typing import Any
 
 from entrena.errors import ConfigError, DataError, ResourceError
 
-__all__ = ["ServePlan", "serve", "serve_plan"]
+__all__ = ["ENGINES", "ServePlan", "serve", "serve_plan"]
 
 log = logging.getLogger("entrena")
 
@@ -129,10 +134,11 @@ def _mlflow_plan(source: Path, host: str, port: int, workers: int,
     from entrena.tasks.registry import recorded_task
 
     task = recorded_task(model_task_name(source), model_meta_file(source))
-    if getattr(task, "frame_predictor", None) is None:
-        raise DataError(f"{source}: a {task.name} model is served from its GGUF bundle; make "
-                        f"one with: entrena export {source} --format gguf, then entrena serve "
-                        "that bundle")
+    chat = getattr(task, "mlflow_model", True) == "chat"
+    if not chat and getattr(task, "frame_predictor", None) is None:
+        raise DataError(f"{source}: a {task.name} model cannot be served by MLflow's server; "
+                        f"export it (entrena export {source} --format gguf) and serve that "
+                        "bundle")
     folder = source / SERVING_FOLDER / "mlflow-model"
     if write:
         from entrena.api.mlflow_models import save_model
@@ -151,15 +157,21 @@ def _mlflow_plan(source: Path, host: str, port: int, workers: int,
 
         extra[MAX_ROWS_VARIABLE] = str(max_rows)
     url = f"http://{host}:{port}/invocations"
-    body = json.dumps({"dataframe_records": [_example_record(source)]})
+    body = json.dumps({"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 64}
+                      if chat else {"dataframe_records": [_example_record(source)]})
     curl = (f"curl -s {url} -H 'Content-Type: application/json' -d "
             f"'{body.replace(chr(39), chr(39) + chr(92) + chr(39) + chr(39))}'")
     return ServePlan("mlflow", command, _environment(extra), url, curl, str(folder))
 
 
+ENGINES = ("auto", "mlflow", "llama.cpp")
+"""``entrena serve --engine``: ``auto`` is llama.cpp for a GGUF bundle (or a run that has
+one), MLflow for the rest."""
+
+
 def serve_plan(source: str | Path, *, host: str = "127.0.0.1", port: int = 5000,
                workers: int = 1, threads: int | None = None, max_rows: int | None = None,
-               write: bool = True) -> ServePlan:
+               write: bool = True, engine: str = "auto") -> ServePlan:
     """The server that fits ``source`` and how to start it (nothing started).
 
     Args:
@@ -170,11 +182,13 @@ def serve_plan(source: str | Path, *, host: str = "127.0.0.1", port: int = 5000,
         threads: CPU threads of llama.cpp (GGUF).
         max_rows: Rows one request may hold (MLflow; default 10,000).
         write: Write the MLflow model folder (``False``: only say what would run).
+        engine: One of :data:`ENGINES`: ``mlflow`` serves an LLM run through MLflow's chat
+            model (PyTorch) even when it has a GGUF bundle.
 
     Raises:
-        ConfigError: A port outside 1–65535, workers or max_rows below 1.
-        DataError: No finished run or bundle at ``source``, or an LLM run without a GGUF
-            bundle.
+        ConfigError: A port outside 1–65535, workers or max_rows below 1, an unknown engine.
+        DataError: No finished run or bundle at ``source``, or ``llama.cpp`` asked for a
+            model without a GGUF file.
         ResourceError: The GGUF server's packages are not installed.
     """
     if not 1 <= port <= 65535:
@@ -187,14 +201,19 @@ def serve_plan(source: str | Path, *, host: str = "127.0.0.1", port: int = 5000,
     if not source.exists():
         raise DataError(f"{source}: no such run or bundle; give a finished run directory "
                         "(runs/<name>) or an export bundle")
-    gguf = _gguf_file(source)
+    if engine not in ENGINES:
+        raise ConfigError(f"--engine {engine!r}: give one of {', '.join(ENGINES)}")
+    gguf = _gguf_file(source) if engine != "mlflow" else None
     if gguf is not None:
         return _llama_plan(source, gguf, host, port, threads)
+    if engine == "llama.cpp":
+        raise DataError(f"{source}: no GGUF model to serve with llama.cpp; export one (entrena "
+                        f"export {source} --format gguf) or leave --engine at auto")
     return _mlflow_plan(source, host, port, workers, max_rows, write)
 
 
 def serve(source: str | Path, *, host: str = "127.0.0.1", port: int = 5000, workers: int = 1,
-          threads: int | None = None, max_rows: int | None = None,
+          threads: int | None = None, max_rows: int | None = None, engine: str = "auto",
           announce: Any = None) -> int:
     """Start the server for ``source`` (:func:`serve_plan`) and wait for it.
 
@@ -209,7 +228,7 @@ def serve(source: str | Path, *, host: str = "127.0.0.1", port: int = 5000, work
     import subprocess
 
     plan = serve_plan(source, host=host, port=port, workers=workers, threads=threads,
-                      max_rows=max_rows)
+                      max_rows=max_rows, engine=engine)
     if announce is not None:
         announce(plan)
     process = subprocess.Popen(plan.command, env={**os.environ, **plan.env},

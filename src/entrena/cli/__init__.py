@@ -425,13 +425,17 @@ def serve(source: Annotated[Path, typer.Argument(
           max_rows: Annotated[int | None, typer.Option(
               "--max-rows", help="Rows one request may hold (default 10000); a larger one "
               "is refused with HTTP 400.")] = None,
+          engine: Annotated[str, typer.Option(
+              "--engine", help="auto: llama.cpp for a GGUF model (or a run that has one), "
+              "MLflow for the rest; mlflow or llama.cpp to choose.")] = "auto",
           dry_run: Annotated[bool, typer.Option(
               "--dry-run", help="Write the served model and print the command, URL and a "
               "curl line; start nothing.")] = False,
           json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     """Serve a model over HTTP with the server that fits it: MLflow's scoring server for a
-    classifier or regressor (POST /invocations), llama.cpp's OpenAI-compatible server for a
-    GGUF chat model (POST /v1/chat/completions). Prints the URL and a curl line that works."""
+    classifier or regressor (POST /invocations) or an LLM run (its chat model, OpenAI's chat
+    schema), llama.cpp's OpenAI-compatible server for a GGUF chat model (POST
+    /v1/chat/completions). Prints the URL and a curl line that works."""
     _setup_logging(verbose)
     from entrena.api.serving import serve as serve_fn
     from entrena.api.serving import serve_plan
@@ -447,14 +451,15 @@ def serve(source: Annotated[Path, typer.Argument(
 
     if dry_run:
         plan = _call_verb(lambda: serve_plan(source, host=host, port=port, workers=workers,
-                                             threads=threads, max_rows=max_rows), verbose)
+                                             threads=threads, max_rows=max_rows,
+                                             engine=engine), verbose)
         show(plan)
         if not json_output:
             typer.echo(" ".join(plan.command))
         return
     code = _call_verb(lambda: serve_fn(source, host=host, port=port, workers=workers,
-                                       threads=threads, max_rows=max_rows, announce=show),
-                      verbose)
+                                       threads=threads, max_rows=max_rows, engine=engine,
+                                       announce=show), verbose)
     raise typer.Exit(code)
 
 

@@ -59,7 +59,8 @@ __all__ = ["MAX_BINS", "NUMBER", "OUTLIER_Z", "parse_targets", "robust_z", "targ
 NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 """A target as written in a file: an optional sign, digits with an optional decimal point and
 an optional exponent. No thousands separators, currency signs, units or underscores: a value
-such as ``"1,234.5"`` is refused rather than guessed."""
+such as ``"1,234.5"`` is refused rather than guessed (tables convert a column's thousands
+separators first: :mod:`entrena.data.numbers`, ``data.number_format``)."""
 MAX_BINS = 10
 """Quantile bins of the training target that stratify the validation split (fewer when the
 held-out part is small: about two held-out rows per bin at least)."""
@@ -90,7 +91,8 @@ def parse_targets(raw: RawSplit, column: str) -> np.ndarray:
             f"{raw.spec}: data.label_column {column!r} must hold numbers to predict, but "
             f"{int(mask.sum())} {raw.role} row(s) hold other values (rows "
             f"{format_rows(rows.tolist())}: {shown}); write plain numbers (1234.5, not "
-            "'1,234.5' or '$12'), leave unknown targets empty (skipped rows), or use a "
+            "'$12'; in a table, data.number_format: {" f"{column}: '1,234.5'" "} reads a "
+            "thousands separator), leave unknown targets empty (skipped rows), or use a "
             "classification task if the column holds classes")
     return values[raw.label_codes] if len(raw.label_codes) else np.zeros(0)
 

@@ -41,10 +41,11 @@ validation and test. Classification tasks return
 :func:`entrena.tasks.predictions.classification_table` (``row``, the inputs, ``label``,
 ``predicted_label``, ``prob_<label>``, ``correct``); a task without it writes none.
 
-Optional: ``mlflow_model: bool`` (default ``True``): whether a trained model is logged and
-registered as an MLflow ``pyfunc`` model (:mod:`entrena.api.mlflow_models`), which runs the
-task's ``predict`` on a CSV of the request's rows; ``False`` for a task whose inputs do not
-survive that CSV.
+Optional: ``mlflow_model: bool | "chat"`` (default ``True``): how a trained model is logged
+and registered as an MLflow model (:mod:`entrena.api.mlflow_models`): ``True`` a ``pyfunc``
+model answering DataFrames through the task's ``frame_predictor``; ``"chat"`` a chat model
+(OpenAI's chat completion schema) answering through the task's ``chat_session``; ``False``
+not logged.
 """
 
 from __future__ import annotations

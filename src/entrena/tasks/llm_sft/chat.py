@@ -5,9 +5,28 @@ prompt rendered by the model's chat template as in training.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ChatSession"]
+__all__ = ["ChatAnswer", "ChatSession"]
+
+
+@dataclass(frozen=True)
+class ChatAnswer:
+    """One answer of :meth:`ChatSession.answer`.
+
+    Attributes:
+        text: The answer, special tokens removed, stripped.
+        prompt_tokens: Tokens of the prompt the model read (after any cut).
+        completion_tokens: Tokens generated (the end-of-sequence token included).
+        finish_reason: ``stop`` (the model ended its answer) or ``length`` (cut at
+            ``max_new_tokens``), OpenAI's and MLflow's names.
+    """
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str
 
 
 class ChatSession:
@@ -49,12 +68,32 @@ class ChatSession:
         self.engine = self.generator.engine
 
     def reply(self, messages: list[dict[str, str]]) -> str:
-        """The model's answer to ``messages`` (user and assistant turns, oldest first; the
-        model's system prompt from training is put first when it had one)."""
+        """The model's answer to ``messages`` (:meth:`answer`'s text)."""
+        return self.answer(messages).text
+
+    def answer(self, messages: list[dict[str, str]],
+               max_new_tokens: int | None = None) -> ChatAnswer:
+        """The model's greedy answer to ``messages``: user and assistant turns, oldest first.
+
+        A leading ``system`` message replaces the model's system prompt from training (which
+        is put first otherwise, when it had one); the oldest exchanges are dropped while the
+        prompt is longer than ``context_tokens``.
+
+        Args:
+            messages: ``{"role": "system" | "user" | "assistant", "content": str}`` dicts.
+            max_new_tokens: The most tokens of this answer (default: the session's).
+
+        Raises:
+            DataError: No messages, a role other than those three, a ``system`` message that
+                is not the first, or a content that is not a string.
+        """
         import numpy as np
 
+        turns = _checked(messages)
         system = [{"role": "system", "content": self.system}] if self.system else []
-        turns = list(messages)
+        if turns[0]["role"] == "system":
+            system, turns = turns[:1], turns[1:]
+        limit = self.max_new_tokens if max_new_tokens is None else max(1, int(max_new_tokens))
         while True:
             prompt = self.tokenizer.apply_chat_template(system + turns, tokenize=False,
                                                         add_generation_prompt=True)
@@ -63,6 +102,41 @@ class ChatSession:
                 break
             turns = turns[2:] if len(turns) > 2 else turns[-1:]  # drop the oldest exchange
         ids = ids[-self.context_tokens:]
-        answers = self.generator.generate([prompt], [np.asarray(ids, dtype=np.int64)],
-                                          self.max_new_tokens)
-        return self.tokenizer.decode(answers.ids[0], skip_special_tokens=True).strip()
+        answers = self.generator.generate([prompt], [np.asarray(ids, dtype=np.int64)], limit)
+        generated = answers.ids[0]
+        ended = bool(generated) and generated[-1] == self.tokenizer.eos_token_id
+        return ChatAnswer(self.tokenizer.decode(generated, skip_special_tokens=True).strip(),
+                          prompt_tokens=len(answers.prompt_ids[0]),
+                          completion_tokens=len(generated),
+                          finish_reason="stop" if ended or len(generated) < limit
+                          else "length")
+
+
+ROLES = ("system", "user", "assistant")
+
+
+def _checked(messages: Any) -> list[dict[str, str]]:
+    """``messages`` as ``{"role", "content"}`` dicts, or a one-line :class:`DataError`."""
+    from entrena.errors import DataError
+
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise DataError("messages: give at least one {role, content} message (the user's "
+                        "turn last)")
+    out = []
+    for i, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, dict) else getattr(message, "role",
+                                                                             None)
+        content = (message.get("content") if isinstance(message, dict)
+                   else getattr(message, "content", None))
+        if role not in ROLES:
+            raise DataError(f"messages[{i}].role {role!r}: give one of {', '.join(ROLES)}")
+        if role == "system" and i:
+            raise DataError(f"messages[{i}]: a system message goes first; move it to the "
+                            "start")
+        if not isinstance(content, str):
+            raise DataError(f"messages[{i}].content: give the text as a string, not "
+                            f"{type(content).__name__}")
+        out.append({"role": role, "content": content})
+    if out[-1]["role"] == "system":
+        raise DataError("messages: only a system message; add the user's turn after it")
+    return out

@@ -62,9 +62,9 @@ class LlmSftTask:
     export_formats: tuple[str, ...] = ("gguf", "hf")
     """GGUF for llama.cpp / Ollama, or the merged Hugging Face folder
     (:mod:`entrena.tasks.llm_sft.export`)."""
-    mlflow_model = False
-    """Not yet an MLflow pyfunc model: a chat's ``messages`` column holds lists, which the
-    CSV that the pyfunc model hands to ``predict`` does not carry (and it is untried)."""
+    mlflow_model = "chat"
+    """An MLflow chat model (:class:`entrena.api.mlflow_models.EntrenaChatModel`: OpenAI's
+    chat completion schema, the run's chat template and stop token)."""
     higher_is_better = SFT_HIGHER_IS_BETTER
     comparison_metric = "exact_match"
     """The metric the model and its zero-shot baseline are compared on."""
