@@ -120,7 +120,8 @@ def _server_rss(pid: int) -> int:
     return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
 
 
-def load_test(run: Path, requests: int, clients: int, port: int) -> dict[str, Any]:
+def load_test(run: Path, requests: int, clients: int, port: int,
+              workers: int = 1) -> dict[str, Any]:
     """``entrena serve RUN`` on loopback, then: 1-row requests from 1 client and from
     ``clients`` at once (``requests`` in all, the server's resident memory before and
     after), and 32- and 512-row requests; every answer checked for 200 and its row count."""
@@ -134,7 +135,8 @@ def load_test(run: Path, requests: int, clients: int, port: int) -> dict[str, An
 
     url = f"http://127.0.0.1:{port}/invocations"
     entrena = Path(sys.executable).with_name("entrena")
-    server = subprocess.Popen([str(entrena), "serve", str(run), "--port", str(port)],
+    server = subprocess.Popen([str(entrena), "serve", str(run), "--port", str(port),
+                               "--workers", str(workers)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     bodies = {n: json.dumps({"dataframe_split": rows_of(run, n).to_dict(orient="split")})
@@ -187,6 +189,7 @@ def load_test(run: Path, requests: int, clients: int, port: int) -> dict[str, An
     one_rps = len(one) / sum(one)
     result = {
         "run": str(run), "cpu": cpu_kind(), "clients": clients, "requests": requests,
+        "workers": workers,
         "errors": len(errors),
         "one_client": {**_percentiles(one), "requests_per_s": one_rps},
         "many_clients": {**_percentiles(many), "requests_per_s": requests / many_s},
@@ -201,8 +204,8 @@ def load_test(run: Path, requests: int, clients: int, port: int) -> dict[str, An
 
 def publish_load(results: list[dict[str, Any]], command: str) -> None:
     lines = [f"Measured {today()} on {machine()} ({results[0]['cpu']}); `{command}`: `entrena "
-             "serve RUN` (MLflow's scoring server, 1 worker) on loopback, the load generator on "
-             "the same 2 cores."]
+             f"serve RUN --workers {results[0]['workers']}` (MLflow's scoring server) on "
+             "loopback, the load generator on the same 2 cores."]
     for result in results:
         lines += ["", *_load_table(result)]
     write_section("serving-load", "\n".join(lines))
@@ -237,8 +240,13 @@ def chat_prompts(run: Path, n: int) -> list[list[dict[str, str]]]:
     import yaml
 
     data = yaml.safe_load((run / "config.yaml").read_text())["data"]
-    rows = [json.loads(line) for line in Path(data.get("test") or data["train"])
-            .read_text(encoding="utf-8").splitlines() if line.strip()]
+    path = Path(data.get("test") or data["train"])
+    if data.get("prompt_template"):  # a table's rows through the run's template
+        frame = pd.read_csv(path).head(n)
+        return [[{"role": "user", "content": data["prompt_template"].format(**row)}]
+                for row in frame.to_dict(orient="records")]
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()]
     out = []
     for row in rows[:n]:
         messages = row["messages"]
@@ -288,6 +296,9 @@ def chat_test(run: Path, requests: int, clients: int, port: int) -> dict[str, An
                         pieces += 1
         except OSError as exc:
             errors.append(str(exc))
+        else:
+            if not pieces:  # HTTP 200 with no answer (an interrupted stream) is an error
+                errors.append("empty answer")
         end = time.perf_counter()
         first = end if first is None else first
         return {"ttft": first - started, "total": end - started, "pieces": pieces,
@@ -350,7 +361,7 @@ def publish_chat(result: dict[str, Any], command: str) -> None:
         f"| the same, {result['clients']} clients at once | {many['ttft_p50_ms']:.0f} / "
         f"{many['ttft_p95_ms']:.0f} | {many['p50_ms']:.0f} / {many['p95_ms']:.0f} | "
         f"{many['requests_per_s']:.2f} |", "",
-        f"Errors: {result['errors']}. Decoding speed, 64-token answers with the "
+        f"Errors (failed or empty answers): {result['errors']}. Decoding speed, 64-token answers with the "
         f"end-of-sequence token banned (`logit_bias`), 10 requests, 1 client: "
         f"**{result['decode_tokens_per_s']:.1f} tokens/s** after the first token (median; "
         f"{result['decode_tokens']:.0f} streamed pieces per answer). llama.cpp's server "
@@ -387,6 +398,7 @@ def main() -> None:
                         help="requests of the load test (--chat: conversations, default 40)")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--port", type=int, default=5391)
+    parser.add_argument("--workers", type=int, default=1, help="server workers (--http)")
     args = parser.parse_args()
     np.random.seed(0)
     command = "python benchmarks/serving.py " + " ".join(sys.argv[1:])
@@ -397,7 +409,8 @@ def main() -> None:
             publish_chat(result, command)
         return
     if args.http:
-        results = [load_test(run, args.requests, args.clients, args.port) for run in args.run]
+        results = [load_test(run, args.requests, args.clients, args.port, args.workers)
+                   for run in args.run]
         if args.write:
             publish_load(results, command)
         return

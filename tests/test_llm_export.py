@@ -249,13 +249,29 @@ def test_serve_answers_chat_completions_as_entrena_chat_does(exported, tmp_path)
                               start_new_session=True)
     body = json.dumps({"messages": [{"role": "user", "content": prompt}], "temperature": 0,
                        "max_tokens": 4}).encode()
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+
+    def streamed(_: int) -> str:
+        """One streamed answer's text (llama.cpp's server used to interrupt a stream when
+        another request came: empty answers with HTTP 200)."""
+        request = urllib.request.Request(url, data=json.dumps({**json.loads(body),
+                                                               "stream": True}).encode(),
+                                         method="POST",
+                                         headers={"Content-Type": "application/json"})
+        text = ""
+        with urllib.request.urlopen(request, timeout=60) as response:
+            for raw in response:
+                line = raw.decode().strip()
+                if line.startswith("data: {"):
+                    text += json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+        return text.strip()
+
     try:
         deadline = time.monotonic() + 120
         while True:
             try:
-                request = urllib.request.Request(
-                    f"http://127.0.0.1:{port}/v1/chat/completions", data=body, method="POST",
-                    headers={"Content-Type": "application/json"})
+                request = urllib.request.Request(url, data=body, method="POST",
+                                                 headers={"Content-Type": "application/json"})
                 with urllib.request.urlopen(request, timeout=60) as response:
                     answer = json.loads(response.read())
                 break
@@ -263,11 +279,16 @@ def test_serve_answers_chat_completions_as_entrena_chat_does(exported, tmp_path)
                 assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
                 assert time.monotonic() < deadline, "entrena serve did not start"
                 time.sleep(0.5)
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(4) as pool:
+            together = list(pool.map(streamed, range(4)))
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
         log.close()
     assert answer["choices"][0]["message"]["content"].strip() == want
+    assert together == [want] * 4  # concurrent streams queue; none is cut off
     assert server.returncode == 0, (tmp_path / "serve.log").read_text()[-3000:]
 
 

@@ -103,8 +103,11 @@ def _llama_plan(source: Path, model: Path, host: str, port: int,
         raise ResourceError(f"{source}: llama.cpp's server needs {', '.join(missing)}, not "
                             "installed here; install them: pip install 'llama-cpp-python"
                             "[server]' (or make install-llm)")
+    # llama-cpp-python's server interrupts a streamed answer when another request arrives
+    # (interrupt_requests defaults to true): 3 of 4 concurrent clients got an empty answer
+    # with HTTP 200 (benchmarks/serving.py --chat). Requests queue instead.
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", host,
-               "--port", str(port)]
+               "--port", str(port), "--interrupt_requests", "False"]
     if threads:
         command += ["--n_threads", str(threads)]
     url = f"http://{host}:{port}/v1/chat/completions"
