@@ -355,7 +355,7 @@ def test_the_run_is_registered_as_an_mlflow_chat_model_that_answers_as_chat_does
     choice = answer["choices"][0]
     assert choice["message"] == {"role": "assistant", "content": expected.text}
     assert expected.text in ("great", "other")  # the tiny model learnt the answers
-    assert choice["finish_reason"] == "stop"
+    assert choice["finish_reason"] == "stop" and answer["model"] == "tiny-llm"
     assert answer["usage"]["prompt_tokens"] == expected.prompt_tokens
     assert answer["usage"]["completion_tokens"] == expected.completion_tokens
     with pytest.raises(MlflowException, match=r"messages\[0\]\.role 'robot'") as bad:

@@ -137,6 +137,7 @@ class EntrenaChatModel(mlflow.pyfunc.ChatModel):
         self.source = context.artifacts[MODEL_ARTIFACT]
         self.session, _ = open_session(self.source)
         self.lock = threading.Lock()
+        self.name = _run_name(RunPaths(Path(self.source)))  # the run's name: the "model"
 
     def predict(self, context: Any, messages: list[Any], params: Any) -> Any:
         """The greedy answer to ``messages`` (``params.max_tokens`` caps its length; ``n``
@@ -176,7 +177,7 @@ class EntrenaChatModel(mlflow.pyfunc.ChatModel):
             usage=TokenUsageStats(prompt_tokens=answer.prompt_tokens,
                                   completion_tokens=answer.completion_tokens,
                                   total_tokens=answer.prompt_tokens + answer.completion_tokens),
-            model=Path(self.source).name)
+            model=self.name)
 
 
 MAX_ROWS_VARIABLE = "ENTRENA_SERVE_MAX_ROWS"
@@ -334,7 +335,8 @@ def _pyfunc_parts(source: Path, folder: Path, example: Any = None) -> dict[str, 
         script = folder / "entrena_chat_model.py"
         script.write_text(CHAT_MODEL_SCRIPT, encoding="utf-8")
         chat_example = {"messages": [{"role": "user", "content": "Hello!"}],
-                        "max_tokens": CHAT_EXAMPLE_TOKENS}
+                        "max_tokens": CHAT_EXAMPLE_TOKENS, "temperature": 0.0, "n": 1,
+                        "stream": False}
         return dict(python_model=str(script), artifacts={MODEL_ARTIFACT: str(staged)},
                     code_paths=[str(code)], input_example=chat_example,
                     pip_requirements=pip_requirements())
