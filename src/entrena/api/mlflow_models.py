@@ -119,11 +119,11 @@ the model (a check that it runs; a short answer keeps that check to a second or 
 
 
 class EntrenaChatModel(mlflow.pyfunc.ChatModel):
-    """The chat model of an ``llm-sft`` run (or its ``hf`` bundle): MLflow's chat
+    """The chat model of a chat task's run (or its ``hf`` bundle): MLflow's chat
     conventions (OpenAI's chat completion schema): ``{"messages": [{"role", "content"}…],
     "max_tokens": N}`` in, a ``ChatCompletionResponse`` out, with the run's chat template,
     system prompt and end-of-turn token as in training and ``entrena chat``
-    (:class:`~entrena.tasks.llm_sft.chat.ChatSession`). Decoding is greedy (the answer
+    (the task's ``chat_session``). Decoding is greedy (the answer
     ``entrena chat`` gives): ``temperature``, ``top_p`` and ``top_k`` do not change it. The
     model is loaded once (:meth:`load_context`); one answer is generated at a time per worker
     (a lock: MLflow's server runs a worker's requests on threads)."""
