@@ -44,7 +44,8 @@ import torch
 mark("import torch")
 from pathlib import Path
 run, row, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-from entrena.exporting.prediction import PredictOptions, locate_model, model_meta_file, model_task_name
+from entrena.exporting.prediction import (PredictOptions, locate_model, model_meta_file,
+                                         model_task_name)
 from entrena.tasks.registry import model_files, recorded_task
 task = recorded_task(model_task_name(run), model_meta_file(run))
 import importlib
@@ -76,10 +77,47 @@ def _wall(command: list[str]) -> float:
     return time.perf_counter() - started
 
 
+def _load() -> str:
+    import os
+
+    return " / ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _measure(source: Path, row: Path, out: Path, runs: int) -> list[str]:
+    """The command's wall times and the phases for ``source`` (a run or bundle)."""
+    entrena = str(Path(sys.executable).with_name("entrena"))
+    command = [entrena, "predict", str(source), "--input", str(row), "--output", str(out)]
+    _wall(command)  # page cache
+    walls, bare, phases, warm = [], [], [], []
+    for _ in range(runs):
+        walls.append(_wall(command))
+        bare.append(_wall([sys.executable, "-c", "pass"]))
+        done = subprocess.run([sys.executable, "-c", PHASES, str(source), str(row), str(out)],
+                              check=True, capture_output=True, text=True)
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        phases.append(dict(result["phases"]))
+        warm.append(result["warm_predict_s"])
+    table = {"interpreter (python -c pass)": bare,
+             **{name: [p[name] for p in phases] for name in phases[0]},
+             "entrena.predict again, warm process": warm}
+    lines = ["", f"`entrena predict {source} --input one.csv --output out.csv` (one row), "
+             f"{runs} fresh processes: **median {statistics.median(walls):.2f} s** "
+             f"({min(walls):.2f}–{max(walls):.2f} s).", "",
+             "| phase (fresh interpreter, in order) | median s | min–max s |",
+             "|---|---:|---:|"]
+    for name, values in table.items():
+        lines.append(f"| {name} | {statistics.median(values):.3f} | "
+                     f"{min(values):.3f}–{max(values):.3f} |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, required=True)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--also", type=Path, nargs="*", default=[],
+                        help="export bundles of the run to time the same way (e.g. "
+                        "runs/tiny/export/onnx)")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     import pandas as pd
@@ -87,40 +125,19 @@ def main() -> None:
 
     config = yaml.safe_load((args.run / "config.yaml").read_text())
     data = config["data"]
+    lines = [f"Measured {today()} on {machine()} ({cpu_kind()}); `python "
+             f"benchmarks/predict_startup.py {' '.join(sys.argv[1:])}`; load average before "
+             f"{_load()}."]
     with tempfile.TemporaryDirectory(prefix="bench-predict-") as folder:
-        row, out = Path(folder) / "one.csv", Path(folder) / "out.csv"
+        row = Path(folder) / "one.csv"
         frame = pd.read_csv(data["test"] or data["train"]).head(1)
         frame.drop(columns=[data["label_column"]], errors="ignore").to_csv(row, index=False)
-        entrena = str(Path(sys.executable).with_name("entrena"))
-        command = [entrena, "predict", str(args.run), "--input", str(row), "--output", str(out)]
-        _wall(command)  # page cache
-        walls, bare, phases, warm = [], [], [], []
-        for _ in range(args.runs):
-            walls.append(_wall(command))
-            bare.append(_wall([sys.executable, "-c", "pass"]))
-            done = subprocess.run([sys.executable, "-c", PHASES, str(args.run), str(row),
-                                   str(out)], check=True, capture_output=True, text=True)
-            result = json.loads(done.stdout.strip().splitlines()[-1])
-            phases.append(dict(result["phases"]))
-            warm.append(result["warm_predict_s"])
-    names = list(phases[0])
-    table = {"interpreter (python -c pass)": bare,
-             **{name: [p[name] for p in phases] for name in names},
-             "entrena.predict again, warm process": warm}
-    summary = {name: statistics.median(values) for name, values in table.items()}
-    print(json.dumps({"command_s": walls, "phases_median_s": summary}, indent=1))
+        for source in [args.run, *args.also]:
+            lines += _measure(source, row, Path(folder) / "out.csv", args.runs)
+    lines[0] += f" Load average after {_load()}."
+    print("\n".join(lines))
     if not args.write:
         return
-    lines = [f"Measured {today()} on {machine()} ({cpu_kind()}); `python "
-             f"benchmarks/predict_startup.py {' '.join(sys.argv[1:])}`.", "",
-             f"`entrena predict {args.run} --input one.csv --output out.csv` (one row), "
-             f"{args.runs} fresh processes: **median {statistics.median(walls):.2f} s** "
-             f"({min(walls):.2f}–{max(walls):.2f} s).", "",
-             "| phase (fresh interpreter, in order) | median s | min–max s |",
-             "|---|---:|---:|"]
-    for name, values in table.items():
-        lines.append(f"| {name} | {statistics.median(values):.3f} | "
-                     f"{min(values):.3f}–{max(values):.3f} |")
     write_section("predict-startup", "\n".join(lines))
 
 
