@@ -32,7 +32,7 @@ import pandas as pd
 
 from entrena.core.rundir import RunPaths
 from entrena.errors import ConfigError
-from entrena.exporting.bundle import is_bundle
+from entrena.exporting.bundle import is_bundle, read_manifest
 from entrena.tasks.registry import get_task
 
 __all__ = ["EXAMPLE_ROWS", "MODEL_ARTIFACT", "EntrenaChatModel", "EntrenaModel", "log_model",
@@ -337,9 +337,16 @@ def _pyfunc_parts(source: Path, folder: Path, example: Any = None) -> dict[str, 
         chat_example = {"messages": [{"role": "user", "content": "Hello!"}],
                         "max_tokens": CHAT_EXAMPLE_TOKENS, "temperature": 0.0, "n": 1,
                         "stream": False}
+        requirements = pip_requirements()
+        if is_bundle(staged) and read_manifest(staged).get("format") == "gguf":
+            try:  # a GGUF bundle answers through llama.cpp
+                requirements.append("llama-cpp-python=="
+                                    + importlib.metadata.version("llama-cpp-python"))
+            except importlib.metadata.PackageNotFoundError:
+                pass
         return dict(python_model=str(script), artifacts={MODEL_ARTIFACT: str(staged)},
                     code_paths=[str(code)], input_example=chat_example,
-                    pip_requirements=pip_requirements())
+                    pip_requirements=requirements)
     if example is None and (staged / "config.yaml").is_file():
         example = _example(staged)
     signature = (infer_signature(example, predict_frame(staged, example))
