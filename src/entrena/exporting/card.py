@@ -1,5 +1,7 @@
-"""The model card of a bundle (``MODEL_CARD.md``): task, data, metrics, training time,
-export checks, intended use and limits, from the run's own files."""
+"""What every task's model card (``MODEL_CARD.md``) shares: figures formatted, the data lines
+from ``data_report.json``, the metric rows from ``metrics.json`` and the weights line, for a
+task's card function (``tasks/<name>/card.py`` or its export module) to compose with its own
+task, intended-use and limits sections."""
 
 from __future__ import annotations
 
@@ -8,42 +10,26 @@ from typing import Any
 
 from entrena.core.metrics import split_scores
 from entrena.exporting.bundle import RunModel
-from entrena.units import format_bytes, format_duration
 
-__all__ = ["model_card"]
+__all__ = ["data_lines", "metric_rows", "num", "pct", "weights_line"]
 
 
-def _pct(value: Any) -> str:
+def pct(value: Any) -> str:
+    """``0.873`` → ``"87.3%"``; ``"n/a"`` for anything but a number."""
     return f"{100 * value:.1f}%" if isinstance(value, int | float) else "n/a"
 
 
-def _num(value: Any, fmt: str = "{:.4f}") -> str:
+def num(value: Any, fmt: str = "{:.4f}") -> str:
+    """``value`` through ``fmt`` (4 decimals by default); ``"n/a"`` for anything but a
+    number."""
     return fmt.format(value) if isinstance(value, int | float) else "n/a"
-
-
-def _text_columns(value: Any) -> str:
-    """``the `review` column`` or ``the `subject` and `body` columns, joined (name: text per
-    line)``."""
-    if isinstance(value, list) and len(value) > 1:
-        names = ", ".join(f"`{c}`" for c in value[:-1]) + f" and `{value[-1]}`"
-        return f"the {names} columns, joined (`column: text`, one per line)"
-    column = value[0] if isinstance(value, list) else value
-    return f"the `{column}` column"
-
-
-def _base_model(config: dict[str, Any]) -> str:
-    model = config.get("model", {})
-    if model.get("architecture"):
-        shape = ", ".join(f"{k}={v}" for k, v in model["architecture"].items())
-        return f"a BERT encoder built from a config with random initial weights ({shape})"
-    return f"`{model.get('name')}`" if model.get("name") else "unknown"
 
 
 def _count(value: Any) -> int:
     return len(value) if isinstance(value, list) else int(value or 0)
 
 
-def _data_lines(run: RunModel) -> list[str]:
+def data_lines(run: RunModel) -> list[str]:
     """One line per split from ``data_report.json`` (both its older flat layout and the
     per-split layout with ``rows_read`` / ``rows_kept``)."""
     report = run.data_report
@@ -67,7 +53,7 @@ def _data_lines(run: RunModel) -> list[str]:
                      f"{rows.get('validation')}, test {rows.get('test')}")
     if report.get("validation_split"):
         vs = report["validation_split"]
-        lines.append(f"- Validation: {_pct(vs.get('fraction'))} of the training rows, split off "
+        lines.append(f"- Validation: {pct(vs.get('fraction'))} of the training rows, split off "
                      f"stratified by label (seed {vs.get('seed')})")
     per_split = any(split.get("label_counts") for split in report.get("splits", {}).values())
     for role, counts in ({} if per_split else report.get("label_counts", {})).items():
@@ -76,124 +62,23 @@ def _data_lines(run: RunModel) -> list[str]:
     return lines or ["- not recorded (the run has no data_report.json)"]
 
 
-def _metric_rows(metrics: dict[str, Any]) -> list[str]:
+def metric_rows(metrics: dict[str, Any]) -> list[str]:
+    """Markdown table rows ``| split.metric | value |`` of validation and test (and the test
+    per-class precision / recall / F1), from ``metrics.json``."""
     rows = []
     for section in ("validation", "test"):
         for key, value in split_scores(metrics.get(section)):
-            rows.append(f"| {section}.{key} | {_num(value)} |")
+            rows.append(f"| {section}.{key} | {num(value)} |")
     for label, scores in metrics.get("test", {}).get("per_class", {}).items():
         rows.append(f"| test.per_class.{label} (precision / recall / F1, support) | "
-                    f"{_num(scores.get('precision'), '{:.3f}')} / "
-                    f"{_num(scores.get('recall'), '{:.3f}')} / {_num(scores.get('f1'), '{:.3f}')}, "
+                    f"{num(scores.get('precision'), '{:.3f}')} / "
+                    f"{num(scores.get('recall'), '{:.3f}')} / {num(scores.get('f1'), '{:.3f}')}, "
                     f"{scores.get('support')} |")
     return rows or ["| (no metrics.json) | |"]
 
 
-def model_card(run: RunModel, manifest: dict[str, Any]) -> str:
-    """The bundle's model card as Markdown.
-
-    Args:
-        run: The run the model comes from (config, metrics, data report).
-        manifest: The bundle's ``export.json`` content.
-    """
-    config, metrics = run.config, run.metrics
-    fit = metrics.get("fit", {})
-    prep = manifest["preprocessing"]
-    labels = prep["labels"]
-    parity = manifest["parity"]
-    latency = manifest["latency"]
-    engines = [k for k in latency if isinstance(latency[k], dict) and "batch_1" in latency[k]]
-    latency_rows = [
-        f"| {engine} | {size} | {_num(latency[engine][f'batch_{size}']['p50_ms'], '{:.2f}')} | "
-        f"{_num(latency[engine][f'batch_{size}']['p95_ms'], '{:.2f}')} |"
-        for engine in engines for size in (1, 32) if f"batch_{size}" in latency[engine]]
-    quant = f", quantised to int8 ({manifest['quantize']})" if manifest.get("quantize") else ""
-    fallback = (f"\n- TorchScript failed for this model ({manifest['fallback_reason']}); this "
-                "bundle holds a `torch.export` program instead." if manifest.get("fallback_reason")
-                else "")
-    test = metrics.get("test", {})
-    values = "max_rel_diff" in parity  # a regressor (a number per text)
-    headline = ("no test set was scored" if not test else
-                f"test RMSE {_num(test.get('rmse'))}, R² {_num(test.get('r2'))}" if values else
-                f"test accuracy {_num(test.get('accuracy'))}, "
-                f"macro-F1 {_num(test.get('macro_f1'))}")
-    task_line = (f"Text regression: predicts `{prep['label_column']}` (a number, in its own units) "
-                 f"from {_text_columns(prep['text_column'])}." if values else
-                 f"Text classification into {len(labels)} classes: "
-                 f"{', '.join(f'`{label}`' for label in labels)}.\nThe model reads "
-                 f"{_text_columns(prep['text_column'])} (labels came from "
-                 f"`{prep['label_column']}`).")
-    parity_line = (f"max |Δvalue| {parity['max_abs_diff']:.2e} (target units), max relative "
-                   f"difference {parity['max_rel_diff']:.2e}" if values else
-                   f"max |Δlogit| {parity['max_abs_diff']:.2e}, label agreement "
-                   f"{_pct(parity['label_agreement'])},\n  accuracy "
-                   f"{_num(parity.get('accuracy_pytorch'))} (PyTorch) vs "
-                   f"{_num(parity.get('accuracy_exported'))} (exported)")
-    use = ("Estimating the number for texts like the training data" if values else
-           "Sorting texts like the training data (the same source, language and length) into "
-           "the labels\nabove")
-    every = ("- Every input gets a number, even far from the training data; values outside the "
-             "training range are extrapolations." if values else
-             f"- Every input gets one of the {len(labels)} labels above, even when none fits; "
-             "probabilities\n  are softmax outputs, not calibrated confidences.")
-    sizes = manifest["size_bytes"]
-    train_time = format_duration(fit["train_time_s"]) if "train_time_s" in fit else "n/a"
-    wall_time = format_duration(fit["wall_time_s"]) if "wall_time_s" in fit else "n/a"
-    return f"""# Model card: {config.get('name', run.paths.root.name)}
-
-## Task
-{task_line}
-Base model: {_base_model(config)}; pooling `{run.meta.get('pooling', 'mean')}`, then a
-linear head. Texts are cut to {prep['max_length']} tokens (the model accepts
-{prep['length_limit']}).
-
-## Data
-{chr(10).join(_data_lines(run))}
-
-## Metrics
-Measured by `entrena train` with the weights it saved ({headline}); from `metrics.json`.
-
-| metric | value |
-|---|---|
-{chr(10).join(_metric_rows(metrics))}
-
-## Training
-- Time in training steps: {train_time}; wall time (model built to testing done): {wall_time}
-- {fit.get('epochs', 'n/a')} epoch(s), {fit.get('steps', 'n/a')} optimizer steps, stopped by
-  `{fit.get('stop_reason', 'n/a')}`; {_weights_line(fit)}
-- Device `{fit.get('device', 'n/a')}`, precision `{fit.get('precision', 'n/a')}`,
-  {fit.get('threads', 'n/a')} CPU threads; seed {config.get('train', {}).get('seed', 'n/a')}
-- Cost: not recorded (entrena does not price runs yet)
-
-## This export
-- Format `{manifest['format']}` (`{manifest['file']}`, {manifest['program']}{quant}), opset
-  {manifest.get('opset') or 'n/a'}; made by {manifest['exporter']}{fallback}
-- Parity with the PyTorch model on {parity['examples']} {parity['dataset']} examples:
-  {parity_line}; criteria `{parity['criteria']}`:
-  **{'passed' if parity['passed'] else 'FAILED'}**
-- Size: model file {format_bytes(sizes['model_file'])}, bundle {format_bytes(sizes['bundle'])}
-  (PyTorch weights: {format_bytes(sizes['pytorch_weights'])})
-- Latency on the exporting machine ({latency.get('threads')} threads; {latency.get('inputs')}):
-
-| engine | batch | p50 (ms) | p95 (ms) |
-|---|---|---|---|
-{chr(10).join(latency_rows)}
-
-## Intended use
-{use}, in batch jobs or behind a service, with `entrena predict` or any ONNX Runtime / PyTorch
-code that applies the tokenizer in this folder with truncation at {prep['max_length']} tokens.
-
-## Limits
-{every}
-- Only the first {prep['max_length']} tokens of a text are read.
-- The figures above come from the {metrics.get('data', {}).get('test_rows', 'n/a')} test rows of
-  one data source; accuracy on other sources, languages or time periods is unknown.
-- No check for bias or fairness across groups of people was run; do not use the labels for
-  decisions about people without such a check and human review.
-"""
-
-
-def _weights_line(fit: dict[str, Any]) -> str:
+def weights_line(fit: dict[str, Any]) -> str:
+    """Which weights the run kept (the best step restored, or the final ones)."""
     if fit.get("restored_best_weights", True):
         return f"weights of step {fit.get('best_step', 'n/a')} restored"
     return (f"final weights kept (step {fit.get('steps', 'n/a')}; best evaluation at step "

@@ -23,7 +23,7 @@ from entrena.data.image_batches import ImageTransforms, decode_resized
 from entrena.data.images import list_images
 from entrena.errors import DataError
 from entrena.exporting.bundle import META_FILE, ExportRequest, RunModel, parity_source
-from entrena.exporting.card import _data_lines, _metric_rows, _num, _pct
+from entrena.exporting.card import data_lines, metric_rows, num, pct
 from entrena.exporting.fixed_bundle import FixedInputExport, write_fixed_input_bundle
 
 __all__ = ["ImageExamples", "image_examples", "write_image_bundle", "image_card",
@@ -153,22 +153,22 @@ pixels (aspect ratio not kept), scaled to [0, 1] and normalised with mean {t['me
 {t['std']}.
 
 ## Data
-{chr(10).join(_data_lines(run))}
+{chr(10).join(data_lines(run))}
 
 ## Metrics
 | metric | value |
 |---|---|
-{chr(10).join(_metric_rows(metrics))}
+{chr(10).join(metric_rows(metrics))}
 
 Logistic regression on 8 x 8 thumbnails (the baseline) on test: accuracy
-{_num(logreg.get('accuracy'))}, macro-F1 {_num(logreg.get('macro_f1'))} (this model:
-{_num(test.get('accuracy'))}, {_num(test.get('macro_f1'))}).
+{num(logreg.get('accuracy'))}, macro-F1 {num(logreg.get('macro_f1'))} (this model:
+{num(test.get('accuracy'))}, {num(test.get('macro_f1'))}).
 
 ## This export
 - `model.onnx` ({manifest['program']}{', int8' if manifest.get('quantize') else ''}), opset
   {manifest.get('opset')}; made by {manifest['exporter']}
 - Parity with the PyTorch model on {parity['examples']} {parity['dataset']}: max |Δlogit|
-  {parity['max_abs_diff']:.2e}, label agreement {_pct(parity['label_agreement'])}:
+  {parity['max_abs_diff']:.2e}, label agreement {pct(parity['label_agreement'])}:
   **{'passed' if parity['passed'] else 'FAILED'}**
 
 ## Limits

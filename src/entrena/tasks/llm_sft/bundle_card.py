@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from entrena.exporting.card import pct
 from entrena.units import format_bytes
 
 __all__ = ["llm_model_card"]
-
-
-def _pct(value: Any) -> str:
-    return f"{100 * value:.1f}%" if isinstance(value, int | float) else "n/a"
 
 
 def llm_model_card(run: Any, manifest: dict[str, Any]) -> str:
@@ -47,8 +44,8 @@ to answer prompts like its training data's, greedily, in at most {run.meta.get('
 tokens.
 
 ## Metrics (from `metrics.json`, the PyTorch model)
-- test exact match {_pct(test.get('exact_match'))} (zero-shot base model
-  {_pct(zero.get('exact_match'))}); answers ending with EOS {_pct(test.get('eos_share'))}
+- test exact match {pct(test.get('exact_match'))} (zero-shot base model
+  {pct(zero.get('exact_match'))}); answers ending with EOS {pct(test.get('eos_share'))}
 
 ## This export
 - Format `{fmt}` (`{manifest['file']}`){f", quantisation `{manifest['quantize']}`" if
@@ -57,8 +54,8 @@ tokens.
 - Chat template: the one training used (in the file's metadata and the tokenizer files);
   stop tokens {', '.join(f'`{t}`' for t in manifest.get('stop_tokens', []))}
 - Parity with the PyTorch model, greedy, on {parity['prompts']} {parity['dataset']} prompts:
-  agreement {_pct(parity['agreement'])}, exact match {_pct(parity['exact_match_pytorch'])}
-  (PyTorch) vs {_pct(parity.get(f'exact_match_{fmt}'))} (export); criteria
+  agreement {pct(parity['agreement'])}, exact match {pct(parity['exact_match_pytorch'])}
+  (PyTorch) vs {pct(parity.get(f'exact_match_{fmt}'))} (export); criteria
   `{parity['criteria']}`: **{'passed' if parity['passed'] else 'FAILED'}**
 - Speed on the exporting machine ({throughput.get('note', 'greedy')}): {speed or 'n/a'}
 - Size: model file {format_bytes(sizes['model_file'])}, bundle {format_bytes(sizes['bundle'])}

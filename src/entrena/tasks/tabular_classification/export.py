@@ -23,7 +23,7 @@ from entrena.data.preprocessing import as_numbers, style_of, transform
 from entrena.data.sources import read_table
 from entrena.errors import DataError
 from entrena.exporting.bundle import META_FILE, ExportRequest, RunModel, parity_source
-from entrena.exporting.card import _data_lines, _metric_rows, _num, _pct
+from entrena.exporting.card import data_lines, metric_rows, num, pct
 from entrena.exporting.checks import (
     MAX_PARITY_EXAMPLES,
     label_index,
@@ -160,22 +160,22 @@ encoded (a category training never saw encodes as all zeros), all fitted on the 
 rows only (`preprocessing.json`). Model: an MLP, hidden sizes {meta.get('hidden_sizes')}.
 
 ## Data
-{chr(10).join(_data_lines(run))}
+{chr(10).join(data_lines(run))}
 
 ## Metrics
 | metric | value |
 |---|---|
-{chr(10).join(_metric_rows(metrics))}
+{chr(10).join(metric_rows(metrics))}
 
 Boosted trees (scikit-learn `HistGradientBoostingClassifier`, the baseline) on test: accuracy
-{_num(trees.get('accuracy'))}, macro-F1 {_num(trees.get('macro_f1'))} (this model:
-{_num(test.get('accuracy'))}, {_num(test.get('macro_f1'))}).
+{num(trees.get('accuracy'))}, macro-F1 {num(trees.get('macro_f1'))} (this model:
+{num(test.get('accuracy'))}, {num(test.get('macro_f1'))}).
 
 ## This export
 - `model.onnx` ({manifest['program']}{', int8' if manifest.get('quantize') else ''}), opset
   {manifest.get('opset')}; made by {manifest['exporter']}
 - Parity with the PyTorch model on {parity['examples']} {parity['dataset']} rows: max |Δlogit|
-  {parity['max_abs_diff']:.2e}, label agreement {_pct(parity['label_agreement'])}:
+  {parity['max_abs_diff']:.2e}, label agreement {pct(parity['label_agreement'])}:
   **{'passed' if parity['passed'] else 'FAILED'}**
 
 ## Limits

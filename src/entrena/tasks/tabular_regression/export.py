@@ -16,7 +16,7 @@ from entrena.core.files import dumps_strict
 from entrena.data.preprocessing import transform
 from entrena.errors import DataError
 from entrena.exporting.bundle import META_FILE, ExportRequest, RunModel
-from entrena.exporting.card import _data_lines, _metric_rows, _num
+from entrena.exporting.card import data_lines, metric_rows, num
 from entrena.exporting.fixed_bundle import FixedInputExport, write_fixed_input_bundle
 from entrena.tasks.tabular_classification.export import PREPROCESSING_FILE, table_rows
 
@@ -83,16 +83,16 @@ standardised with the training mean and standard deviation, inverted inside `mod
 Model: an MLP, hidden sizes {meta.get('hidden_sizes')}.
 
 ## Data
-{chr(10).join(_data_lines(run))}
+{chr(10).join(data_lines(run))}
 
 ## Metrics
 | metric | value |
 |---|---|
-{chr(10).join(_metric_rows(metrics))}
+{chr(10).join(metric_rows(metrics))}
 
 Boosted trees (scikit-learn `HistGradientBoostingRegressor`, the baseline) on test: RMSE
-{_num(trees.get('rmse'))}, R² {_num(trees.get('r2'))} (this model: {_num(test.get('rmse'))},
-{_num(test.get('r2'))}).
+{num(trees.get('rmse'))}, R² {num(trees.get('r2'))} (this model: {num(test.get('rmse'))},
+{num(test.get('r2'))}).
 
 ## This export
 - `model.onnx` ({manifest['program']}{', int8' if manifest.get('quantize') else ''}), opset

@@ -33,7 +33,6 @@ from entrena.exporting.bundle import (
     parity_source,
     versions,
 )
-from entrena.exporting.card import model_card
 from entrena.exporting.checks import (
     MAX_PARITY_EXAMPLES,
     Thresholds,
@@ -52,6 +51,7 @@ from entrena.exporting.inference import (
     predict_logits,
     require_finite,
 )
+from entrena.tasks.text_classification.card import text_card
 
 __all__ = ["ParityExamples", "parity_examples", "write_bundle", "EXAMPLE_TEXTS"]
 
@@ -255,7 +255,7 @@ def write_bundle(run: RunModel, fmt: ExportFormat, *, quantize: str | None, opse
                             for n in ("model.safetensors", "head.safetensors"))
         manifest["size_bytes"] = {"model_file": (work / info["file"]).stat().st_size,
                                   "bundle": 0, "pytorch_weights": pytorch_bytes}
-        finish_bundle(work, destination, manifest, lambda m: model_card(run, m))
+        finish_bundle(work, destination, manifest, lambda m: text_card(run, m))
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
