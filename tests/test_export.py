@@ -201,7 +201,7 @@ def test_failed_parity_still_writes_the_bundle_and_exits_3(tiny_run, tmp_path, m
     from typer.testing import CliRunner
 
     from entrena.cli import app
-    from entrena.tasks.text_classification import export as exporter
+    from entrena.exporting import sequence_bundle as exporter
 
     real = exporter.parity_report
 

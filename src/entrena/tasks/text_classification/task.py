@@ -273,11 +273,7 @@ class TextClassificationTask:
         ``export.json``'s content (:class:`~entrena.exporting.bundle.ExportRequest`)."""
         from entrena.tasks.text_classification.export import parity_examples, write_bundle
 
-        return write_bundle(run, request.format, quantize=request.quantize,
-                            opset=request.opset, destination=request.destination,
-                            examples=parity_examples(run, request.parity_data),
-                            thresholds=request.thresholds,
-                            latency_calls=request.latency_calls, threads=request.threads)
+        return write_bundle(run, request, parity_examples(run, request.parity_data))
 
     def predict(self, location: Any, data: Path, output: Path, options: Any) -> dict[str, Any]:
         """Predict ``data`` with the model at ``location`` into ``output``; the summary."""
