@@ -65,17 +65,17 @@ class ClassStrata:
             (``separator``, ``tags``, ``tag_counts`` per split).
         regression_task: The task that predicts such rows' numbers (named when the label
             column looks like a number to predict rather than classes).
-        names: The label map, filled by :meth:`codes`.
+        names: The label map (tags: the tags of a multi-label map), filled by :meth:`codes`.
     """
 
     on_unseen_labels: str = "error"
     label_cleanup: LabelCleanup | None = None
     separator: str | None = None
     regression_task: str = ""
-    keep_keys: str = "data.checks.*, data.on_unseen_labels"
-    names: list[str] = field(default_factory=list)
-    tags: list[str] = field(default_factory=list)
-    cleanup_report: dict[str, Any] | None = None
+    keep_keys: str = field(default="data.checks.*, data.on_unseen_labels", init=False)
+    names: list[str] = field(default_factory=list, init=False)
+    tags: list[str] = field(default_factory=list, init=False)
+    cleanup_report: dict[str, Any] | None = field(default=None, init=False)
 
     def codes(self, raw: dict[str, RawSplit], train: str, opts: SplitOptions
               ) -> tuple[dict[str, np.ndarray], int]:

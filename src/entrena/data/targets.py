@@ -111,7 +111,8 @@ def check_and_split_targets(raw: dict[str, RawSplit], specs: dict[str, str | Non
                             check_keys: str = "data.text_column and data.label_column",
                             terms: ck.Terms = ck.TEXT,
                             classification_task: str = "") -> LabelledSplits:
-    """The checks of the module docstring on splits already read.
+    """The checks of the module docstring on splits already read:
+    :func:`~entrena.data.splitting.check_and_split_rows` with a :class:`TargetStrata`.
 
     Args:
         raw: The splits as read (``train`` always; ``validation``, ``test`` when given), their
@@ -121,7 +122,7 @@ def check_and_split_targets(raw: dict[str, RawSplit], specs: dict[str, str | Non
         target_outliers: ``keep``, ``drop`` or ``clip`` (step 7 of the module docstring).
         normalise: Compare normalised keys for near-duplicates and leakage (text).
         empty_what, check_keys, terms: Words of the messages, as in
-            :func:`~entrena.data.tables.check_and_split`.
+            :class:`~entrena.data.splitting.SplitOptions`.
         classification_task: The task to suggest for a two-valued target (the caller's
             twin classification task; empty: "a classification task").
 
@@ -151,17 +152,18 @@ class TargetStrata:
         transform: ``data.target_transform`` (``none`` or ``log``).
         outliers: ``data.target_outliers`` (``keep``, ``drop`` or ``clip``).
         classification_task: The task to suggest for a two-valued target.
-        distinct: The distinct targets of every split (K,), filled by :meth:`codes`.
+        distinct: The distinct targets of every split (K,), filled by :meth:`codes` (with
+            ``train_values``, the training targets as read (N,)).
         clipped: Clip bounds per split under ``clip``, filled by :meth:`checks`.
     """
 
     transform: str = "none"
     outliers: str = "keep"
     classification_task: str = ""
-    keep_keys: str = "data.checks.*"
-    distinct: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    train_values: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    clipped: dict[str, tuple[float, float]] = field(default_factory=dict)
+    keep_keys: str = field(default="data.checks.*", init=False)
+    distinct: np.ndarray = field(default_factory=lambda: np.zeros(0), init=False)
+    train_values: np.ndarray = field(default_factory=lambda: np.zeros(0), init=False)
+    clipped: dict[str, tuple[float, float]] = field(default_factory=dict, init=False)
 
     def codes(self, raw: dict[str, RawSplit], train: str, opts: SplitOptions
               ) -> tuple[dict[str, np.ndarray], int]:
