@@ -11,7 +11,8 @@ import pytest
 import entrena
 from conftest import build_config, review_rows, write_csv
 from entrena.data.sources import read_table
-from entrena.data.tables import load_splits, stratified_split
+from entrena.data.splits import stratified_split
+from entrena.data.tables import load_splits
 from entrena.errors import DataError
 
 

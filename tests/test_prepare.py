@@ -13,7 +13,8 @@ import entrena
 from conftest import EXAMPLES, build_config, review_rows, run_cli, write_csv
 from entrena.api import DataCheckFailed
 from entrena.data.hygiene import normalise, repeats, text_keys
-from entrena.data.tables import load_splits, stratified_group_split
+from entrena.data.splits import stratified_group_split
+from entrena.data.tables import load_splits
 from entrena.errors import DataError
 
 TINY = EXAMPLES / "tiny" / "config.yaml"
@@ -60,7 +61,7 @@ def test_group_split_keeps_groups_together_and_equals_the_row_split_for_single_r
     groups = np.repeat(np.arange(25), 4)
     kept, held = stratified_group_split(labels, groups, 0.2, seed=1)
     assert not set(groups[kept]) & set(groups[held])
-    from entrena.data.tables import stratified_split
+    from entrena.data.splits import stratified_split
 
     single_kept, single_held = stratified_group_split(labels, np.arange(100), 0.2, seed=1)
     expected_kept, expected_held = stratified_split(labels, 0.2, seed=1)

@@ -37,7 +37,7 @@ from entrena.data.encoding import (
     write_encoded,
 )
 from entrena.data.remote import default_cache_dir
-from entrena.data.tables import Split, TextColumn
+from entrena.data.splits import Split, TextColumn
 
 __all__ = ["CACHE_FORMAT", "default_cache_dir", "CachedSplits", "PreparedCache", "EntryWriter"]
 
@@ -53,7 +53,7 @@ class CachedSplits:
     """An entry read back: splits with memory-mapped texts and ids.
 
     Attributes:
-        splits: ``{role: Split}`` (texts are :class:`~entrena.data.tables.TextColumn`).
+        splits: ``{role: Split}`` (texts are :class:`~entrena.data.splits.TextColumn`).
         encoded: ``{role: EncodedTexts}``.
         meta: The entry's ``meta.json``.
         path: The entry folder.

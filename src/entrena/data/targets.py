@@ -1,7 +1,8 @@
-"""From splits already read to clean splits with a number to predict (regression targets).
+"""The number-to-predict policy of the check-and-split pipeline (regression targets).
 
-The counterpart of :func:`entrena.data.tables.check_and_split` for a numeric target; the
-rows (texts, table rows as keys) are checked the same way, the target as a number:
+:class:`TargetStrata` is the :class:`~entrena.data.splitting.Strata` of a numeric target; the
+rows (texts, table rows as keys) are checked as for classes
+(:func:`~entrena.data.splitting.check_and_split_rows`), the target as a number:
 
 1. every target must be a plain number (``12``, ``-3.5``, ``1e3``): ``"1,234.5"``, ``"$12"``,
    ``"n/a"`` or ``inf`` are refused with their rows, never parsed into something else; a
@@ -35,26 +36,20 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from entrena.data import checks as ck
 from entrena.data import hygiene as hy
 from entrena.data.reading import RawSplit, format_rows
-from entrena.data.tables import (
-    LabelledSplits,
-    Split,
-    TextColumn,
-    stratified_group_split,
-    stratified_subsample,
-)
+from entrena.data.splits import LabelledSplits, binned_group_split, quantile_edges, target_bins
+from entrena.data.splitting import SplitOptions, check_and_split_rows, split_of
 from entrena.errors import DataError
 
-__all__ = ["MAX_BINS", "NUMBER", "OUTLIER_Z", "parse_targets", "robust_z", "target_bins",
-           "check_and_split_targets", "target_summary"]
+__all__ = ["MAX_BINS", "NUMBER", "OUTLIER_Z", "parse_targets", "robust_z", "TargetStrata",
+           "check_and_split_targets", "target_summary", "skew_hint"]
 
 NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 """A target as written in a file: an optional sign, digits with an optional decimal point and
@@ -97,17 +92,6 @@ def parse_targets(raw: RawSplit, column: str) -> np.ndarray:
     return values[raw.label_codes] if len(raw.label_codes) else np.zeros(0)
 
 
-def target_bins(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """The quantile bin of each value (N,) int64, given inner bin ``edges`` (K-1,)."""
-    return np.searchsorted(edges, values, side="right").astype(np.int64)
-
-
-def _edges(values: np.ndarray, bins: int) -> np.ndarray:
-    if bins <= 1 or not len(values):
-        return np.zeros(0)
-    return np.unique(np.quantile(values, np.linspace(0, 1, bins + 1)[1:-1]))
-
-
 def target_summary(values: np.ndarray) -> dict[str, float | None]:
     """``{"mean", "std", "min", "max", "median"}`` of targets (N,) (``None`` when empty)."""
     if not len(values):
@@ -127,7 +111,8 @@ def check_and_split_targets(raw: dict[str, RawSplit], specs: dict[str, str | Non
                             check_keys: str = "data.text_column and data.label_column",
                             terms: ck.Terms = ck.TEXT,
                             classification_task: str = "") -> LabelledSplits:
-    """The checks of the module docstring on splits already read.
+    """The checks of the module docstring on splits already read:
+    :func:`~entrena.data.splitting.check_and_split_rows` with a :class:`TargetStrata`.
 
     Args:
         raw: The splits as read (``train`` always; ``validation``, ``test`` when given), their
@@ -137,7 +122,7 @@ def check_and_split_targets(raw: dict[str, RawSplit], specs: dict[str, str | Non
         target_outliers: ``keep``, ``drop`` or ``clip`` (step 7 of the module docstring).
         normalise: Compare normalised keys for near-duplicates and leakage (text).
         empty_what, check_keys, terms: Words of the messages, as in
-            :func:`~entrena.data.tables.check_and_split`.
+            :class:`~entrena.data.splitting.SplitOptions`.
         classification_task: The task to suggest for a two-valued target (the caller's
             twin classification task; empty: "a classification task").
 
@@ -148,139 +133,141 @@ def check_and_split_targets(raw: dict[str, RawSplit], specs: dict[str, str | Non
         DataError: No usable rows, a target that is not a number, a constant training target,
             ``log`` with a value ≤ -1, or no rows left after the checks.
     """
-    train = specs["train"] or ""
-    ck.refuse_unusable(raw, label_column=label_column, group_column=group_column,
-                       empty_what=empty_what, check_keys=check_keys)
-    values = {role: parse_targets(split, label_column) for role, split in raw.items()}
-    if target_transform == "log":
-        for role, v in values.items():
-            low = v <= -1
-            if low.any():
-                raise DataError(
-                    f"{raw[role].spec}: data.target_transform: log takes log(1 + target), but "
-                    f"{int(low.sum())} {role} target(s) are <= -1 (rows "
-                    f"{format_rows(raw[role].rows[low].tolist())}: "
-                    f"{', '.join(f'{x:g}' for x in v[low][:3])}); use "
-                    "data.target_transform: none, or fix those targets")
-    train_values = values["train"]
-    with np.errstate(over="ignore", invalid="ignore"):
-        learned = np.log1p(train_values) if target_transform == "log" else train_values
-        spread = float(np.std(learned))
-    if not math.isfinite(spread):
-        biggest = train_values[np.argmax(np.abs(train_values))]
-        raise DataError(f"{train}: data.label_column {label_column!r} holds targets as large as "
-                        f"{biggest:g}, too large to standardise (their squares overflow 64-bit "
-                        "floats); rescale the column (divide it by a power of ten) or use "
-                        "data.target_transform: log")
-    if np.ptp(train_values) == 0:
-        raise DataError(f"{train}: data.label_column {label_column!r} has the same value "
-                        f"({train_values[0]:g}) in all {len(train_values)} training rows; "
-                        "there is nothing to predict: choose a column that varies")
+    opts = SplitOptions(label_column=label_column, validation_fraction=validation_fraction,
+                        max_train_samples=max_train_samples, max_eval_samples=max_eval_samples,
+                        seed=seed, group_column=group_column, policy=policy,
+                        normalise=normalise, empty_what=empty_what, check_keys=check_keys,
+                        terms=terms)
+    strata = TargetStrata(transform=target_transform, outliers=target_outliers,
+                          classification_task=classification_task)
+    return check_and_split_rows(raw, specs, strata, opts)
 
-    present = list(raw)
-    distinct, inverse = np.unique(np.concatenate([values[r] for r in present]),
-                                  return_inverse=True)
-    k = len(distinct)
-    exact = dict(zip(present, hy.text_keys(*(raw[r].texts for r in present)), strict=True))
-    normal = (dict(zip(present, hy.text_keys(*(hy.normalise(raw[r].texts) for r in present)),
-                       strict=True)) if normalise else exact)
-    rows: dict[str, ck.RowSet] = {}
-    start = 0
-    for role in present:
-        codes = inverse[start:start + len(values[role])].astype(np.int64)
-        start += len(values[role])
-        rows[role] = ck.RowSet(role, raw[role], codes, exact[role], normal[role])
-    for r in rows.values():
-        ck.describe_copies(r, k)
-    t = rows["train"]
-    checks_out = ck.train_copies(t, k, policy, replace(terms, label="target"))
-    checks_out.append(ck.leakage(rows, policy, against=("validation", "test"), terms=terms))
 
-    validation_split: dict[str, Any] | None = None
-    fitted = train_values[t.index]
-    if "validation" not in rows:
-        groups = t.raw.groups[t.index] if group_column is not None else t.normal[t.index]
+@dataclass
+class TargetStrata:
+    """A number to predict: a :class:`~entrena.data.splitting.Strata` whose codes index the
+    distinct targets, stratified on quantile bins of the training targets.
+
+    Attributes:
+        transform: ``data.target_transform`` (``none`` or ``log``).
+        outliers: ``data.target_outliers`` (``keep``, ``drop`` or ``clip``).
+        classification_task: The task to suggest for a two-valued target.
+        distinct: The distinct targets of every split (K,), filled by :meth:`codes` (with
+            ``train_values``, the training targets as read (N,)).
+        clipped: Clip bounds per split under ``clip``, filled by :meth:`checks`.
+    """
+
+    transform: str = "none"
+    outliers: str = "keep"
+    classification_task: str = ""
+    keep_keys: str = field(default="data.checks.*", init=False)
+    distinct: np.ndarray = field(default_factory=lambda: np.zeros(0), init=False)
+    train_values: np.ndarray = field(default_factory=lambda: np.zeros(0), init=False)
+    clipped: dict[str, tuple[float, float]] = field(default_factory=dict, init=False)
+
+    def codes(self, raw: dict[str, RawSplit], train: str, opts: SplitOptions
+              ) -> tuple[dict[str, np.ndarray], int]:
+        values = {role: parse_targets(split, opts.label_column) for role, split in raw.items()}
+        self._refuse_unlearnable(values, raw, train, opts.label_column)
+        self.train_values = values["train"]
+        present = list(raw)
+        self.distinct, inverse = np.unique(np.concatenate([values[r] for r in present]),
+                                           return_inverse=True)
+        codes, start = {}, 0
+        for role in present:
+            codes[role] = inverse[start:start + len(values[role])].astype(np.int64)
+            start += len(values[role])
+        return codes, len(self.distinct)
+
+    def _refuse_unlearnable(self, values: dict[str, np.ndarray], raw: dict[str, RawSplit],
+                            train: str, label_column: str) -> None:
+        """Refuse ``log`` with a target <= -1, targets too large to standardise, and a
+        constant training target."""
+        if self.transform == "log":
+            for role, v in values.items():
+                low = v <= -1
+                if low.any():
+                    raise DataError(
+                        f"{raw[role].spec}: data.target_transform: log takes log(1 + target), "
+                        f"but {int(low.sum())} {role} target(s) are <= -1 (rows "
+                        f"{format_rows(raw[role].rows[low].tolist())}: "
+                        f"{', '.join(f'{x:g}' for x in v[low][:3])}); use "
+                        "data.target_transform: none, or fix those targets")
+        train_values = values["train"]
+        with np.errstate(over="ignore", invalid="ignore"):
+            learned = np.log1p(train_values) if self.transform == "log" else train_values
+            spread = float(np.std(learned))
+        if not math.isfinite(spread):
+            biggest = train_values[np.argmax(np.abs(train_values))]
+            raise DataError(f"{train}: data.label_column {label_column!r} holds targets as "
+                            f"large as {biggest:g}, too large to standardise (their squares "
+                            "overflow 64-bit floats); rescale the column (divide it by a power "
+                            "of ten) or use data.target_transform: log")
+        if np.ptp(train_values) == 0:
+            raise DataError(f"{train}: data.label_column {label_column!r} has the same value "
+                            f"({train_values[0]:g}) in all {len(train_values)} training rows; "
+                            "there is nothing to predict: choose a column that varies")
+
+    def targets_of(self, r: ck.RowSet) -> np.ndarray:
+        """The kept targets of ``r`` (N,) float64, clipped where :attr:`clipped` says."""
+        values = self.distinct[r.labels[r.index]]
+        return np.clip(values, *self.clipped[r.role]) if r.role in self.clipped else values
+
+    def check_rows(self, rows: dict[str, ck.RowSet], opts: SplitOptions) -> None:
+        return None
+
+    def copy_terms(self, terms: ck.Terms) -> ck.Terms:
+        return replace(terms, label="target")
+
+    def split_off(self, t: ck.RowSet, groups: np.ndarray, train: str, opts: SplitOptions
+                  ) -> tuple[np.ndarray, np.ndarray, Any]:
+        fraction = opts.validation_fraction
         n_groups = len(np.unique(groups))
-        held_n = math.ceil(validation_fraction * n_groups)
+        held_n = math.ceil(fraction * n_groups)
         if held_n < 1 or n_groups - held_n < 1:
             raise DataError(f"{train}: {n_groups} training row(s) (or groups) cannot be split "
                             f"into training and validation (data.validation_fraction "
-                            f"{validation_fraction:g}); add rows or give a validation file "
+                            f"{fraction:g}); add rows or give a validation file "
                             "(data.validation)")
-        bins = max(1, min(MAX_BINS, held_n // 2))
-        edges = _edges(fitted, bins)
-        kept, held = _grouped_split(target_bins(fitted, edges), groups, validation_fraction,
-                                    seed)
-        v = ck.RowSet("validation", t.raw, t.labels, t.exact, t.normal)
-        v.index = t.index[held]
-        v.removed = {}
-        v.counts = {"exact_duplicates": 0, "normalised_duplicates": 0}
-        t.removed["held_out_for_validation"] = len(held)
-        t.index = t.index[kept]
-        rows["validation"] = v
-        validation_split = {"from": "train", "fraction": validation_fraction,
-                            "stratified": f"target quantile bins ({len(edges) + 1})",
-                            "seed": seed,
-                            "grouped_by": group_column or terms.grouped_by or (
-                                "normalised text" if normalise else "identical rows")}
-        if group_column is not None:
-            checks_out[-1] = ck.leakage(rows, policy, against=("validation",),
-                                        record=checks_out[-1], terms=terms)
+        fitted = self.train_values[t.index]
+        edges = quantile_edges(fitted, max(1, min(MAX_BINS, held_n // 2)))
+        kept, held = binned_group_split(target_bins(fitted, edges), groups, fraction,
+                                        opts.seed)
+        return kept, held, f"target quantile bins ({len(edges) + 1})"
 
-    clipped: dict[str, tuple[float, float]] = {}
+    def checks(self, rows: dict[str, ck.RowSet], carved: bool, opts: SplitOptions
+               ) -> list[dict[str, Any]]:
+        changed = ("train", "validation") if carved else ("train",)
+        record, bounds, outliers = _outlier_check(rows, self.targets_of, opts.label_column,
+                                                  self.transform, self.outliers, changed,
+                                                  opts.terms)
+        for role in changed:
+            if self.outliers == "drop":
+                rows[role].keep(~outliers[role], "target_outliers")
+            elif self.outliers == "clip" and bounds is not None:
+                self.clipped[role] = bounds
+        train = self.targets_of(rows["train"])
+        return [record, _range_check(rows, self.targets_of, opts.terms),
+                _class_check(train, opts.label_column, self.classification_task),
+                _skew_check(train, opts.label_column, self.transform)]
 
-    def targets_of(r: ck.RowSet) -> np.ndarray:
-        values = distinct[r.labels[r.index]]
-        return np.clip(values, *clipped[r.role]) if r.role in clipped else values
+    def subsample_strata(self, rows: dict[str, ck.RowSet]) -> dict[str, np.ndarray]:
+        edges = quantile_edges(self.targets_of(rows["train"]), MAX_BINS)
+        return {role: target_bins(self.targets_of(r), edges) for role, r in rows.items()}
 
-    carved = validation_split is not None
-    changed = ("train", "validation") if carved else ("train",)
-    record, bounds, outliers = _outlier_check(rows, targets_of, label_column, target_transform,
-                                              target_outliers, changed, terms)
-    checks_out.append(record)
-    for role in changed:
-        if target_outliers == "drop":
-            r = rows[role]
-            r.keep(~outliers[role], "target_outliers")
-        elif target_outliers == "clip" and bounds is not None:
-            clipped[role] = bounds
-    checks_out.append(_range_check(rows, targets_of, terms))
-    checks_out.append(_class_check(targets_of(rows["train"]), label_column,
-                                   classification_task))
-    checks_out.append(_skew_check(targets_of(rows["train"]), label_column, target_transform))
-    edges = _edges(targets_of(t), MAX_BINS)
-    limits = {"train": max_train_samples, "validation": max_eval_samples,
-              "test": max_eval_samples}
-    for role, r in rows.items():
-        chosen = stratified_subsample(r.index, target_bins(targets_of(r), edges),
-                                      limits[role], seed)
-        r.keep(np.isin(r.index, chosen), "subsampled")
-    for role, r in rows.items():
-        if len(r.index) == 0:
-            raise DataError(f"{specs[role] or train}: no {role} {terms.row}s are left once the "
-                            f"data checks have run ({terms.row}s removed: "
-                            f"{ck.removed_text(r.removed)}); keep them (data.checks.*) or add "
-                            f"{terms.row}s")
-    if np.ptp(targets_of(t)) == 0:
-        raise DataError(f"{train}: every training target left once the data checks have run "
-                        f"is {targets_of(t)[0]:g}; there is nothing to predict: raise "
-                        "data.max_train_samples or keep more rows (data.checks.*)")
-    splits = {role: Split(TextColumn(r.raw.texts.take(pa.array(r.index, type=pa.int64()))),
-                          targets_of(r), r.rows()) for role, r in rows.items()}
-    report = _report(rows, targets_of, specs, validation_split, checks_out)
-    return LabelledSplits(splits["train"], splits["validation"], splits.get("test"), [],
-                          report)
+    def refuse_degenerate(self, t: ck.RowSet, train: str, opts: SplitOptions) -> None:
+        if np.ptp(self.targets_of(t)) == 0:
+            raise DataError(f"{train}: every training target left once the data checks have "
+                            f"run is {self.targets_of(t)[0]:g}; there is nothing to predict: "
+                            "raise data.max_train_samples or keep more rows (data.checks.*)")
 
-
-def _grouped_split(bins: np.ndarray, groups: np.ndarray, fraction: float, seed: int
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`~entrena.data.tables.stratified_group_split` on target bins, falling back to an
-    unstratified grouped split when a bin is too small to stratify."""
-    _, first = np.unique(groups, return_index=True)
-    counts = np.bincount(bins[first])
-    if len(counts[counts > 0]) > 1 and counts[counts > 0].min() >= 2:
-        return stratified_group_split(bins, groups, fraction, seed)
-    return stratified_group_split(np.zeros_like(bins), groups, fraction, seed)
+    def finish(self, rows: dict[str, ck.RowSet], specs: dict[str, str | None],
+               validation_split: dict[str, Any] | None, checks: list[dict[str, Any]],
+               opts: SplitOptions) -> LabelledSplits:
+        splits = {role: split_of(r, self.targets_of(r)) for role, r in rows.items()}
+        report = _report(rows, self.targets_of, specs, validation_split, checks)
+        return LabelledSplits(splits["train"], splits["validation"], splits.get("test"), [],
+                              report)
 
 
 OUTLIER_Z = 3.5

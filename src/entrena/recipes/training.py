@@ -46,7 +46,7 @@ from entrena.core.callback import Callback
 from entrena.core.files import dumps_strict, write_json_atomic
 from entrena.core.rundir import RunPaths
 from entrena.core.state import TrainState
-from entrena.data.tables import LabelledSplits
+from entrena.data.splits import LabelledSplits
 from entrena.engine.attention import apply_attention
 from entrena.engine.backend import (
     auto_cpu_bf16,

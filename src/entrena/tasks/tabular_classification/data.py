@@ -49,7 +49,8 @@ from entrena.data.preprocessing import (
     unseen_categories,
 )
 from entrena.data.reading import format_rows
-from entrena.data.tables import LabelledSplits, check_and_split, open_config_sources
+from entrena.data.splits import LabelledSplits
+from entrena.data.tables import check_and_split, open_config_sources
 from entrena.data.tabular import (
     all_missing,
     check_number_format,

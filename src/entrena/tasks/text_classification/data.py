@@ -40,7 +40,8 @@ from entrena.data.encoding import (
 )
 from entrena.data.hygiene import CheckPolicy, check_record, truncated_fraction
 from entrena.data.labels import LabelCleanup
-from entrena.data.tables import LabelledSplits, load_splits, open_config_sources
+from entrena.data.splits import LabelledSplits
+from entrena.data.tables import load_splits, open_config_sources
 from entrena.errors import ConfigError
 
 __all__ = ["PreparedData", "prepare_texts", "resolve_model_sources"]
