@@ -28,7 +28,7 @@ def test_unknown_task_lists_the_choices_and_the_closest():
 def test_a_registered_task_is_found_by_name(monkeypatch):
     from entrena.tasks import registry
 
-    monkeypatch.setattr(registry, "_REGISTERED", {})
+    monkeypatch.setattr(registry.TASKS, "registered", {})
     monkeypatch.setattr(registry, "_INSTANCES", {})
 
     class Fake:
