@@ -85,7 +85,7 @@ def test_an_unknown_task_in_a_config_names_its_line_and_the_choices(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert str(info.value).startswith(f"{path}:2: task: unknown task 'tabular-clasification'; "
-                                      "choose one of ")
+                                      "choose from ")
     assert "did you mean 'tabular-classification'?" in str(info.value)
 
 

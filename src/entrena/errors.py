@@ -16,7 +16,6 @@ __all__ = [
     "closest_choice",
     "closest_choices",
     "HINT_CUTOFF",
-    "FRAGMENT_CUTOFF",
     "EntrenaError",
     "ConfigError",
     "DataError",
@@ -105,15 +104,12 @@ class NonFiniteError(EntrenaError, FloatingPointError):
 
 HINT_CUTOFF = 0.6
 """How alike (``difflib`` ratio, 0–1) a mistyped name must be to a choice for an error to
-say "did you mean …?": ``difflib``'s own default. Every hint uses it except where a measured
-reason asks otherwise, through ``cutoff=`` (:data:`FRAGMENT_CUTOFF`; the alias-or-hub-id
-test of :func:`entrena.config.models.resolve_model_name`)."""
-
-FRAGMENT_CUTOFF = 0.3
-"""The cutoff for long compound names that users type a part of (hardware catalog entries:
-``p3.2xlarge`` for ``aws-p3.2xlarge``; LLM names: ``llama3`` for ``llama-3-8b``): at
-:data:`HINT_CUTOFF` those fragments found nothing (tests/test_plan.py, tests/test_llm_plan.py
-pin the cases)."""
+say "did you mean …?": ``difflib``'s own default, for every hint. Compound names that users
+type a part of (hardware catalog entries, LLM names, config keys: ``warmup`` for
+``warmup_fraction``) add ``fragments=True`` rather than a lower cutoff. The catalog's 0.3 of
+before offered unrelated entries (``spot``, ``mi300``, ``trn1`` → ``gcp-t4``, ``RTX-3090``,
+``T4``; only ``awsp3`` → ``aws-p3.2xlarge`` is lost), the config keys' 0.5 too (``text_col``
+→ ``test``); containment finds ``p4d``, ``qwen``, ``warmup``."""
 
 
 def closest_choices(name: str, choices: Iterable[str], *, n: int = 1,
@@ -128,10 +124,11 @@ def closest_choices(name: str, choices: Iterable[str], *, n: int = 1,
         name: What was given.
         choices: The valid names.
         n: How many to return at most.
-        cutoff: The ``difflib`` similarity a choice needs (:data:`HINT_CUTOFF`; see
-            :data:`FRAGMENT_CUTOFF`).
-        fragments: Also take a choice that contains ``name`` or is contained in it (the
-            nearest in length first), before the ``difflib`` matches.
+        cutoff: The ``difflib`` similarity a choice needs (:data:`HINT_CUTOFF`; a decision
+            that is not a hint may ask for more).
+        fragments: Also take a choice that contains ``name`` (of 3 characters or more: ``a``
+            would be in most) or is contained in it, the nearest in length first, before the
+            ``difflib`` matches; for compound names users type a part of.
     """
     import difflib  # only when an error is being worded
 
@@ -143,7 +140,7 @@ def closest_choices(name: str, choices: Iterable[str], *, n: int = 1,
         key, list(lowered), n=n + 2 if fragments else n, cutoff=cutoff)]
     if fragments:
         containing = [choice for low, choice in lowered.items()
-                      if key and (key in low or low in key)]
+                      if (len(key) >= 3 and key in low) or (low and low in key)]
         close = sorted(containing, key=lambda choice: abs(len(choice) - len(name))) + close
     return list(dict.fromkeys(close))[:n]
 

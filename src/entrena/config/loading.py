@@ -277,7 +277,7 @@ def _suggest(parts: tuple[str, ...], schema: type[BaseModel] = Config) -> str:
         return "see the config reference (docs/reference/config.md) for the valid keys"
     prefix = ".".join(parent) + "." if parent else ""
     suffix = "." + ".".join(rest) if rest else ""
-    close = closest_choice(wrong, fields)
+    close = closest_choice(wrong, fields, fragments=True)
     if close:
         return f"did you mean '{prefix}{close}{suffix}'?"
     return f"valid keys here: {', '.join(prefix + f for f in fields)}"

@@ -545,7 +545,7 @@ class Config(StrictModel):
         problems = []
         for key in space:
             if key not in paths:
-                close = closest_choice(key, sorted(paths))
+                close = closest_choice(key, sorted(paths), fragments=True)
                 hint = f"did you mean '{close}'?" if close else \
                     "keys are config paths such as train.learning_rate"
                 problems.append(f"tune.space: '{key}' is not a config key to search; {hint}")

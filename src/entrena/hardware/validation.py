@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from entrena.errors import FRAGMENT_CUTOFF, closest_choices
+from entrena.errors import closest_choices
 
 __all__ = ["Number", "Errors", "parse_number", "check_keys", "closest_names",
            "scan_user_numbers"]
@@ -38,8 +38,8 @@ class Number:
 
 def closest_names(name: str, choices: list[str], n: int = 1) -> list[str]:
     """The closest choices to ``name`` for a catalog message: :func:`closest_choices` with
-    fragments (``p3.2xlarge`` finds ``aws-p3.2xlarge``) and :data:`FRAGMENT_CUTOFF`."""
-    return closest_choices(name, choices, n=n, cutoff=FRAGMENT_CUTOFF, fragments=True)
+    fragments (``p4d`` finds ``aws-p4d.24xlarge``)."""
+    return closest_choices(name, choices, n=n, fragments=True)
 
 
 class Errors:

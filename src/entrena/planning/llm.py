@@ -56,7 +56,7 @@ from typing import Any
 
 import yaml
 
-from entrena.errors import FRAGMENT_CUTOFF, ConfigError, closest_choice
+from entrena.errors import ConfigError, closest_choice
 
 __all__ = ["LlmShape", "LlmMemory", "load_llm_shape", "shape_from_config",
             "llm_memory", "llm_step_flops", "adapted_layers",
@@ -176,7 +176,7 @@ def load_llm_shape(name_or_path: str | Path) -> LlmShape:
         entry = known[text.lower()]
         config, source = entry["config"], f"{entry['source']} ({entry['date']})"
     else:
-        close = closest_choice(text, known, cutoff=FRAGMENT_CUTOFF)
+        close = closest_choice(text, known, fragments=True)
         raise ConfigError(f"--llm: {text!r} is neither a config.json file nor a known model; "
                           f"known: {', '.join(known)}"
                           + (f" (did you mean {close!r}?)" if close else "")
