@@ -18,7 +18,9 @@ def test_one_cutoff_and_a_parameter_for_names_typed_in_part():
     # fragments: a choice that contains the name (or is contained) comes first, the nearest
     # in length; the cutoff stays the same, so that noise stays out
     assert closest_choice("qwen", ["qwen2.5-7b", "mistral-7b"], fragments=True) == "qwen2.5-7b"
-    assert closest_choices("t4", ["gcp-t4", "T4", "L4"], n=2, fragments=True) == ["T4", "gcp-t4"]
+    assert closest_choices("p4d", ["aws-p4de.24xlarge", "aws-p4d.24xlarge", "gcp-t4"], n=2,
+                           fragments=True) == ["aws-p4d.24xlarge", "aws-p4de.24xlarge"]
+    assert closest_choices("t4", ["gcp-t4"], fragments=True) == []  # 2 characters: too short
     assert closest_choice("spot", ["gcp-t4", "aws-p3.2xlarge"], fragments=True) is None
     assert closest_choice("bert", ["minilm-l6"], cutoff=0.75) is None
     assert closest_choices("resnet81", ["resnet18", "resnet101", "vit"], n=5) \
