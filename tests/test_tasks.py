@@ -28,7 +28,7 @@ def test_unknown_task_lists_the_choices_and_the_closest():
 def test_a_registered_task_is_found_by_name(monkeypatch):
     from entrena.tasks import registry
 
-    monkeypatch.setattr(registry, "_REGISTERED", {})
+    monkeypatch.setattr(registry.TASKS, "registered", {})
     monkeypatch.setattr(registry, "_INSTANCES", {})
 
     class Fake:
@@ -85,7 +85,7 @@ def test_an_unknown_task_in_a_config_names_its_line_and_the_choices(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert str(info.value).startswith(f"{path}:2: task: unknown task 'tabular-clasification'; "
-                                      "choose one of ")
+                                      "choose from ")
     assert "did you mean 'tabular-classification'?" in str(info.value)
 
 

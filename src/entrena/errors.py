@@ -14,6 +14,8 @@ from collections.abc import Iterable
 
 __all__ = [
     "closest_choice",
+    "closest_choices",
+    "HINT_CUTOFF",
     "EntrenaError",
     "ConfigError",
     "DataError",
@@ -100,17 +102,52 @@ class NonFiniteError(EntrenaError, FloatingPointError):
     exit_code = EXIT_INTERNAL
 
 
-def closest_choice(name: str, choices: Iterable[str]) -> str | None:
-    """The choice closest to a mistyped ``name``, for an error's "did you mean …?", or
-    ``None`` when none is close (``difflib``'s default similarity cutoff, 0.6).
+HINT_CUTOFF = 0.6
+"""How alike (``difflib`` ratio, 0–1) a mistyped name must be to a choice for an error to
+say "did you mean …?": ``difflib``'s own default, for every hint. Compound names that users
+type a part of (hardware catalog entries, LLM names, config keys: ``warmup`` for
+``warmup_fraction``) add ``fragments=True`` rather than a lower cutoff. The catalog's 0.3 of
+before offered unrelated entries (``spot``, ``mi300``, ``trn1`` → ``gcp-t4``, ``RTX-3090``,
+``T4``; only ``awsp3`` → ``aws-p3.2xlarge`` is lost), the config keys' 0.5 too (``text_col``
+→ ``test``); containment finds ``p4d``, ``qwen``, ``warmup``."""
+
+
+def closest_choices(name: str, choices: Iterable[str], *, n: int = 1,
+                    cutoff: float = HINT_CUTOFF, fragments: bool = False) -> list[str]:
+    """The (at most ``n``) choices closest to a mistyped ``name``, closest first, for an
+    error's "did you mean …?"; empty when none is close.
 
     Compared case-insensitively, so ``SLURM`` finds ``slurm`` and ``ONNX`` finds ``onnx``
     (the choices themselves stay case-sensitive: the hint gives their spelling).
+
+    Args:
+        name: What was given.
+        choices: The valid names.
+        n: How many to return at most.
+        cutoff: The ``difflib`` similarity a choice needs (:data:`HINT_CUTOFF`; a decision
+            that is not a hint may ask for more).
+        fragments: Also take a choice that contains ``name`` (of 3 characters or more: ``a``
+            would be in most) or is contained in it, the nearest in length first, before the
+            ``difflib`` matches; for compound names users type a part of.
     """
     import difflib  # only when an error is being worded
 
     lowered: dict[str, str] = {}
     for choice in choices:
         lowered.setdefault(choice.lower(), choice)
-    close = difflib.get_close_matches(name.lower(), list(lowered), n=1)
-    return lowered[close[0]] if close else None
+    key = name.lower()
+    close = [lowered[match] for match in difflib.get_close_matches(
+        key, list(lowered), n=n + 2 if fragments else n, cutoff=cutoff)]
+    if fragments:
+        containing = [choice for low, choice in lowered.items()
+                      if (len(key) >= 3 and key in low) or (low and low in key)]
+        close = sorted(containing, key=lambda choice: abs(len(choice) - len(name))) + close
+    return list(dict.fromkeys(close))[:n]
+
+
+def closest_choice(name: str, choices: Iterable[str], *, cutoff: float = HINT_CUTOFF,
+                   fragments: bool = False) -> str | None:
+    """The choice closest to a mistyped ``name``, or ``None`` when none is close
+    (:func:`closest_choices` with ``n=1``: case-insensitive, :data:`HINT_CUTOFF`)."""
+    found = closest_choices(name, choices, cutoff=cutoff, fragments=fragments)
+    return found[0] if found else None

@@ -11,36 +11,35 @@ order, and their ``state_dict()`` goes into every checkpoint as the built-ins' d
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from entrena.core.callback import Callback
-from entrena.errors import ConfigError, closest_choice
+from entrena.core.registry import Registry
 
-__all__ = ["CALLBACKS", "ENTRY_POINT_GROUP", "register_callback", "callback_names",
+__all__ = ["CALLBACKS", "ENTRY_POINT_GROUP", "REGISTRY", "register_callback", "callback_names",
            "check_callbacks", "build_callbacks"]
-
-CALLBACKS: dict[str, Callable[[], Callback]] = {}
-"""Registered callbacks: name → a factory (a class or a function) called once per run."""
 
 ENTRY_POINT_GROUP = "entrena.callbacks"
 """Callbacks other packages declare: ``[project.entry-points."entrena.callbacks"]`` with
 ``<name> = "module:ClassOrFactory"``."""
 
+REGISTRY: Registry[Callable[[], Callback]] = Registry(
+    "callback", "train.callbacks", entry_point_group=ENTRY_POINT_GROUP,
+    none_known="no callback is registered (entrena.callbacks.registry.register_callback or "
+               "the entrena.callbacks entry point)")
+"""Callback factories by name (:class:`~entrena.core.registry.Registry`)."""
+
+CALLBACKS: dict[str, Callable[[], Callback]] = REGISTRY.registered
+"""Registered callbacks: name → a factory (a class or a function) called once per run."""
+
 
 def register_callback(name: str, factory: Callable[[], Callback]) -> None:
     """Add (or replace) the callback ``name``; ``factory()`` makes one for a run."""
-    CALLBACKS[name] = factory
-
-
-def _entry_points() -> dict[str, Any]:
-    from importlib.metadata import entry_points
-
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    REGISTRY.register(name, factory)
 
 
 def callback_names() -> list[str]:
     """Every callback name known (registered or declared by an installed package), sorted."""
-    return sorted({*CALLBACKS, *_entry_points()})
+    return REGISTRY.names()
 
 
 def check_callbacks(names: Sequence[str]) -> None:
@@ -50,15 +49,7 @@ def check_callbacks(names: Sequence[str]) -> None:
     Raises:
         ConfigError: An unknown name (the known ones, or that there are none, and the closest).
     """
-    known = callback_names()
-    for name in names:
-        if name not in known:
-            close = closest_choice(name, known)
-            hint = f"; did you mean {close!r}?" if close else ""
-            choices = (f"choose from {', '.join(known)}" if known else
-                       "no callback is registered (entrena.callbacks.registry.register_callback "
-                       "or the entrena.callbacks entry point)")
-            raise ConfigError(f"train.callbacks: unknown callback {name!r}; {choices}{hint}")
+    REGISTRY.check(names)
 
 
 def build_callbacks(names: Sequence[str]) -> list[Callback]:
@@ -68,6 +59,4 @@ def build_callbacks(names: Sequence[str]) -> list[Callback]:
         ConfigError: An unknown name.
     """
     check_callbacks(names)
-    declared = _entry_points()
-    return [CALLBACKS[name]() if name in CALLBACKS else declared[name].load()()
-            for name in names]
+    return [REGISTRY.get(name)() for name in names]

@@ -6,7 +6,6 @@ each line naming the file and line, the key, what was given, and how to fix it.
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from entrena.config.schema import Config
-from entrena.errors import ConfigError
+from entrena.errors import ConfigError, closest_choice
 
 __all__ = ["LoadedConfig", "TaskSchemas", "load_config", "parse_overrides", "apply_overrides",
            "validate_config"]
@@ -278,9 +277,9 @@ def _suggest(parts: tuple[str, ...], schema: type[BaseModel] = Config) -> str:
         return "see the config reference (docs/reference/config.md) for the valid keys"
     prefix = ".".join(parent) + "." if parent else ""
     suffix = "." + ".".join(rest) if rest else ""
-    close = difflib.get_close_matches(wrong, list(fields), n=1, cutoff=0.5)
+    close = closest_choice(wrong, fields, fragments=True)
     if close:
-        return f"did you mean '{prefix}{close[0]}{suffix}'?"
+        return f"did you mean '{prefix}{close}{suffix}'?"
     return f"valid keys here: {', '.join(prefix + f for f in fields)}"
 
 

@@ -10,7 +10,6 @@ is read.
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import os
 import re
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from entrena.errors import ConfigError
+from entrena.errors import ConfigError, closest_choice
 
 __all__ = ["ModelAlias", "MODEL_ALIASES", "HUB_TIMEOUT_S", "aliases_of", "check_hub_model",
            "hub_cached", "resolve_model_name"]
@@ -134,15 +133,21 @@ def resolve_model_name(name: str, base_dir: Path | None = None, key: str = "mode
     parts = name.split("/")
     looks_like_hub_id = (len(parts) == 2 and all(parts) and not name.startswith((".", "~"))) \
         or (_HUB_NAME.fullmatch(name) is not None and "--" not in name and ".." not in name
-            and not difflib.get_close_matches(name, list(MODEL_ALIASES), n=1, cutoff=0.75))
+            and closest_choice(name, MODEL_ALIASES, cutoff=ALIAS_TYPO_CUTOFF) is None)
     if looks_like_hub_id:  # org/name, or a canonical id without an org (bert-base-uncased)
         check_hub_model(name, key, kind)
         return name
-    close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
-    hint = f"did you mean '{close[0]}'? " if close else ""
+    close = closest_choice(name, names)
+    hint = f"did you mean '{close}'? " if close else ""
     raise ConfigError(f"{key} = {name!r} is not a known model alias, a model directory or a hub id "
                       f"(org/name); {hint}aliases: {', '.join(names)}")
 
+
+ALIAS_TYPO_CUTOFF = 0.75
+"""A name without an org this close to an alias (``difflib`` ratio) is taken for a typo of
+the alias, not for a canonical hub id to look up: stricter than the hint's
+:data:`~entrena.errors.HINT_CUTOFF`, because such a name is refused without the hub being
+asked, which only a near-certain typo deserves."""
 
 _HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]{0,95}")
 """A Hugging Face repository name (the part after ``org/``, or a canonical id without one)."""

@@ -7,7 +7,6 @@ imports torch.
 
 from __future__ import annotations
 
-import difflib
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -19,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from entrena.errors import closest_choice
 from entrena.units import parse_budget, parse_duration_s
 
 __all__ = [
@@ -545,8 +545,8 @@ class Config(StrictModel):
         problems = []
         for key in space:
             if key not in paths:
-                close = difflib.get_close_matches(key, sorted(paths), n=1, cutoff=0.5)
-                hint = f"did you mean '{close[0]}'?" if close else \
+                close = closest_choice(key, sorted(paths), fragments=True)
+                hint = f"did you mean '{close}'?" if close else \
                     "keys are config paths such as train.learning_rate"
                 problems.append(f"tune.space: '{key}' is not a config key to search; {hint}")
         if problems:

@@ -1,14 +1,15 @@
 """Validation of catalog files: numbers with a source, keys, closest names; errors collected.
 
 Kept apart from :mod:`entrena.hardware.catalog` (which assembles the entries) so each stays
-small. Standard library only.
+small. Standard library and :mod:`entrena.errors` only.
 """
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Any
+
+from entrena.errors import closest_choices
 
 __all__ = ["Number", "Errors", "parse_number", "check_keys", "closest_names",
            "scan_user_numbers"]
@@ -36,14 +37,9 @@ class Number:
 
 
 def closest_names(name: str, choices: list[str], n: int = 1) -> list[str]:
-    """The closest choices to ``name`` (case-insensitive ``difflib``)."""
-    lowered = {c.lower(): c for c in choices}
-    key = name.lower()
-    containing = [c for low, c in lowered.items() if key and (key in low or low in key)]
-    close = [lowered[m] for m in difflib.get_close_matches(key, list(lowered), n=n + 2,
-                                                           cutoff=0.3)]
-    ranked = sorted(containing, key=lambda c: abs(len(c) - len(name))) + close
-    return list(dict.fromkeys(ranked))[:n]
+    """The closest choices to ``name`` for a catalog message: :func:`closest_choices` with
+    fragments (``p4d`` finds ``aws-p4d.24xlarge``)."""
+    return closest_choices(name, choices, n=n, fragments=True)
 
 
 class Errors:

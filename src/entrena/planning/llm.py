@@ -56,7 +56,7 @@ from typing import Any
 
 import yaml
 
-from entrena.errors import ConfigError
+from entrena.errors import ConfigError, closest_choice
 
 __all__ = ["LlmShape", "LlmMemory", "load_llm_shape", "shape_from_config",
             "llm_memory", "llm_step_flops", "adapted_layers",
@@ -160,8 +160,6 @@ def load_llm_shape(name_or_path: str | Path) -> LlmShape:
         ConfigError: Neither a readable file nor a known name (the known names and the
             closest are listed), or required fields are missing (they are named).
     """
-    import difflib
-
     text = str(name_or_path)
     path = Path(text)
     if path.is_dir():
@@ -178,10 +176,10 @@ def load_llm_shape(name_or_path: str | Path) -> LlmShape:
         entry = known[text.lower()]
         config, source = entry["config"], f"{entry['source']} ({entry['date']})"
     else:
-        close = difflib.get_close_matches(text.lower(), list(known), n=1, cutoff=0.3)
+        close = closest_choice(text, known, fragments=True)
         raise ConfigError(f"--llm: {text!r} is neither a config.json file nor a known model; "
                           f"known: {', '.join(known)}"
-                          + (f" (did you mean {close[0]!r}?)" if close else "")
+                          + (f" (did you mean {close!r}?)" if close else "")
                           + "; or give the path of a Hugging Face config.json")
     return shape_from_config(config, text, source)
 

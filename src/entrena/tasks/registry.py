@@ -10,21 +10,21 @@ outside ``entrena/tasks/`` names a task.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from entrena.config.loading import LoadedConfig, TaskSchemas
 from entrena.config.loading import load_config as _load_config
-from entrena.errors import ConfigError, DataError, closest_choice
+from entrena.core.registry import Registry, import_target
+from entrena.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     from entrena.config.schema import Config
     from entrena.tasks.base import Task
 
-__all__ = ["BUILTIN_TASKS", "DEFAULT_TASK", "ENTRY_POINT_GROUP", "register_task", "get_task",
-           "recorded_task", "task_names", "model_files", "config_schema",
+__all__ = ["BUILTIN_TASKS", "DEFAULT_TASK", "ENTRY_POINT_GROUP", "TASKS", "register_task",
+           "get_task", "recorded_task", "task_names", "model_files", "config_schema",
            "builtin_config_schemas", "SCHEMAS", "load_config"]
 
 BUILTIN_TASKS: dict[str, tuple[str, str]] = {
@@ -58,7 +58,12 @@ ENTRY_POINT_GROUP = "entrena.tasks"
 ``<task name> = "module:ClassOrFactory"``; the object is called once, on first use, and the
 task it returns names its config class in ``config_model``."""
 
-_REGISTERED: dict[str, Callable[[], Task]] = {}
+TASKS: Registry[Callable[[], Task]] = Registry(
+    "task", "task", builtin={name: task for name, (task, _) in BUILTIN_TASKS.items()},
+    entry_point_group=ENTRY_POINT_GROUP)
+"""Task factories by name (:class:`~entrena.core.registry.Registry`): registered, shipped,
+or declared in :data:`ENTRY_POINT_GROUP`."""
+
 _INSTANCES: dict[str, Task] = {}
 
 
@@ -70,33 +75,14 @@ def register_task(name: str, factory: Callable[[], Task]) -> None:
         factory: Called once, on first use, to make the task (a class or a function); the
             task's ``config_model`` is its config class.
     """
-    _REGISTERED[name] = factory
+    TASKS.register(name, factory)
     _INSTANCES.pop(name, None)
-
-
-def _entry_points() -> dict[str, Any]:
-    """Tasks other packages declare in the ``entrena.tasks`` entry-point group."""
-    from importlib.metadata import entry_points
-
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
 def task_names() -> list[str]:
     """Every task name known (built in, registered, or declared by an installed package),
     sorted."""
-    return sorted({*BUILTIN_TASKS, *_REGISTERED, *_entry_points()})
-
-
-def _unknown(name: str) -> ConfigError:
-    close = closest_choice(name, task_names())
-    hint = f"; did you mean {close!r}?" if close else ""
-    return ConfigError(f"task: unknown task {name!r}; choose one of "
-                       f"{', '.join(task_names())}{hint}")
-
-
-def _load(target: str) -> Any:
-    module_name, attribute = target.split(":")
-    return getattr(importlib.import_module(module_name), attribute)
+    return TASKS.names()
 
 
 def get_task(name: str | None) -> Task:
@@ -106,18 +92,9 @@ def get_task(name: str | None) -> Task:
         ConfigError: ``name`` is unknown (the choices and the closest one are listed).
     """
     name = name or DEFAULT_TASK
-    if name in _INSTANCES:
-        return _INSTANCES[name]
-    if name in _REGISTERED:
-        task = _REGISTERED[name]()
-    elif name in BUILTIN_TASKS:
-        task = _load(BUILTIN_TASKS[name][0])()
-    elif name in (declared := _entry_points()):
-        task = declared[name].load()()
-    else:
-        raise _unknown(name)
-    _INSTANCES[name] = task
-    return task
+    if name not in _INSTANCES:
+        _INSTANCES[name] = TASKS.get(name)()
+    return _INSTANCES[name]
 
 
 def recorded_task(name: Any, where: str | Path) -> Task:
@@ -134,11 +111,9 @@ def recorded_task(name: Any, where: str | Path) -> Task:
     known = task_names()
     if name is None or (isinstance(name, str) and name in known):
         return get_task(name)
-    close = closest_choice(name, known) if isinstance(name, str) else None
-    hint = f"; did you mean {close!r}?" if close else ""
     raise DataError(f"{where}: the model's task {name!r} is not an installed task (installed: "
-                    f"{', '.join(known)}{hint}); install the package that provides it, or "
-                    "correct \"task\" in that file")
+                    f"{', '.join(known)}{TASKS.hint(name, known)}); install the package that "
+                    "provides it, or correct \"task\" in that file")
 
 
 def config_schema(name: str | None) -> type[Config]:
@@ -149,8 +124,8 @@ def config_schema(name: str | None) -> type[Config]:
         ConfigError: ``name`` is unknown.
     """
     name = name or DEFAULT_TASK
-    if name in BUILTIN_TASKS and name not in _REGISTERED:
-        return _load(BUILTIN_TASKS[name][1])
+    if name in BUILTIN_TASKS and name not in TASKS.registered:
+        return import_target(BUILTIN_TASKS[name][1])
     schema = getattr(get_task(name), "config_model", None)
     if schema is None:
         raise ConfigError(f"task: {name!r} has no config_model (its config class); the task's "
@@ -160,7 +135,7 @@ def config_schema(name: str | None) -> type[Config]:
 
 def builtin_config_schemas() -> dict[str, type[Config]]:
     """The config class of every shipped task, by name (for the config reference page)."""
-    return {name: _load(config) for name, (_, config) in BUILTIN_TASKS.items()}
+    return {name: import_target(config) for name, (_, config) in BUILTIN_TASKS.items()}
 
 
 def model_files(name: str | None) -> tuple[str, ...]:

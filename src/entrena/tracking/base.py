@@ -7,6 +7,8 @@ names the trackers a run uses; the training recipe builds them with :func:`build
 and never names one. A tracker's failure warns once and never stops training; a tracker
 opens its store once, through :func:`open_within`, so that a store that cannot be opened
 costs at most :data:`STORE_PROBE_TIMEOUT_S` and one warning (not a client's own retries).
+Both live in :mod:`entrena.tracking.store`, which a tracker module imports: a tracker never
+imports this module, which imports the shipped trackers.
 """
 
 from __future__ import annotations
@@ -17,50 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from entrena.errors import ConfigError, closest_choice
+from entrena.core.registry import Registry
+from entrena.tracking.store import STORE_PROBE_TIMEOUT_S, open_within
 
-__all__ = ["Tracker", "TrackingContext", "TRACKERS", "STORE_PROBE_TIMEOUT_S", "open_within",
-           "register_tracker", "check_trackers", "build_trackers", "guard",
+__all__ = ["Tracker", "TrackingContext", "REGISTRY", "TRACKERS", "STORE_PROBE_TIMEOUT_S",
+           "open_within", "register_tracker", "check_trackers", "build_trackers", "guard",
            "wants_mlflow_model", "prestart"]
 
 log = logging.getLogger("entrena")
-
-STORE_PROBE_TIMEOUT_S = 5.0
-"""Seconds a tracker waits for its store to open before it warns and turns itself off
-(issue 18: a dead SQLite path once cost 104 s of MLflow's retries)."""
-
-
-def open_within(open_store: Callable[[], object], timeout_s: float = STORE_PROBE_TIMEOUT_S
-                ) -> None:
-    """Call ``open_store()`` in a daemon thread and wait for it at most ``timeout_s`` seconds.
-
-    Args:
-        open_store: Opens (and closes) the tracker's store once, with the client's own
-            timeouts as short as it allows.
-        timeout_s: The bound, in seconds.
-
-    Raises:
-        TimeoutError: It did not return in time (the thread is left to finish alone).
-        Exception: What ``open_store`` raised.
-    """
-    import threading
-
-    outcome: list[BaseException | None] = []
-
-    def attempt() -> None:
-        try:
-            open_store()
-            outcome.append(None)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            outcome.append(exc)
-
-    thread = threading.Thread(target=attempt, name="entrena-tracking-probe", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if not outcome:
-        raise TimeoutError(f"no answer in {timeout_s:g} s")
-    if outcome[0] is not None:
-        raise outcome[0]
 
 
 @runtime_checkable
@@ -122,14 +88,18 @@ def _mlflow(context: TrackingContext) -> Tracker:
                          context.runs_root / "mlartifacts", context.every_steps)
 
 
-TRACKERS: dict[str, Callable[[TrackingContext], Tracker]] = {
-    "mlflow": _mlflow, "tensorboard": _tensorboard, "wandb": _wandb}
+REGISTRY: Registry[Callable[[TrackingContext], Tracker]] = Registry("tracker",
+                                                                   "tracking.backends")
+"""Tracker factories by name (:class:`~entrena.core.registry.Registry`)."""
+
+TRACKERS: dict[str, Callable[[TrackingContext], Tracker]] = REGISTRY.registered
 """Trackers by ``tracking.backends`` name → a factory taking a :class:`TrackingContext`."""
+TRACKERS.update({"mlflow": _mlflow, "tensorboard": _tensorboard, "wandb": _wandb})
 
 
 def register_tracker(name: str, factory: Callable[[TrackingContext], Tracker]) -> None:
     """Add (or replace) the tracker ``name``; ``factory`` builds it for one run."""
-    TRACKERS[name] = factory
+    REGISTRY.register(name, factory)
 
 
 def check_trackers(names: Sequence[str]) -> None:
@@ -139,12 +109,7 @@ def check_trackers(names: Sequence[str]) -> None:
     Raises:
         ConfigError: An unknown name (the known ones and the closest are listed).
     """
-    unknown = [name for name in names if name not in TRACKERS]
-    if unknown:
-        close = closest_choice(unknown[0], TRACKERS)
-        hint = f"; did you mean {close!r}?" if close else ""
-        raise ConfigError(f"tracking.backends: unknown tracker {unknown[0]!r}; choose from "
-                          f"{', '.join(sorted(TRACKERS))}{hint}")
+    REGISTRY.check(names)
 
 
 def build_trackers(names: Sequence[str], context: TrackingContext) -> list[Tracker]:
@@ -155,7 +120,7 @@ def build_trackers(names: Sequence[str], context: TrackingContext) -> list[Track
         ConfigError: An unknown name (the known ones and the closest are listed).
     """
     check_trackers(names)
-    return [guard(TRACKERS[name](context), name) for name in dict.fromkeys(names)]
+    return [guard(REGISTRY.get(name)(context), name) for name in dict.fromkeys(names)]
 
 
 _EVENTS = ("on_fit_start", "on_epoch_start", "on_batch_start", "on_after_backward",

@@ -9,8 +9,8 @@ from typing import Any
 
 from entrena.core.callback import Callback
 from entrena.core.state import TrainState
-from entrena.tracking.base import STORE_PROBE_TIMEOUT_S, open_within
 from entrena.tracking.scalars import StepScalars, flatten
+from entrena.tracking.store import STORE_PROBE_TIMEOUT_S, open_within
 
 __all__ = ["MLflowTracker", "MLflowWorker", "HTTP_SETTINGS", "STATE_WAIT_S",
            "STORE_PROBE_TIMEOUT_S", "default_tracking_uri", "exception_summary", "flatten",
@@ -128,7 +128,7 @@ def _open_store(uri: str) -> None:
 
 def probe_store(uri: str, timeout_s: float = STORE_PROBE_TIMEOUT_S) -> None:
     """Check, within ``timeout_s`` seconds, that the tracking store behind ``uri`` opens
-    (:func:`~entrena.tracking.base.open_within`). A database store that cannot be opened
+    (:func:`~entrena.tracking.store.open_within`). A database store that cannot be opened
     (``sqlite:////proc/x.db``) otherwise went through MLflow's own retry loop: 104 s and 36
     warnings before training started.
 

@@ -19,7 +19,6 @@ rebuilds it without any download.
 
 from __future__ import annotations
 
-import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from entrena.errors import ConfigError
+from entrena.errors import ConfigError, closest_choices
 
 __all__ = ["SMALL_CNN", "SmallCNN", "ImageClassifier", "resolve_image_model",
            "default_input_size", "pretrained_normalisation", "build_image_classifier",
@@ -111,7 +110,7 @@ def resolve_image_model(name: str, key: str = "model.name") -> str:
     if name == SMALL_CNN or timm.is_model(name):
         return name
     choices = [SMALL_CNN, *timm.list_models()]
-    close = difflib.get_close_matches(name, choices, n=5, cutoff=0.5)
+    close = closest_choices(name, choices, n=5)
     hint = (f"closest names: {', '.join(close)}" if close
             else "see timm.list_models() for the names")
     raise ConfigError(f"{key}: {name!r} is not a timm model nor {SMALL_CNN!r} "

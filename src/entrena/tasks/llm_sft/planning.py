@@ -8,6 +8,7 @@ from typing import Any
 
 from entrena.data.batching import padded_width
 from entrena.tasks.base import PlanningSpec
+from entrena.tasks.llm_sft.sources import weights_source
 
 __all__ = ["sft_planning", "llm_settings"]
 
@@ -43,8 +44,6 @@ def llm_settings(loaded: Any, prepared: Any) -> dict[str, Any]:
 
 def _shape(loaded: Any, sources: dict[str, str], prepared: Any) -> str | dict[str, Any]:
     """The weights' folder (its ``config.json``), or the mapping of ``model.architecture``."""
-    from entrena.tasks.llm_sft.task import weights_source
-
     architecture = loaded.config.model.architecture
     if architecture is not None:
         return {**architecture.model_dump(), "vocab_size": len(prepared.tokenizer),

@@ -19,10 +19,12 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from entrena.errors import ConfigError
 
-__all__ = ["check_llm_source", "resolve_llm_source", "converted_dir", "file_digest"]
+__all__ = ["check_llm_source", "resolve_llm_source", "converted_dir", "file_digest",
+           "tokenizer_source", "weights_source"]
 
 log = logging.getLogger("entrena")
 
@@ -145,3 +147,26 @@ def resolve_llm_source(name: str, base_dir: Path | None, cache_root: Path,
     alias = checked.removeprefix("alias:")
     return str(converted_dir(MODEL_ALIASES[alias].path(), alias, cache_root,
                              tokenizer_only=tokenizer_only))
+
+
+def _cache_root(loaded: Any) -> Path:
+    """entrena's cache for this config (``data.cache_dir`` or the default)."""
+    from entrena.data.remote import default_cache_dir
+
+    configured = loaded.config.data.cache_dir
+    return default_cache_dir(loaded.resolve_path(configured) if configured else None)
+
+
+def tokenizer_source(loaded: Any, sources: dict[str, str]) -> str:
+    """The tokenizer's folder or hub id (an alias's tokenizer converted on first use)."""
+    same = sources["tokenizer"] == sources.get("weights")  # converted whole, once
+    return resolve_llm_source(sources["tokenizer"], loaded.base_dir, _cache_root(loaded),
+                              "model.tokenizer", tokenizer_only=not same)
+
+
+def weights_source(loaded: Any, sources: dict[str, str]) -> str | None:
+    """The pretrained weights' folder or hub id (an alias converted on first use), or
+    ``None`` for a model built from ``model.architecture``."""
+    if "weights" not in sources:
+        return None
+    return resolve_llm_source(sources["weights"], loaded.base_dir, _cache_root(loaded))

@@ -22,17 +22,11 @@ from entrena.tasks.base import PlanningSpec
 from entrena.tasks.llm_sft.config import LlmSftConfig
 from entrena.tasks.llm_sft.data import PreparedSft, prepare_sft
 from entrena.tasks.llm_sft.evaluation import SFT_HIGHER_IS_BETTER, evaluate_sft
+from entrena.tasks.llm_sft.sources import tokenizer_source, weights_source
 
 __all__ = ["LlmSftTask"]
 
 log = logging.getLogger("entrena")
-
-
-def _cache_root(loaded: Any) -> Path:
-    from entrena.data.remote import default_cache_dir
-
-    configured = loaded.config.data.cache_dir
-    return default_cache_dir(loaded.resolve_path(configured) if configured else None)
 
 
 def _cuda_available() -> bool:
@@ -325,25 +319,6 @@ class LlmSftTask:
         from entrena.tasks.llm_sft.predict import predict_chats
 
         return predict_chats(location, data, output, options)
-
-
-def tokenizer_source(loaded: Any, sources: dict[str, str]) -> str:
-    """The tokenizer's folder or hub id (an alias's tokenizer converted on first use)."""
-    from entrena.tasks.llm_sft.sources import resolve_llm_source
-
-    same = sources["tokenizer"] == sources.get("weights")  # converted whole, once
-    return resolve_llm_source(sources["tokenizer"], loaded.base_dir, _cache_root(loaded),
-                              "model.tokenizer", tokenizer_only=not same)
-
-
-def weights_source(loaded: Any, sources: dict[str, str]) -> str | None:
-    """The pretrained weights' folder or hub id (an alias converted on first use), or
-    ``None`` for a model built from ``model.architecture``."""
-    from entrena.tasks.llm_sft.sources import resolve_llm_source
-
-    if "weights" not in sources:
-        return None
-    return resolve_llm_source(sources["weights"], loaded.base_dir, _cache_root(loaded))
 
 
 PACKING_MIN_SAVING = 0.05
