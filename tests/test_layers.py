@@ -101,7 +101,6 @@ def test_imports_flow_downward_and_siblings_do_not_import_each_other():
 
 
 KNOWN_CYCLES = [
-    {"entrena.data.cache", "entrena.data.tables", "entrena.data.targets"},
     {"entrena.engine.loop", "entrena.engine.micro_batches"},
 ]
 """Import circles between modules still to be broken (each behind a function-local import)."""
@@ -149,8 +148,12 @@ def import_cycles() -> list[set[str]]:
 
 def test_no_new_import_cycles():
     """``tracking.base`` ↔ ``mlflow_tracker`` and ``llm_sft.planning`` ↔ ``task`` were broken
-    (issue 43); no new circle may appear, hidden behind a function-local import or not."""
-    assert [cycle for cycle in import_cycles() if cycle not in KNOWN_CYCLES] == []
+    (issue 43), and ``data.cache`` ↔ ``tables`` ↔ ``targets`` too; no new circle may appear,
+    hidden behind a function-local import or not, and a known one that is broken leaves the
+    list."""
+    cycles = import_cycles()
+    assert [cycle for cycle in cycles if cycle not in KNOWN_CYCLES] == []
+    assert [cycle for cycle in KNOWN_CYCLES if cycle not in cycles] == []
 
 
 def test_the_engine_never_imports_a_task():
