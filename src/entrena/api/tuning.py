@@ -234,6 +234,104 @@ def _close_parent_run(study_dir: Path, cfg: Config, parent: str | None, status: 
         log.debug("could not end the study's MLflow parent run: %s", exc)
 
 
+def _direction(cfg: Config, metric: str) -> str:
+    """``tune.direction``, or under ``auto`` what the task declares for the metric
+    (``higher_is_better``), else ``minimize`` for a loss and ``maximize`` for the rest."""
+    if cfg.tune.direction != "auto":
+        return cfg.tune.direction
+    declared = getattr(get_task(cfg.task), "higher_is_better", {}).get(metric.split(".", 1)[-1])
+    higher = declared if declared is not None else not metric.endswith("loss")
+    return "maximize" if higher else "minimize"
+
+
+def _trial_count(trials: int | None, limit: Any, budget: Any, config: Any, study_dir: Path,
+                 fixed: dict[str, Any]) -> int | None:
+    """Trials this invocation runs at most: ``trials``, 20 without a time budget, and no more
+    than a money budget buys at the planner's cost per trial on this machine.
+
+    Raises:
+        ConfigError: The money budget does not buy one trial.
+    """
+    if trials is None and (limit is None or limit.usd is not None):
+        trials = 20
+    if limit is None or limit.usd is None:
+        return trials
+    per_trial = _cost_per_trial_usd(config, study_dir / "plan", fixed)
+    affordable = math.floor(limit.usd / per_trial)
+    log.info("budget %s at %s a trial (planner, this machine): %d trials", limit,
+             format_usd(per_trial), affordable)
+    if affordable < 1:
+        raise ConfigError(f"--budget {budget}: one trial costs about {format_usd(per_trial)} "
+                          f"on this machine (planner); raise the budget")
+    return min(trials or affordable, affordable)
+
+
+def _trial_runner(config: Any, cfg: Config, study_dir: Path, fixed: dict[str, Any],
+                  space: dict[str, Any], metric: str, price: Any,
+                  trial_budget_s: float | None, tags: dict[str, str], console: Any) -> Any:
+    """``run_trial(number, params, report, max_time_s) -> metric value``: one trial trained
+    into ``study_dir/trial-NNNN`` with the pruning callback; a pruned or failed trial's
+    status gets its cost before the exception goes on."""
+    from entrena.tuning.pruning import DATA_POSITION_KEYS
+
+    # Trials whose steps hold different numbers of samples are compared at equal data seen.
+    by_data = any(key in space for key in DATA_POSITION_KEYS)
+    if by_data:
+        log.info("pruning compares trials at equal data seen (thousandths of an epoch), not "
+                 "at equal optimizer steps: the space varies %s",
+                 ", ".join(k for k in DATA_POSITION_KEYS if k in space))
+
+    def run_trial(number: int, params: dict[str, Any], report: Any, max_time_s: float) -> float:
+        from entrena.api.training import train
+        from entrena.tuning import PruningCallback
+
+        trial_dir = study_dir / f"trial-{number:04d}"
+        limit_key, limit_s = ("train.max_time", max_time_s) if trial_budget_s is None \
+            else ("train.budget", min(trial_budget_s, max_time_s))
+        values = {**fixed, **params, limit_key: f"{max(1, int(limit_s))}s",
+                  "tracking.log_model": False}  # trials are tracked; no registry version each
+        pruning = PruningCallback(
+            report, metric, by_data=by_data,
+            evals_per_epoch=int(params.get("train.evals_per_epoch",
+                                           cfg.train.evals_per_epoch)))
+        started = time.perf_counter()
+        try:
+            result = train(config, run_dir=trial_dir, overrides=values, restart=True,
+                           callbacks=[pruning], console=console, tracking_tags=tags)
+        except Exception as exc:
+            import optuna
+
+            cost = run_cost(time.perf_counter() - started, price)  # metrics.json has none
+            if isinstance(exc, optuna.TrialPruned):
+                write_status(RunPaths(trial_dir), "pruned", message=str(exc), cost=cost)
+                _close_pruned_run(study_dir, cfg, trial_dir)
+            elif (status := read_status(RunPaths(trial_dir))) is not None:
+                write_status(RunPaths(trial_dir), status.pop("status"),
+                             **{k: v for k, v in status.items() if k != "time"}, cost=cost)
+            raise
+        section, key = metric.split(".", 1)
+        return float(result.metrics[section][key])
+
+    return run_trial
+
+
+def _write_best_config(loaded: Any, best: dict[str, Any] | None, study_dir: Path, name: str,
+                       metric: str) -> Path | None:
+    """``best_config.yaml``: the config with the best trial's parameters (``None`` when no
+    trial completed)."""
+    if best is None:
+        return None
+    config = loaded.portable_dump()
+    config.pop("tune", None)
+    config = apply_overrides(config, best["params"])
+    path = study_dir / "best_config.yaml"
+    text = (f"# best of study {name}: trial {best['trial']}, {metric} = "
+            f"{best['value']:.6g}\n" + yaml.safe_dump(config, sort_keys=False))
+    # Workers finishing together each write it: whole files only, never a mix.
+    write_atomic(path, lambda handle: handle.write(text.encode("utf-8")), durable=False)
+    return path
+
+
 def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = None,
          budget: str | float | None = None, storage: str | None = None,
          study: str | None = None, run_dir: str | Path | None = None,
@@ -276,24 +374,9 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
     study_dir.mkdir(parents=True, exist_ok=True)
     storage_url = storage or f"sqlite:///{(study_dir / 'study.db').resolve()}"
     metric = cfg.tune.metric
-    direction = cfg.tune.direction
-    if direction == "auto":
-        declared = getattr(get_task(cfg.task), "higher_is_better", {}).get(
-            metric.split(".", 1)[-1])
-        higher = declared if declared is not None else not metric.endswith("loss")
-        direction = "maximize" if higher else "minimize"
+    direction = _direction(cfg, metric)
     trial_limit_s = parse_duration_s(cfg.tune.trial_max_time) if cfg.tune.trial_max_time else None
-    if trials is None and (limit is None or limit.usd is not None):
-        trials = 20
-    if limit is not None and limit.usd is not None:
-        per_trial = _cost_per_trial_usd(config, study_dir / "plan", fixed)
-        affordable = math.floor(limit.usd / per_trial)
-        log.info("budget %s at %s a trial (planner, this machine): %d trials", limit,
-                 format_usd(per_trial), affordable)
-        if affordable < 1:
-            raise ConfigError(f"--budget {budget}: one trial costs about {format_usd(per_trial)} "
-                              f"on this machine (planner); raise the budget")
-        trials = min(trials or affordable, affordable)
+    trials = _trial_count(trials, limit, budget, config, study_dir, fixed)
     price = hourly_price(load_catalog())
     # A budget in the config fits each trial's whole run to it (and to what the study has
     # left) instead of cutting it off at train.max_time.
@@ -304,47 +387,8 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
         trial_budget_s = budget_seconds(cfg.train.budget, price.usd_per_hour, price.source)
     parent = _parent_run(study_dir, cfg, name)
     tags = {"mlflow.parentRunId": parent, "entrena.study": name} if parent else {}
-
-    from entrena.tuning.pruning import DATA_POSITION_KEYS
-
-    # Trials whose steps hold different numbers of samples are compared at equal data seen.
-    by_data = any(key in space for key in DATA_POSITION_KEYS)
-    if by_data:
-        log.info("pruning compares trials at equal data seen (thousandths of an epoch), not "
-                 "at equal optimizer steps: the space varies %s",
-                 ", ".join(k for k in DATA_POSITION_KEYS if k in space))
-
-    def run_trial(number: int, params: dict[str, Any], report: Any, max_time_s: float) -> float:
-        from entrena.api.training import train
-        from entrena.tuning import PruningCallback
-
-        trial_dir = study_dir / f"trial-{number:04d}"
-        limit_key, limit_s = ("train.max_time", max_time_s) if trial_budget_s is None \
-            else ("train.budget", min(trial_budget_s, max_time_s))
-        values = {**fixed, **params, limit_key: f"{max(1, int(limit_s))}s",
-                  "tracking.log_model": False}  # trials are tracked; no registry version each
-        pruning = PruningCallback(
-            report, metric, by_data=by_data,
-            evals_per_epoch=int(params.get("train.evals_per_epoch",
-                                           cfg.train.evals_per_epoch)))
-        started = time.perf_counter()
-        try:
-            result = train(config, run_dir=trial_dir, overrides=values, restart=True,
-                           callbacks=[pruning], console=console, tracking_tags=tags)
-        except Exception as exc:
-            import optuna
-
-            cost = run_cost(time.perf_counter() - started, price)  # metrics.json has none
-            if isinstance(exc, optuna.TrialPruned):
-                write_status(RunPaths(trial_dir), "pruned", message=str(exc), cost=cost)
-                _close_pruned_run(study_dir, cfg, trial_dir)
-            elif (status := read_status(RunPaths(trial_dir))) is not None:
-                write_status(RunPaths(trial_dir), status.pop("status"),
-                             **{k: v for k, v in status.items() if k != "time"}, cost=cost)
-            raise
-        section, key = metric.split(".", 1)
-        return float(result.metrics[section][key])
-
+    run_trial = _trial_runner(config, cfg, study_dir, fixed, space, metric, price,
+                              trial_budget_s, tags, console)
     log.info("study %s in %s: %s trials, budget %s, space %s", name, storage_url,
              trials if trials is not None else "unlimited", limit or "none", ", ".join(space))
     try:
@@ -360,17 +404,8 @@ def tune(config: str | Path | dict[str, Any] | Config, *, trials: int | None = N
         raise
     summary = {"metric": metric, **result.as_dict(), "study_dir": str(study_dir),
                "cost": study_cost(study_dir, price)}
-    best_path = None
-    if result.best is not None:
-        best = loaded.portable_dump()
-        best.pop("tune", None)
-        best = apply_overrides(best, result.best["params"])
-        best_path = study_dir / "best_config.yaml"
-        text = (f"# best of study {name}: trial {result.best['trial']}, {metric} = "
-                f"{result.best['value']:.6g}\n" + yaml.safe_dump(best, sort_keys=False))
-        # Workers finishing together each write it: whole files only, never a mix.
-        write_atomic(best_path, lambda handle: handle.write(text.encode("utf-8")),
-                     durable=False)
+    best_path = _write_best_config(loaded, result.best, study_dir, name, metric)
+    if best_path is not None:
         summary["best_config"] = str(best_path)
     write_json_atomic(study_dir / "tune.json", summary, durable=False)
     _close_parent_run(study_dir, cfg, parent, "FINISHED", summary, study=name,

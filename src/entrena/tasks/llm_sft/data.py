@@ -182,6 +182,64 @@ def _subsample(index: np.ndarray, limit: int | None, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).permutation(index)[:limit])
 
 
+def _select_rows(raw: dict[str, Any], rendered: dict[str, list[str]], specs: dict[str, Any],
+                 data: Any, seed: int, report: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The examples kept per split (indices into ``raw[role]``): training's exact duplicates
+    and leaked prompts counted (and dropped as ``data.checks`` says), the validation split
+    carved from training when no file is given (seeded; ``raw`` and ``rendered`` then get a
+    ``validation`` entry sharing training's), the subsamples drawn. Adds the ``exact_duplicates``
+    and ``leakage`` check records and counts to ``report``.
+
+    Raises:
+        DataError: Fewer than 2 training examples to split a validation set from.
+    """
+    from entrena.data.hygiene import check_record
+
+    checks, train_examples = data.checks, raw["train"][0]
+    # Exact duplicates (prompt + response) in training, dropped as the checks say.
+    seen: set[str] = set()
+    repeated = []
+    for prompt, example in zip(rendered["train"], train_examples, strict=True):
+        key = prompt + "\x00" + example.response
+        repeated.append(key in seen)
+        seen.add(key)
+    count = int(sum(repeated))
+    report["checks"].append(check_record(
+        "exact_duplicates", count, checks.exact_duplicates,
+        f"{count} training examples repeat an earlier one (prompt and response)"))
+    report["splits"]["train"]["exact_duplicates"] = count
+    index = {role: np.arange(len(raw[role][0])) for role in raw}
+    if count and checks.exact_duplicates == "drop":
+        index["train"] = np.flatnonzero(~np.array(repeated))
+    if "validation" not in raw:
+        train = index["train"]
+        if len(train) < 2:
+            raise DataError(f"data.train: {specs['train']}: {len(train)} example(s) cannot be "
+                            "split into training and validation; add rows or set "
+                            "data.validation")
+        order = np.random.default_rng(seed).permutation(len(train))
+        held = max(1, int(round(len(train) * data.validation_fraction)))
+        index["validation"], index["train"] = (np.sort(train[order[:held]]),
+                                               np.sort(train[order[held:]]))
+        raw["validation"], rendered["validation"] = raw["train"], rendered["train"]
+    # Leakage: training prompts that also occur in validation or test.
+    held_out = {rendered[role][i] for role in ("validation", "test") if role in index
+                for i in index[role]}
+    leaked = np.array([rendered["train"][i] in held_out for i in index["train"]], dtype=bool)
+    count = int(leaked.sum())
+    report["checks"].append(check_record(
+        "leakage", count, checks.leakage,
+        f"{count} training prompts also occur in validation or test"))
+    report["splits"]["train"]["leaked_rows"] = count
+    if count and checks.leakage == "drop":
+        index["train"] = index["train"][~leaked]
+    index["train"] = _subsample(index["train"], data.max_train_samples, seed)
+    for role in ("validation", "test"):
+        if role in index:
+            index[role] = _subsample(index[role], data.max_eval_samples, seed)
+    return index
+
+
 def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
     """Read, check, split and tokenize the config's data.
 
@@ -229,48 +287,8 @@ def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
     if not train_examples:
         raise DataError(f"data.train: {specs['train']}: no example with a response; check the "
                         "format settings (data.format, columns, template)")
+    index = _select_rows(raw, rendered, specs, data, seed, report)
     checks = data.checks
-    # Exact duplicates (prompt + response) in training, dropped as the checks say.
-    seen: set[str] = set()
-    repeated = []
-    for prompt, example in zip(rendered["train"], train_examples, strict=True):
-        key = prompt + "\x00" + example.response
-        repeated.append(key in seen)
-        seen.add(key)
-    count = int(sum(repeated))
-    report["checks"].append(check_record(
-        "exact_duplicates", count, checks.exact_duplicates,
-        f"{count} training examples repeat an earlier one (prompt and response)"))
-    report["splits"]["train"]["exact_duplicates"] = count
-    index = {role: np.arange(len(raw[role][0])) for role in raw}
-    if count and checks.exact_duplicates == "drop":
-        index["train"] = np.flatnonzero(~np.array(repeated))
-    if "validation" not in raw:
-        train = index["train"]
-        if len(train) < 2:
-            raise DataError(f"data.train: {specs['train']}: {len(train)} example(s) cannot be "
-                            "split into training and validation; add rows or set "
-                            "data.validation")
-        order = np.random.default_rng(seed).permutation(len(train))
-        held = max(1, int(round(len(train) * data.validation_fraction)))
-        index["validation"], index["train"] = (np.sort(train[order[:held]]),
-                                               np.sort(train[order[held:]]))
-        raw["validation"], rendered["validation"] = raw["train"], rendered["train"]
-    # Leakage: training prompts that also occur in validation or test.
-    held_out = {rendered[role][i] for role in ("validation", "test") if role in index
-                for i in index[role]}
-    leaked = np.array([rendered["train"][i] in held_out for i in index["train"]], dtype=bool)
-    count = int(leaked.sum())
-    report["checks"].append(check_record(
-        "leakage", count, checks.leakage,
-        f"{count} training prompts also occur in validation or test"))
-    report["splits"]["train"]["leaked_rows"] = count
-    if count and checks.leakage == "drop":
-        index["train"] = index["train"][~leaked]
-    index["train"] = _subsample(index["train"], data.max_train_samples, seed)
-    for role in ("validation", "test"):
-        if role in index:
-            index[role] = _subsample(index[role], data.max_eval_samples, seed)
     splits: dict[str, SftSplit] = {}
     for role in ("train", "validation", "test"):
         if role not in index:
