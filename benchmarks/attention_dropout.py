@@ -6,7 +6,7 @@ with ``train.seed=S`` and ``model.attention_dropout=V``, tracking off, each in a
 directory, the values alternated inside each seed. A seed fixes the split, the
 initialisation and the batch order, so the two values of one seed train on identical batches:
 the ratio of their training-step seconds (``fit.train_time_s``) is a step-time ratio on the
-same work. Prints, and with ``--write`` puts in docs/benchmarks.md
+same work. Prints, and with ``--write`` puts in docs/benchmarks-journal.md
 (``bench:attention-dropout``): per run the test accuracy and macro-F1, the last validation
 accuracy and the training-step seconds; per value the median test accuracy; per seed the
 time ratio.

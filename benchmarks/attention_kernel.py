@@ -9,7 +9,7 @@ is) in fp32 and bf16 at each length, without stopping where the fused kernel win
 forward alone without gradients (evaluation, prediction). Defaults: MiniLM-L6's head shape
 and the demo's batch. Then what ``model.attn_implementation: auto`` picks here (the longest
 length the unfused products train, :func:`entrena.engine.attention.measure_eager_up_to`).
-With ``--write`` the table goes to docs/benchmarks.md (``bench:attention-kernel``). A
+With ``--write`` the table goes to docs/benchmarks-journal.md (``bench:attention-kernel``). A
 decoder's shape (``--kv-heads 3 --causal``: grouped-query attention, the causal mask combined
 with the padding; SmolLM2-135M is ``--heads 9 --kv-heads 3 --head-dim 64 --batch 8``) goes
 to ``bench:attention-kernel-llm``. Run it alone on the cores.

@@ -23,7 +23,7 @@ seconds of training steps, evaluation excluded) and its wall time:
   ``train.compile: auto``.
 
 Prints one JSON line per run and the summary; ``--write`` puts the section
-``bench:compile-examples`` in docs/benchmarks.md. Run it alone on the cores.
+``bench:compile-examples`` in docs/benchmarks-journal.md. Run it alone on the cores.
 
 Usage::
 

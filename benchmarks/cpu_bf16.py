@@ -155,7 +155,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--write", action="store_true", help="write docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="write docs/benchmarks-journal.md")
     args = parser.parse_args()
     rows = run(args.pairs, args.steps, args.threads)
     if args.write:

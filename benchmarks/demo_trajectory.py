@@ -9,7 +9,7 @@ Each seed trains the shipped demo config with early stopping off; a callback sco
 split at every evaluation point (the scoring draws no random numbers and is excluded from
 nothing that matters here: the figures are accuracies, not times). Rows go to
 ``benchmarks/results/demo-trajectory/seed<S>.jsonl``; the "demo-trajectory" section of
-docs/benchmarks.md is rendered from them. Test accuracy is recorded to *judge* the selection
+docs/benchmarks-journal.md is rendered from them. Test accuracy is recorded to *judge* the selection
 rule, never to select.
 """
 
@@ -127,7 +127,7 @@ def main() -> None:
         command = (f"benchmarks/demo_trajectory.py --seeds {' '.join(map(str, args.seeds))} "
                    f"--evals-per-epoch {args.evals_per_epoch}")
     write_section("demo-trajectory", render(files, ".venv/bin/python " + command))
-    print("wrote the demo-trajectory section of docs/benchmarks.md")
+    print("wrote the demo-trajectory section of docs/benchmarks-journal.md")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Export the demo model to ONNX fp32 and int8 and record parity, latency, size and the
-accuracy of `entrena predict` from the ONNX bundles in docs/benchmarks.md.
+accuracy of `entrena predict` from the ONNX bundles in docs/benchmarks-journal.md.
 
 Usage: .venv/bin/python benchmarks/export.py [--run runs/reviews] [--latency-calls 100]
        [--threads N]
@@ -155,7 +155,7 @@ accuracy, which this script scores from the predictions file against the test fi
 column.
 """
     write_section("export", body)
-    print(f"wrote the export section of {ROOT / 'docs' / 'benchmarks.md'}")
+    print(f"wrote the export section of {ROOT / 'docs' / 'benchmarks-journal.md'}")
 
 
 if __name__ == "__main__":

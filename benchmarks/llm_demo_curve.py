@@ -6,8 +6,8 @@ Runs ``entrena train examples/reviews-chat/config.yaml`` (no export) once per
 orders the batches), plus the ``--set`` values given after ``--`` (a variant to compare), in
 a fresh run directory, tracking off. The converted model is taken from entrena's cache
 (convert once with ``make llm-demo`` or any run of the config first). Prints, and with
-``--write`` puts in docs/benchmarks.md (``bench:llm-demo-curve``): per run the validation and
-test exact match, the zero-shot test exact match, the training steps' seconds and the
+``--write`` puts in docs/benchmarks-journal.md (``bench:llm-demo-curve``): per run the validation
+and test exact match, the zero-shot test exact match, the training steps' seconds and the
 process's wall time; per N the median and range over the seeds.
 
 Usage::

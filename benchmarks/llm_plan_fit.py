@@ -17,7 +17,7 @@ training steps, as every fit on a CPU), writes ``plan.json`` and then fits; its
 
 This is the planner a user meets before spending the time (``entrena plan --calibrate`` runs
 the same probe). ``benchmarks/llm_plan_accuracy.py`` checks the formula alone (no probe),
-for other machines' plans. Figures go to the ``llm-plan-fit`` section of docs/benchmarks.md.
+for other machines' plans. Figures go to the ``llm-plan-fit`` section of docs/benchmarks-journal.md.
 Timing needs the cores to itself: the script refuses to start above a load of 0.5 per core
 (``--force`` runs anyway).
 """

@@ -18,7 +18,7 @@ Every run is printed as a JSON line as it finishes and appended to
 ``benchmarks/results/lora-layers-<cpu kind>-<date>.jsonl``; ``--from FILE`` publishes such a
 file again without running anything; ``--runs DIR ...`` reads finished run directories (their
 ``config.yaml`` names the layers and seed) instead of training. ``--write`` puts the table in
-docs/benchmarks.md (section ``bench:lora-layers``).
+docs/benchmarks-journal.md (section ``bench:lora-layers``).
 
 Usage::
 

@@ -12,7 +12,7 @@ differ.
 
 Prints one JSON line per run (training-step seconds, the fit's peak resident memory, the plan's
 peak, the seconds spent inside ``malloc_trim``, the peak every 30 steps from step 10) and,
-with ``--write``, the table into docs/benchmarks.md (section ``bench:malloc-trim``). Run it
+with ``--write``, the table into docs/benchmarks-journal.md (section ``bench:malloc-trim``). Run it
 alone on the cores.
 
     .venv/bin/python benchmarks/malloc_trim.py --every 0 1 10 [--write]

@@ -63,7 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks-journal.md")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="monitor-overhead-"))
     one_run(work / "warmup", args.threads, True)  # fills the prepared-data and peak caches

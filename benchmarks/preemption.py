@@ -1,5 +1,5 @@
 """Time from SIGTERM to a saved checkpoint on the demo model (MiniLM-L6 on the real reviews),
-and record it in docs/benchmarks.md.
+and record it in docs/benchmarks-journal.md.
 
 Usage: .venv/bin/python benchmarks/preemption.py [--signals 3] [--no-write]
                                                  [--config examples/reviews/config.yaml]
@@ -123,7 +123,7 @@ while this ran: see the step times.
 """
     if not args.no_write:
         write_section("preemption", body)
-        print(f"wrote the preemption section of {ROOT / 'docs' / 'benchmarks.md'}",
+        print(f"wrote the preemption section of {ROOT / 'docs' / 'benchmarks-journal.md'}",
               file=sys.stderr)
     print(body)
 

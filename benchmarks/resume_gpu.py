@@ -7,7 +7,7 @@ model/ files equal the uninterrupted run's byte for byte, and whether two uninte
 Usage (on a machine with a CUDA GPU):
     CUBLAS_WORKSPACE_CONFIG=:4096:8 .venv/bin/python benchmarks/resume_gpu.py
 
-The figures in docs/benchmarks.md (section resume-gpu) come from one run of this script.
+The figures in docs/benchmarks-journal.md (section resume-gpu) come from one run of this script.
 """
 
 from __future__ import annotations
