@@ -1,4 +1,5 @@
-"""Shared helpers of the benchmark scripts: machine description and docs/benchmarks.md sections."""
+"""Shared helpers of the benchmark scripts: machine description and the sections of the
+benchmark pages (docs/benchmarks-journal.md, docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,14 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS_MD = Path(os.environ.get("ENTRENA_BENCH_DOC") or ROOT / "docs" / "benchmarks.md")
-"""The file sections go to; ``ENTRENA_BENCH_DOC`` redirects it (``bench.py --smoke`` does)."""
+BENCHMARKS_MD = Path(os.environ.get("ENTRENA_BENCH_DOC") or ROOT / "docs" / "benchmarks-journal.md")
+"""The file sections go to: the dated journal, where every script's section lives and new ones
+are appended; ``ENTRENA_BENCH_DOC`` redirects it (``bench.py --smoke`` does)."""
+HEADLINE_MD: Path | None = None if os.environ.get("ENTRENA_BENCH_DOC") else \
+    ROOT / "docs" / "benchmarks.md"
+"""The headline page (figures a user needs, copied from the journal by hand). It holds no
+markers today; a section whose markers are moved there is updated there. ``None`` while
+``ENTRENA_BENCH_DOC`` redirects the sections (a smoke run touches one file only)."""
 
 
 def machine() -> str:
@@ -46,23 +53,35 @@ def today() -> str:
     return dt.date.today().isoformat()
 
 
-def write_section(name: str, body: str) -> None:
-    """Replace (or append) the section between ``<!-- bench:NAME:start/end -->`` markers."""
+def section_page(name: str) -> Path:
+    """The page that holds section ``name``: :data:`HEADLINE_MD` if its start marker is there,
+    else :data:`BENCHMARKS_MD` (the journal; a section found on neither page is appended to it)."""
+    start = f"<!-- bench:{name}:start -->"
+    if HEADLINE_MD is not None and HEADLINE_MD.is_file() and start in HEADLINE_MD.read_text():
+        return HEADLINE_MD
+    return BENCHMARKS_MD
+
+
+def write_section(name: str, body: str) -> Path:
+    """Replace (or append) the section between ``<!-- bench:NAME:start/end -->`` markers on
+    its page (:func:`section_page`). Returns the page written."""
+    page = section_page(name)
     start, end = f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"
-    text = BENCHMARKS_MD.read_text() if BENCHMARKS_MD.is_file() else "# Benchmarks\n"
+    text = page.read_text() if page.is_file() else "# Benchmarks journal\n"
     block = f"{start}\n{body.rstrip()}\n{end}"
     pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.DOTALL)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else \
         text.rstrip() + "\n\n" + block + "\n"
-    BENCHMARKS_MD.parent.mkdir(parents=True, exist_ok=True)
-    BENCHMARKS_MD.write_text(text)
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(text)
+    return page
 
 
 def publish_runs(name: str, title: str, *, load: list[float], command: str, about: list[str],
                  table: list[str], summary: list[str], write: bool) -> str:
     """The body of a section of repeated runs (title; date, machine, load and command; what
     was run; the table; the summary lines), printed, and with ``write`` put between the
-    ``bench:NAME`` markers of docs/benchmarks.md. Returns the body."""
+    ``bench:NAME`` markers (:func:`write_section`). Returns the body."""
     body = "\n".join([f"## {title}", "",
                       f"Measured {today()} on {machine()}; {load_text(load)}. "
                       f"Command: `{command}`", *about, "", *table, "", *summary])

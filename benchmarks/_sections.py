@@ -1,4 +1,5 @@
-"""The docs/benchmarks.md sections of ``benchmarks/bench.py`` (markdown from measured results).
+"""The docs/benchmarks-journal.md sections of ``benchmarks/bench.py`` (markdown from
+measured results).
 
 Every section states its mode: ``full`` (``make bench``), ``quick`` (``make bench-quick``) or
 ``smoke`` (plumbing check; its figures mean nothing).
@@ -359,8 +360,8 @@ Every evaluation point (epoch → test accuracy @ seconds since the process star
 
 
 def earlier_rows(text: str) -> dict[str, str]:
-    """The rows of the summary table in ``text`` (a docs/benchmarks.md), by their item number
-    (``"1."``, ``"1b."`` …): kept for the items a run does not measure."""
+    """The rows of the summary table in ``text`` (a docs/benchmarks-journal.md), by their item
+    number (``"1."``, ``"1b."`` …): kept for the items a run does not measure."""
     found = re.search(r"<!-- bench:bench-summary:start -->(.*?)<!-- bench:bench-summary:end -->",
                       text, re.DOTALL)
     body = found.group(1) if found else ""

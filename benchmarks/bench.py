@@ -8,7 +8,7 @@
     .venv/bin/python benchmarks/bench.py --threads 1   # on a shared machine: 1 torch thread
                                                      # for every competitor
 
-Items, each writing its section of docs/benchmarks.md (date, machine, command, mode); the
+Items, each writing its section of docs/benchmarks-journal.md (date, machine, command, mode); the
 summary table keeps, marked, the earlier rows of items a run leaves out (``--only``):
 1. ``tta``: time to the Trainer's 1-epoch test accuracy on the reviews (``tta.py``), and in
    full mode the best test accuracy within 3 epochs; ``tta-best``: the same against the
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=ITEMS, default=None,
                         help="run only these items (default: all; tta-best in full mode only)")
     parser.add_argument("--doc", type=Path, default=None, help="write the sections here "
-                        "(default docs/benchmarks.md)")
+                        "(default docs/benchmarks-journal.md)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads of every "
                         "competitor (default: entrena's, the physical cores); 1 keeps a shared "
                         "machine's contention from stalling both threads at every sync")
@@ -89,7 +89,7 @@ def main() -> None:
     doc = args.doc or (SMOKE_DOC if mode == "smoke" else None)
     if doc is not None:
         if not doc.exists():
-            shutil.copyfile(HERE.parent / "docs" / "benchmarks.md", doc)
+            shutil.copyfile(HERE.parent / "docs" / "benchmarks-journal.md", doc)
         os.environ["ENTRENA_BENCH_DOC"] = str(doc.resolve())  # plan_accuracy.py's too
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -30,7 +30,7 @@ by this script's clock, minus B) ≤ max(5% of B, 15 s).
 Every run is printed as a JSON line as it finishes and appended to
 ``benchmarks/results/budget-<cpu kind>-<date>.jsonl`` (``budget-quick-…`` with ``--quick``);
 then a table and the per-fraction summary are printed and, with ``--write``, put in
-docs/benchmarks.md (section ``bench:budget``; ``bench:budget-quick`` with ``--quick``).
+docs/benchmarks-journal.md (section ``bench:budget``; ``bench:budget-quick`` with ``--quick``).
 ``--from FILE`` publishes the runs of such a file again without running anything;
 ``--full-from FILE`` takes the full runs of the same seeds from such a file instead of running
 them again (their wall times then set the budgets: the same machine, as quiet).
@@ -436,7 +436,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="passed to every run (repeatable)")
     parser.add_argument("--section", default=None,
-                        help="the docs/benchmarks.md section to write (default budget, or "
+                        help="the docs/benchmarks-journal.md section to write (default budget, or "
                              "budget-quick with --quick)")
     parser.add_argument("--full-from", type=Path, default=None,
                         help="reuse the full runs (same seeds) recorded in this results file")
@@ -449,7 +449,7 @@ def main() -> None:
     parser.add_argument("--from", dest="from_file", type=Path, default=None,
                         help="publish the runs of this JSON-lines file instead of running")
     parser.add_argument("--write", action="store_true",
-                        help="put the section in docs/benchmarks.md")
+                        help="put the section in docs/benchmarks-journal.md")
     args = parser.parse_args()
     if args.from_file is not None:
         rows = [json.loads(line) for line in args.from_file.read_text().splitlines()

@@ -1,5 +1,5 @@
 """Kill `entrena train examples/tiny/config.yaml` again and again; check that it always resumes
-exactly, and record the figures in docs/benchmarks.md.
+exactly, and record the figures in docs/benchmarks-journal.md.
 
 Usage: .venv/bin/python benchmarks/chaos.py [--kills 20] [--signals 5] [--phase-signals 3]
                                             [--random N] [--seed 0] [--no-write] [--json]
@@ -27,7 +27,7 @@ Usage: .venv/bin/python benchmarks/chaos.py [--kills 20] [--signals 5] [--phase-
    testing, saving). Every restart must then resume from the newest complete checkpoint, or,
    with none, delete an unfinished directory saying it starts over (or start a new run when
    there was none); once training was over, it must train no step. Its figures go to their
-   own section of docs/benchmarks.md (``chaos-phases``).
+   own section of docs/benchmarks-journal.md (``chaos-phases``).
 6. The last restart runs to the end; its ``model/`` files must equal the reference's, byte
    for byte.
 
@@ -608,7 +608,8 @@ def main() -> None:
                         help="instead: N signals, each SIGKILL or SIGTERM at a random phase "
                              "(before the fit, in it, after its last step)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
+    parser.add_argument("--no-write", action="store_true", help="do not update "
+                        "docs/benchmarks-journal.md")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     args = parser.parse_args()
     if not (ROOT / "examples" / "reviews" / "data" / "train.csv").is_file():
@@ -623,7 +624,8 @@ def main() -> None:
             write_section("chaos-phases", random_summary_markdown(result, args))
         else:
             write_section("chaos", summary_markdown(result, args))
-        print(f"wrote the chaos section of {ROOT / 'docs' / 'benchmarks.md'}", file=sys.stderr)
+        print(f"wrote the chaos section of {ROOT / 'docs' / 'benchmarks-journal.md'}",
+              file=sys.stderr)
     for failure in result["failures"]:
         print(f"FAILED: {failure}", file=sys.stderr)
     sys.exit(1 if result["failures"] else 0)

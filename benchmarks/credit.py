@@ -1,5 +1,5 @@
 """Train the tabular example (`make credit`) from scratch and record the MLP against the
-boosted trees in docs/benchmarks.md (section `credit`).
+boosted trees in docs/benchmarks-journal.md (section `credit`).
 
 Usage: .venv/bin/python benchmarks/credit.py [--run-dir DIR] [--export]
 

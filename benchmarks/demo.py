@@ -1,4 +1,4 @@
-"""Time the demo and check its accuracy target; record both in docs/benchmarks.md.
+"""Time the demo and check its accuracy target; record both in docs/benchmarks-journal.md.
 
 Usage:
     .venv/bin/python benchmarks/demo.py [--seeds 42 43] [--fresh-clone]
@@ -144,7 +144,7 @@ same model, 1 epoch, about 10 minutes of training, test accuracy 0.841; TF-IDF +
 regression about 0.81.
 """
     write_section("demo", body)
-    print(f"wrote the demo section of {ROOT / 'docs' / 'benchmarks.md'}")
+    print(f"wrote the demo section of {ROOT / 'docs' / 'benchmarks-journal.md'}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Train the image example (`make digits`) from scratch and record it in docs/benchmarks.md
+"""Train the image example (`make digits`) from scratch and record it in docs/benchmarks-journal.md
 (section `digits`).
 
 Usage: .venv/bin/python benchmarks/digits.py [--run-dir DIR] [--export] [--threads 1 2]

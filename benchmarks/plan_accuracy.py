@@ -18,7 +18,7 @@ plan.json, then fits; its metrics.json holds plan_vs_actual. Compared here:
 
 The machine is shared: the script refuses to start when the 1-minute load average is above
 0.5 per core (`--force` runs anyway; timings are then not representative). Figures go to the
-`plan` section of docs/benchmarks.md.
+`plan` section of docs/benchmarks-journal.md.
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ def _sizes(args: argparse.Namespace) -> str:
 
 def cpu_kind() -> tuple[str, str]:
     """``(section key, words)`` naming this CPU's kind by its instruction sets (flags), so that
-    each kind keeps its own section in docs/benchmarks.md beside the others'."""
+    each kind keeps its own section in docs/benchmarks-journal.md beside the others'."""
     from entrena.hardware.detection import detect_cpu
     from entrena.planning.options import cpu_isa
 
@@ -233,7 +233,7 @@ def write_report(rows: list[dict], args: argparse.Namespace) -> None:
 |---|---|---|---|---|---|---|---|---|---|---|---|
 """ + "\n".join(lines) + "\n"
     write_section(section, body)
-    print(f"wrote the plan section of {ROOT / 'docs' / 'benchmarks.md'}")
+    print(f"wrote the plan section of {ROOT / 'docs' / 'benchmarks-journal.md'}")
     (ROOT / "docs").mkdir(exist_ok=True)
 
 

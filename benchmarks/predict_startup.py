@@ -15,7 +15,7 @@ Usage::
   the row, the model call, writing the answer; then ``entrena.predict`` on the same row
   again in that warm process (its own cost once everything is loaded).
 
-``--write`` puts the table in docs/benchmarks.md (section ``bench:predict-startup``).
+``--write`` puts the table in docs/benchmarks-journal.md (section ``bench:predict-startup``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Time `entrena prepare` on a generated CSV of short texts and record it in docs/benchmarks.md.
+"""Time `entrena prepare` on a generated CSV of short texts and record it in
+docs/benchmarks-journal.md.
 
 Usage: .venv/bin/python benchmarks/prepare.py [--rows 1000000] [--no-write]
 
@@ -176,7 +177,7 @@ maps the cached Arrow files; it parses, checks and tokenizes nothing.
     print(body)
     if not args.no_write:
         write_section("prepare", body)
-        print("wrote the prepare section of docs/benchmarks.md")
+        print("wrote the prepare section of docs/benchmarks-journal.md")
 
 
 if __name__ == "__main__":

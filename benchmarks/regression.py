@@ -1,5 +1,5 @@
 """Train the regression examples (`make concrete`, `make tate`) and the "any table" check, and
-record the model against its baselines in docs/benchmarks.md (section `regression`).
+record the model against its baselines in docs/benchmarks-journal.md (section `regression`).
 
 Usage: .venv/bin/python benchmarks/regression.py [--skip-tate] [--skip-ames]
 

@@ -27,7 +27,7 @@ the run's test conversations from 1 client and from ``--clients``, and the decod
 (tokens/s) of 64-token answers.
 
 ``--run``: a finished run directory (the demo's MiniLM run: ``make demo``). Prints a JSON line
-per size; ``--write`` puts the table in docs/benchmarks.md (section ``bench:serving``).
+per size; ``--write`` puts the table in docs/benchmarks-journal.md (section ``bench:serving``).
 """
 
 from __future__ import annotations

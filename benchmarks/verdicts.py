@@ -7,7 +7,7 @@ baseline's score on the test split, the difference and its 95% paired bootstrap 
 the test rows, the outcome (``beats`` / ``ties`` / ``loses``), and for a regressor the model's
 R² interval. Every run is printed as a JSON line and appended to
 ``benchmarks/results/verdicts-<cpu kind>-<date>.jsonl``; ``--from FILE`` publishes such a file
-again; ``--write`` puts the table in docs/benchmarks.md (section ``bench:verdicts``).
+again; ``--write`` puts the table in docs/benchmarks-journal.md (section ``bench:verdicts``).
 
 Usage::
 

@@ -1,8 +1,10 @@
-"""The pure parts of `make bench` (benchmarks/_stats.py, tta.analyse, the section text): no
-timing, no model, seconds."""
+"""The pure parts of `make bench` (benchmarks/_stats.py, tta.analyse, the section text), where
+write_section puts a section, and the layout of benchmarks/: no timing, no model, seconds."""
 
 from __future__ import annotations
 
+import ast
+import re
 import sys
 
 import pytest
@@ -11,6 +13,7 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import _report  # noqa: E402
 import _sections  # noqa: E402
 import tta  # noqa: E402
 from _stats import ab_order, first_reaching, goal_text, ratios, summary  # noqa: E402
@@ -162,3 +165,56 @@ def test_a_target_at_the_majority_class_rate_is_flagged():
     text = _sections.tta_section({"date": "d", "machine": "m", "command": "c", "mode": "quick"},
                                  result, tta.analyse(result))
     assert "no better than always answering the most frequent class (0.658" in text
+
+
+def test_write_section_updates_the_page_that_holds_the_markers(tmp_path, monkeypatch):
+    journal, headline = tmp_path / "benchmarks-journal.md", tmp_path / "benchmarks.md"
+    journal.write_text("# Journal\n\n<!-- bench:a:start -->\nold a\n<!-- bench:a:end -->\n")
+    headline.write_text("# Headline\n\n<!-- bench:b:start -->\nold b\n<!-- bench:b:end -->\n")
+    monkeypatch.setattr(_report, "BENCHMARKS_MD", journal)
+    monkeypatch.setattr(_report, "HEADLINE_MD", headline)
+    assert _report.write_section("a", "new a") == journal
+    assert _report.write_section("b", "new b") == headline
+    assert _report.write_section("c", "new c") == journal  # a new section: the journal's end
+    assert journal.read_text() == ("# Journal\n\n<!-- bench:a:start -->\nnew a\n"
+                                   "<!-- bench:a:end -->\n\n<!-- bench:c:start -->\nnew c\n"
+                                   "<!-- bench:c:end -->\n")
+    assert "new b" in headline.read_text() and "old b" not in headline.read_text()
+    monkeypatch.setattr(_report, "HEADLINE_MD", None)  # ENTRENA_BENCH_DOC: one file only
+    assert _report.write_section("b", "again b") == journal
+
+
+def test_every_section_a_script_names_is_in_the_journal():
+    journal = (ROOT / "docs" / "benchmarks-journal.md").read_text()
+    headline = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert "<!-- bench:" not in headline  # its figures are copied by hand, with a link
+    for name in ("bench-summary", "bench-tta", "chaos", "demo", "verdicts", "serving",
+                 "budget", "llm-plan-accuracy", "predict-startup", "lora-layers"):
+        assert f"<!-- bench:{name}:start -->" in journal and f"<!-- bench:{name}:end -->" in journal
+
+
+def _imports(path):
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_maintained_scripts_import_no_experiment():
+    folder = ROOT / "benchmarks"
+    experiments = {p.stem for p in (folder / "experiments").glob("*.py")}
+    maintained = {p.stem for p in folder.glob("*.py")}
+    assert experiments and not experiments & maintained  # one name, one script
+    wrong = {p.name: sorted(_imports(p) & experiments) for p in folder.glob("*.py")}
+    assert {name: found for name, found in wrong.items() if found} == {}
+
+
+def test_the_readme_lists_every_maintained_script():
+    folder = ROOT / "benchmarks"
+    readme = (folder / "README.md").read_text()
+    listed = set(re.findall(r"^\| `([\w.]+\.(?:py|sh))` \|", readme, flags=re.MULTILINE))
+    present = {p.name for p in folder.iterdir() if p.suffix in (".py", ".sh")}
+    assert listed == present

@@ -87,9 +87,9 @@ COMPILE_COSTS: dict[str, CompileCost] = {
         reference="docs/benchmarks.md, bench:first-step"),
     "cpu-small": CompileCost(
         speedup=1.00, compile_s=38.0,
-        source="benchmarks/compile_examples.py --pairs 2 --epochs 4: entrena train of the "
-               "examples, train.compile false and true alternated, a cold inductor cache per "
-               "run, fp32 (their precision auto): steps of epochs 2-4 compiled over eager "
+        source="benchmarks/experiments/compile_examples.py --pairs 2 --epochs 4: entrena train "
+               "of the examples, train.compile false and true alternated, a cold inductor cache "
+               "per run, fp32 (their precision auto): steps of epochs 2-4 compiled over eager "
                "0.99x (0.97-1.02x) for examples/tiny (1.0 M parameters; ~38 s of compiling), "
                "1.00x (0.95-1.05x) for examples/digits (a 20 k CNN; ~21 s), 0.72x for "
                "examples/credit (a 12 k MLP; ~16 s); Intel Xeon with AMX, 2 cores, "

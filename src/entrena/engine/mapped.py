@@ -11,8 +11,8 @@ hypervisor) the first fused AdamW step took 0.23–0.24 s with the weights mappe
 0.02–0.04 s with them copied beforehand, and 0.01–0.02 s for a later step (``perf``: 29%
 of the mapped step in ``native_write_msr``, 21% in ``smp_call_function_many_cond``, 15%
 spinning on the page-table lock). The copy, once, on one thread, before the fit, took
-0.04–0.05 s (``benchmarks/mapped_weights.py``; docs/benchmarks.md, "Trained weights in the
-checkpoint's memory map") and leaves the file unmapped.
+0.04–0.05 s (``benchmarks/experiments/mapped_weights.py``; docs/benchmarks.md, "Trained weights
+in the checkpoint's memory map") and leaves the file unmapped.
 
 Only trained parameters are copied: a frozen base (a LoRA run) is never written, so its
 pages stay shared with the page cache at no cost.

@@ -7,8 +7,8 @@ block that is freed, up to 32 MiB on 64-bit systems (``mallopt(3)``, ``M_MMAP_TH
 A transformer's activations are mostly a few MiB to a few tens of MiB and change shape from
 batch to batch (length-grouped batches), so after the first large frees they land in the heap,
 whose free blocks rarely fit the next shapes exactly: the resident set climbs over the fit
-although the live tensors do not (benchmarks/memory_climb.py; docs/benchmarks.md, section
-"memory climb"). Fixing the threshold (any ``mallopt`` of it turns the adaptation off) keeps
+although the live tensors do not (benchmarks/experiments/memory_climb.py; docs/benchmarks.md,
+section "memory climb"). Fixing the threshold (any ``mallopt`` of it turns the adaptation off) keeps
 the tensors above it mapped, returned when freed. Too low a threshold costs time: a mapped
 block is zero-filled by the kernel, page by page, at each new use (see
 :data:`MMAP_THRESHOLD_BYTES`).
@@ -33,10 +33,10 @@ MMAP_THRESHOLD_BYTES = 16 * 2**20
 MiniLM-L6 step (batch 32 × 160 tokens, 2 threads, AMD EPYC with AVX-512 BF16) took 2.60 s in
 bf16 and 3.91 s in fp32 with ~1.1 M page faults, against 1.50 s and 2.91 s at 16 MiB and
 1.37 s and 2.73 s with glibc's adaptive threshold (0.07–0.15 M faults;
-``benchmarks/allocator_faults.py``). At 16 MiB the largest activations (a MiniLM feed-forward
-layer's 32 × 272 × 1536 × 4 bytes = 51 MiB) stay mapped and the peak still climbs ~11% over a
-60-step fit (12.5% adaptive, 0.3% at 1 MiB; docs/benchmarks.md, "The allocator's page
-faults")."""
+``benchmarks/experiments/allocator_faults.py``). At 16 MiB the largest activations (a MiniLM
+feed-forward layer's 32 × 272 × 1536 × 4 bytes = 51 MiB) stay mapped and the peak still climbs
+~11% over a 60-step fit (12.5% adaptive, 0.3% at 1 MiB; docs/benchmarks.md, "The allocator's
+page faults")."""
 
 _configured: bool | None = None
 

@@ -37,9 +37,9 @@ _CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile"
 CPU_BF16_MIN_LINEAR_PARAMETERS = 1_000_000
 """Weights in ``nn.Linear`` layers from which bf16 autocast pays on a CPU with native bf16.
 
-Measured on an AVX-512 BF16 CPU, 2 threads (``benchmarks/cpu_bf16.py``, docs/benchmarks.md
-"bf16 autocast against fp32 on this CPU"): training steps under bf16 autocast were
-fp32/bf16 = 1.57× faster at MiniLM-L6's shape (10.8 M linear weights), 1.52× at 3.2 M, 1.65×
+Measured on an AVX-512 BF16 CPU, 2 threads (``benchmarks/experiments/cpu_bf16.py``,
+docs/benchmarks.md "bf16 autocast against fp32 on this CPU"): training steps under bf16 autocast
+were fp32/bf16 = 1.57× faster at MiniLM-L6's shape (10.8 M linear weights), 1.52× at 3.2 M, 1.65×
 for an MLP of 1.3 M, but only 1.27× at 0.4 M, 1.04× for the tests' 2-layer width-32 BERT
 (17 k) and 0.73× (slower) for the credit example's MLP (13 k): the casts cost about what small
 matrices gain. Below this size ``precision: auto`` keeps fp32.

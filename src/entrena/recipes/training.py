@@ -104,8 +104,8 @@ def fused_optimizer(accelerator: str) -> bool:
     """Whether AdamW runs fused (one kernel over all parameters) on ``accelerator``: on a
     CPU, where PyTorch's default is a loop over the parameters and the fused step measured
     25 ms against 146 ms for MiniLM-L6's 22.6 M parameters on 2 AVX2 cores
-    (``benchmarks/step_profile.py``, ``bench:step-profile``). Elsewhere PyTorch's default
-    stays (multi-tensor on CUDA, whose memory the planner's AdamW temporary models)."""
+    (``benchmarks/experiments/step_profile.py``, ``bench:step-profile``). Elsewhere PyTorch's
+    default stays (multi-tensor on CUDA, whose memory the planner's AdamW temporary models)."""
     return accelerator == "cpu"
 
 

@@ -14,7 +14,7 @@ On the reviews-chat example's training chats (``examples/reviews-chat/config.yam
 
 Usage::
 
-    python benchmarks/llm_packing.py [--repeats 3] [--no-write]
+    python benchmarks/experiments/llm_packing.py [--repeats 3] [--no-write]
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import load_text, machine, today, write_section  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "examples" / "reviews-chat" / "config.yaml"
 
 
@@ -97,7 +97,7 @@ def main() -> None:
                 timings.setdefault(f"{kind}: {name}", []).append(step_time(model, batch))
         load.append(os.getloadavg()[0])
     lines = [f"{today()}, {machine()}; {load_text(load)}.", "",
-             f"`python benchmarks/llm_packing.py --repeats {args.repeats}`: the reviews-chat "
+             f"`python benchmarks/experiments/llm_packing.py --repeats {args.repeats}`: the reviews-chat "
              "example's 400 training chats, batch 8, `model.max_length` 128; "
              f"{args.threads} torch thread(s).", "",
              "| first epoch's batches | padding, padded | padding, packed | slots saved by "

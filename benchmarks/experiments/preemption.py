@@ -1,7 +1,7 @@
 """Time from SIGTERM to a saved checkpoint on the demo model (MiniLM-L6 on the real reviews),
-and record it in docs/benchmarks.md.
+and record it in docs/benchmarks-journal.md.
 
-Usage: .venv/bin/python benchmarks/preemption.py [--signals 3] [--no-write]
+Usage: .venv/bin/python benchmarks/experiments/preemption.py [--signals 3] [--no-write]
                                                  [--config examples/reviews/config.yaml]
 
 One run of CONFIG (MLflow off, a step record per step), sent SIGTERM ``--signals`` times at
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 import chaos  # noqa: E402
 from _report import ROOT, machine, today, write_section  # noqa: E402
 from chaos import SAVED, Process  # noqa: E402
@@ -109,7 +109,7 @@ def main() -> None:
     body = f"""## Preemption: SIGTERM to saved checkpoint, `entrena train {config}`
 
 - Date: {today()}; machine: {machine()}
-- Command: `.venv/bin/python benchmarks/preemption.py --signals {args.signals}
+- Command: `.venv/bin/python benchmarks/experiments/preemption.py --signals {args.signals}
   --seed {args.seed}` (`--set {' --set '.join(SETTINGS)}`; SIGTERM at a random step of the
   first epoch, restart, again)
 
@@ -123,7 +123,7 @@ while this ran: see the step times.
 """
     if not args.no_write:
         write_section("preemption", body)
-        print(f"wrote the preemption section of {ROOT / 'docs' / 'benchmarks.md'}",
+        print(f"wrote the preemption section of {ROOT / 'docs' / 'benchmarks-journal.md'}",
               file=sys.stderr)
     print(body)
 

@@ -2,13 +2,13 @@
 # Time to the first training step of `entrena train examples/reviews/config.yaml` (warm data
 # cache, tracking at its default), alone or against an older checkout.
 #
-#   benchmarks/first_step.sh [RUNS]                 # since_process_start_s of step 1, RUNS times
-#   benchmarks/first_step.sh --against DIR [PAIRS]  # DIR/src vs ./src, alternated: seconds from
+#   benchmarks/experiments/first_step.sh [RUNS]                 # since_process_start_s of step 1, RUNS times
+#   benchmarks/experiments/first_step.sh --against DIR [PAIRS]  # DIR/src vs ./src, alternated: seconds from
 #                                                   # the process start to the fit's start and
 #                                                   # to step 1 (DIR: a checkout, e.g. a worktree)
 # Each run is stopped with SIGTERM once its record is written (a checkpoint is saved).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=.venv/bin/python
 RUN=$(mktemp -d)/run
 

@@ -5,9 +5,9 @@ scaler's state in the checkpoint, whether CUDA RNG states were saved, whether th
 model/ files equal the uninterrupted run's byte for byte, and whether two uninterrupted runs do.
 
 Usage (on a machine with a CUDA GPU):
-    CUBLAS_WORKSPACE_CONFIG=:4096:8 .venv/bin/python benchmarks/resume_gpu.py
+    CUBLAS_WORKSPACE_CONFIG=:4096:8 .venv/bin/python benchmarks/experiments/resume_gpu.py
 
-The figures in docs/benchmarks.md (section resume-gpu) come from one run of this script.
+The figures in docs/benchmarks-journal.md (section resume-gpu) come from one run of this script.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from rich.console import Console
 from safetensors.torch import load_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # conftest's helpers
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # conftest's helpers
 import entrena  # noqa: E402
 from conftest import build_config, review_rows, write_csv  # noqa: E402
 from entrena.core.callback import Callback  # noqa: E402

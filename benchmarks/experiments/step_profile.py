@@ -1,6 +1,6 @@
 """Where a training step of the demo model spends its time, and what compiling could save.
 
-    .venv/bin/python benchmarks/step_profile.py [--mode full|quick|smoke] [--no-write]
+    .venv/bin/python benchmarks/experiments/step_profile.py [--mode full|quick|smoke] [--no-write]
 
 One process: MiniLM-L6 with entrena's mean-pooling head on the reviews' first training
 batches as entrena's length-grouped loader cuts them (``benchmarks/step_throughput.py``'s
@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import machine, today, write_section  # noqa: E402
 from step_throughput import CLIP_NORM, MODES, build  # noqa: E402
 
@@ -107,7 +107,7 @@ def main() -> None:
     later = [r[3] / r[2] * 1000 for r in rows[2:]]
     lines = [f"{today()}, {machine()}; precision {precision}; torch threads "
              f"{torch.get_num_threads()}.", "",
-             f"`python benchmarks/step_profile.py --mode {args.mode}`: MiniLM-L6 + mean pooling, "
+             f"`python benchmarks/experiments/step_profile.py --mode {args.mode}`: MiniLM-L6 + mean pooling, "
              f"batch {built['batch_size']}, the reviews' first {len(batches)} length-grouped "
              f"training batches, the hand-written eager loop; imports took {imported_s:.1f} s.",
              "", "| step | batch (rows × tokens) | padded tokens | time | ms per 1,000 tokens |",

@@ -1,6 +1,6 @@
 """bf16 autocast against fp32 on this CPU: training-step time by model size.
 
-    .venv/bin/python benchmarks/cpu_bf16.py [--pairs 3] [--steps 4] [--threads 2] [--write]
+    .venv/bin/python benchmarks/experiments/cpu_bf16.py [--pairs 3] [--steps 4] [--threads 2] [--write]
 
 What ``train.precision: auto`` should pick on a CPU with native bf16 (AVX-512 BF16 or AMX).
 For each model (BERT encoders built from a config with random weights, and MLPs of the
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import machine, today, write_section  # noqa: E402
 from _stats import ab_order, ratios, summary  # noqa: E402
 
@@ -131,9 +131,9 @@ def run(pairs: int, steps: int, threads: int) -> list[dict[str, Any]]:
 
 def markdown(rows: list[dict[str, Any]], pairs: int, steps: int, threads: int) -> str:
     lines = [
-        "## bf16 autocast against fp32 on this CPU, by model size (`benchmarks/cpu_bf16.py`)",
+        "## bf16 autocast against fp32 on this CPU, by model size (`benchmarks/experiments/cpu_bf16.py`)",
         "",
-        f"{today()}, {machine()}; `.venv/bin/python benchmarks/cpu_bf16.py --pairs {pairs} "
+        f"{today()}, {machine()}; `.venv/bin/python benchmarks/experiments/cpu_bf16.py --pairs {pairs} "
         f"--steps {steps} --threads {threads} --write`. One training step (forward, backward, "
         f"AdamW) on one fixed random batch ({BATCH} × {SEQUENCE} tokens for the encoders; 256 "
         "rows for the MLPs), fp32 and `torch.autocast('cpu', bfloat16)` alternated in one "
@@ -155,7 +155,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--write", action="store_true", help="write docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="write docs/benchmarks-journal.md")
     args = parser.parse_args()
     rows = run(args.pairs, args.steps, args.threads)
     if args.write:

@@ -18,8 +18,8 @@ the growth between the two, and the mean step time; ``--json`` writes every step
 machine's load: steps of batch B × T tokens alternate between a 1 MiB threshold and a 32 MiB
 one (the adaptive threshold's ceiling), 8 pairs; it prints the median ratio of the pairs.
 
-    .venv/bin/python benchmarks/memory_climb.py --steps 60
-    .venv/bin/python benchmarks/memory_climb.py --alternate 32 64
+    .venv/bin/python benchmarks/experiments/memory_climb.py --steps 60
+    .venv/bin/python benchmarks/experiments/memory_climb.py --alternate 32 64
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MODES = ("default", "fixed")
 
 

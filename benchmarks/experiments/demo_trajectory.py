@@ -2,14 +2,14 @@
 able to choose between checkpoints? (How the demo's `restore_best_weights: false` was chosen.)
 
 Usage:
-    .venv/bin/python benchmarks/demo_trajectory.py --seeds 42 43 [--evals-per-epoch 4]
-    .venv/bin/python benchmarks/demo_trajectory.py --render FILE.jsonl ...
+    .venv/bin/python benchmarks/experiments/demo_trajectory.py --seeds 42 43 [--evals-per-epoch 4]
+    .venv/bin/python benchmarks/experiments/demo_trajectory.py --render FILE.jsonl ...
 
 Each seed trains the shipped demo config with early stopping off; a callback scores the test
 split at every evaluation point (the scoring draws no random numbers and is excluded from
 nothing that matters here: the figures are accuracies, not times). Rows go to
 ``benchmarks/results/demo-trajectory/seed<S>.jsonl``; the "demo-trajectory" section of
-docs/benchmarks.md is rendered from them. Test accuracy is recorded to *judge* the selection
+docs/benchmarks-journal.md is rendered from them. Test accuracy is recorded to *judge* the selection
 rule, never to select.
 """
 
@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import ROOT, machine, today, write_section  # noqa: E402
 
 CONFIG = ROOT / "examples" / "reviews" / "config.yaml"
@@ -114,7 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.render is not None:
         files = [p.resolve() for p in args.render]
-        command = ("benchmarks/demo_trajectory.py --render "
+        command = ("benchmarks/experiments/demo_trajectory.py --render "
                    + " ".join(str(p.relative_to(ROOT)) for p in files))
     else:
         RESULTS.mkdir(parents=True, exist_ok=True)
@@ -124,10 +124,10 @@ def main() -> None:
             out.unlink(missing_ok=True)
             record_seed(seed, args.evals_per_epoch, out)
             files.append(out)
-        command = (f"benchmarks/demo_trajectory.py --seeds {' '.join(map(str, args.seeds))} "
+        command = (f"benchmarks/experiments/demo_trajectory.py --seeds {' '.join(map(str, args.seeds))} "
                    f"--evals-per-epoch {args.evals_per_epoch}")
     write_section("demo-trajectory", render(files, ".venv/bin/python " + command))
-    print("wrote the demo-trajectory section of docs/benchmarks.md")
+    print("wrote the demo-trajectory section of docs/benchmarks-journal.md")
 
 
 if __name__ == "__main__":

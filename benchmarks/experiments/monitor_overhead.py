@@ -5,7 +5,7 @@ so that drift of a shared machine hits both arms alike. "Off" replaces the monit
 and per-window work (``on_batch_end``) with nothing; its start and end (one cached peak read,
 one summary) are outside the training-step time that throughput divides by.
 
-    .venv/bin/python benchmarks/monitor_overhead.py [--pairs 5] [--threads 1] [--write]
+    .venv/bin/python benchmarks/experiments/monitor_overhead.py [--pairs 5] [--threads 1] [--write]
 
 Throughput is samples / the fit's wall time (``fit_start`` to ``fit_end`` in events.jsonl,
 callbacks and evaluation included): ``fit.throughput_samples_per_s`` divides by the time in
@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 
 from _report import ROOT, machine, today, write_section  # noqa: E402
 
@@ -63,7 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks-journal.md")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="monitor-overhead-"))
     one_run(work / "warmup", args.threads, True)  # fills the prepared-data and peak caches
@@ -81,9 +81,9 @@ def main() -> None:
     ratios = [off / on for on, off in pairs]
     median = statistics.median(ratios)
     lines = [
-        "## Efficiency monitor overhead (`benchmarks/monitor_overhead.py`)",
+        "## Efficiency monitor overhead (`benchmarks/experiments/monitor_overhead.py`)",
         "",
-        f"`.venv/bin/python benchmarks/monitor_overhead.py --pairs {args.pairs} --threads "
+        f"`.venv/bin/python benchmarks/experiments/monitor_overhead.py --pairs {args.pairs} --threads "
         f"{args.threads} --write`, {today()}; {machine()}. `examples/tiny` (3 epochs, 75 "
         f"steps of 16), tracking off, {args.threads} torch thread(s), one process, A/B "
         f"order alternating per pair. Throughput = samples / fit wall time (`fit_start` to "

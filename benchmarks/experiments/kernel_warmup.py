@@ -14,7 +14,7 @@ SIGTERM once its step-1 record is written. Warm data cache, tracking at its defa
 alternated, ``--pairs`` times. Prints, per run, the seconds from the process start to the
 fit's start and to step 1. Run it alone on the cores.
 
-    .venv/bin/python benchmarks/kernel_warmup.py [--pairs 3]
+    .venv/bin/python benchmarks/experiments/kernel_warmup.py [--pairs 3]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import ROOT  # noqa: E402
 
 CONFIG = ROOT / "examples" / "reviews" / "config.yaml"

@@ -1,6 +1,6 @@
 """How right is the plan of an ``llm-sft`` run on this CPU? ``plan.json`` against the fit.
 
-Usage: .venv/bin/python benchmarks/llm_plan_fit.py [--only NAME] [--chats 64] [--no-write]
+Usage: .venv/bin/python benchmarks/experiments/llm_plan_fit.py [--only NAME] [--chats 64] [--no-write]
 
 For each configuration below, one ``entrena train examples/reviews-chat/config.yaml`` process
 runs on ``--chats`` training chats (one epoch, so every batch, the longest included, is
@@ -17,7 +17,7 @@ training steps, as every fit on a CPU), writes ``plan.json`` and then fits; its
 
 This is the planner a user meets before spending the time (``entrena plan --calibrate`` runs
 the same probe). ``benchmarks/llm_plan_accuracy.py`` checks the formula alone (no probe),
-for other machines' plans. Figures go to the ``llm-plan-fit`` section of docs/benchmarks.md.
+for other machines' plans. Figures go to the ``llm-plan-fit`` section of docs/benchmarks-journal.md.
 Timing needs the cores to itself: the script refuses to start above a load of 0.5 per core
 (``--force`` runs anyway).
 """
@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import ROOT, load_text, machine, today, train_json, write_section  # noqa: E402
 
 CONFIG = ROOT / "examples" / "reviews-chat" / "config.yaml"
@@ -114,7 +114,7 @@ def report(rows: list[dict], args: argparse.Namespace, load: list[float]) -> str
 
     lines = ["## LLM plan against the fit on this CPU (`plan.json`, probe-calibrated)", "",
              f"{today()}, {machine()}; {load_text(load)}.", "",
-             f"`python benchmarks/llm_plan_fit.py --chats {args.chats}"
+             f"`python benchmarks/experiments/llm_plan_fit.py --chats {args.chats}"
              + "".join(f" --set {s}" for s in args.sets)
              + f"`: `entrena train examples/reviews-chat/config.yaml` on {args.chats} training "
              "chats, one epoch, tracking off, 8 validation chats; precision "

@@ -12,10 +12,10 @@ differ.
 
 Prints one JSON line per run (training-step seconds, the fit's peak resident memory, the plan's
 peak, the seconds spent inside ``malloc_trim``, the peak every 30 steps from step 10) and,
-with ``--write``, the table into docs/benchmarks.md (section ``bench:malloc-trim``). Run it
+with ``--write``, the table into docs/benchmarks-journal.md (section ``bench:malloc-trim``). Run it
 alone on the cores.
 
-    .venv/bin/python benchmarks/malloc_trim.py --every 0 1 10 [--write]
+    .venv/bin/python benchmarks/experiments/malloc_trim.py --every 0 1 10 [--write]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import ROOT, publish_runs, run_all  # noqa: E402
 
 CONFIG = ROOT / "examples" / "reviews" / "config.yaml"
@@ -120,7 +120,7 @@ def main() -> None:
     publish_runs(
         "malloc-trim", "Giving the heap's free pages back after training steps "
         "(`malloc_trim`)", load=load,
-        command="python benchmarks/malloc_trim.py --every "
+        command="python benchmarks/experiments/malloc_trim.py --every "
                 + " ".join(str(r["every"]) for r in runs) + " --write",
         table=lines, summary=summary, write=args.write, about=[
             "(`entrena train examples/reviews/config.yaml`, the demo with its defaults,",

@@ -1,7 +1,7 @@
 """Export the demo model to ONNX fp32 and int8 and record parity, latency, size and the
-accuracy of `entrena predict` from the ONNX bundles in docs/benchmarks.md.
+accuracy of `entrena predict` from the ONNX bundles in docs/benchmarks-journal.md.
 
-Usage: .venv/bin/python benchmarks/export.py [--run runs/reviews] [--latency-calls 100]
+Usage: .venv/bin/python benchmarks/experiments/export.py [--run runs/reviews] [--latency-calls 100]
        [--threads N]
 
 The run is the output of `make demo` (`entrena train examples/reviews/config.yaml`). Each
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import ROOT, machine, today, write_section  # noqa: E402
 
 TEST_CSV = ROOT / "examples" / "reviews" / "data" / "test.csv"
@@ -132,7 +132,7 @@ def main() -> None:
     body = f"""## Export: the demo model to ONNX fp32 and int8 (`entrena export`, `entrena predict`)
 
 - Date: {today()}; machine: {machine()}
-- Command: `.venv/bin/python benchmarks/export.py --latency-calls {args.latency_calls}`
+- Command: `.venv/bin/python benchmarks/experiments/export.py --latency-calls {args.latency_calls}`
   {f'--threads {args.threads} ' if args.threads else ''}on `{where}` (the `make demo` run);
   exporter {fp32['exporter']}, opset {fp32['opset']}; ONNX Runtime
   {fp32['versions'].get('onnxruntime')}; {lat['fp32']['threads']} CPU thread(s) for both engines
@@ -155,7 +155,7 @@ accuracy, which this script scores from the predictions file against the test fi
 column.
 """
     write_section("export", body)
-    print(f"wrote the export section of {ROOT / 'docs' / 'benchmarks.md'}")
+    print(f"wrote the export section of {ROOT / 'docs' / 'benchmarks-journal.md'}")
 
 
 if __name__ == "__main__":

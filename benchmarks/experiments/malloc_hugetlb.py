@@ -16,7 +16,7 @@ Each run (one per arm and repeat, the arms alternated): MiniLM-L6 from the
 per run: the first step's seconds, the other seven's, and the minor page faults of the eight.
 Run it alone on the cores.
 
-    .venv/bin/python benchmarks/malloc_hugetlb.py [--repeats 3]
+    .venv/bin/python benchmarks/experiments/malloc_hugetlb.py [--repeats 3]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import ROOT  # noqa: E402
 
 WIDTHS = (122, 200, 64, 272, 122, 160, 96, 240)

@@ -6,13 +6,13 @@ Runs ``entrena train examples/reviews-chat/config.yaml`` (no export) once per
 orders the batches), plus the ``--set`` values given after ``--`` (a variant to compare), in
 a fresh run directory, tracking off. The converted model is taken from entrena's cache
 (convert once with ``make llm-demo`` or any run of the config first). Prints, and with
-``--write`` puts in docs/benchmarks.md (``bench:llm-demo-curve``): per run the validation and
-test exact match, the zero-shot test exact match, the training steps' seconds and the
+``--write`` puts in docs/benchmarks-journal.md (``bench:llm-demo-curve``): per run the validation
+and test exact match, the zero-shot test exact match, the training steps' seconds and the
 process's wall time; per N the median and range over the seeds.
 
 Usage::
 
-    python benchmarks/llm_demo_curve.py --samples 400 800 --seeds 1 2 3 [--write] \\
+    python benchmarks/experiments/llm_demo_curve.py --samples 400 800 --seeds 1 2 3 [--write] \\
         [-- train.learning_rate=3e-4 ...]
 
 Run it on quiet cores: the wall times are the point of the demo's 10-minute target.
@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import ROOT, publish_runs, run_all  # noqa: E402
 
 CONFIG = ROOT / "examples" / "reviews-chat" / "config.yaml"
@@ -83,7 +83,7 @@ def main() -> None:
                        f"**{statistics.median(tests):.3f}** ({min(tests):.3f}–{max(tests):.3f}), "
                        "wall median "
                        f"{statistics.median(walls):.0f} s")
-    command = ("python benchmarks/llm_demo_curve.py --samples "
+    command = ("python benchmarks/experiments/llm_demo_curve.py --samples "
                + " ".join(map(str, args.samples)) + " --seeds " + " ".join(map(str, args.seeds))
                + (" -- " + " ".join(args.extra) if args.extra else "") + " --write")
     publish_runs(

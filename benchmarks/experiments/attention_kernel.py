@@ -1,6 +1,6 @@
 """Attention on a CPU: PyTorch's fused kernel (sdpa) against the unfused products, by length.
 
-    .venv/bin/python benchmarks/attention_kernel.py [--heads 12] [--head-dim 32] [--batch 32]
+    .venv/bin/python benchmarks/experiments/attention_kernel.py [--heads 12] [--head-dim 32] [--batch 32]
         [--lengths 32 64 128 192 256 512] [--kv-heads N] [--causal] [--write]
 
 Times forward + backward of one attention call (``entrena.engine.attention._time_both``:
@@ -9,7 +9,7 @@ is) in fp32 and bf16 at each length, without stopping where the fused kernel win
 forward alone without gradients (evaluation, prediction). Defaults: MiniLM-L6's head shape
 and the demo's batch. Then what ``model.attn_implementation: auto`` picks here (the longest
 length the unfused products train, :func:`entrena.engine.attention.measure_eager_up_to`).
-With ``--write`` the table goes to docs/benchmarks.md (``bench:attention-kernel``). A
+With ``--write`` the table goes to docs/benchmarks-journal.md (``bench:attention-kernel``). A
 decoder's shape (``--kv-heads 3 --causal``: grouped-query attention, the causal mask combined
 with the padding; SmolLM2-135M is ``--heads 9 --kv-heads 3 --head-dim 64 --batch 8``) goes
 to ``bench:attention-kernel-llm``. Run it alone on the cores.
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import machine, today, write_section  # noqa: E402
 
 
@@ -98,7 +98,7 @@ def main() -> None:
         "## Attention kernels on a CPU (`attention_kernel.py`)"
         + (": a decoder's shape" if decoder else ""), "",
         f"Measured {today()} on {machine()}; {threads} torch threads. Command: `python "
-        f"benchmarks/attention_kernel.py --heads {args.heads} --head-dim {args.head_dim} "
+        f"benchmarks/experiments/attention_kernel.py --heads {args.heads} --head-dim {args.head_dim} "
         f"--batch {args.batch} --lengths {' '.join(map(str, args.lengths))}{extra} --write` "
         f"(one attention call of batch {args.batch} × {shape_text}, a quarter of the keys "
         f"padded; the fastest of 3 calls).", "",

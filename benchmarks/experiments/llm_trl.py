@@ -22,9 +22,9 @@ so that load from other jobs hits both; the figures are medians of per-pair rati
 
 Usage::
 
-    python benchmarks/llm_trl.py                  # 3 pairs, 160 chats: 35 min, 2 AVX2 cores
-    python benchmarks/llm_trl.py --quick          # 3 pairs, 32 chats
-    python benchmarks/llm_trl.py --trl-sampler group_by_length
+    python benchmarks/experiments/llm_trl.py                  # 3 pairs, 160 chats: 35 min, 2 AVX2 cores
+    python benchmarks/experiments/llm_trl.py --quick          # 3 pairs, 32 chats
+    python benchmarks/experiments/llm_trl.py --trl-sampler group_by_length
 """
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import load_text, machine, today, write_section  # noqa: E402
 from _stats import goal_text, ratios, summary  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "examples" / "reviews-chat" / "config.yaml"
 GOAL = 1.3
 """Issue 21: entrena at least 1.3 times TRL's training tokens/s at equal loss."""
@@ -289,7 +289,7 @@ def main() -> None:
         return
     if args.quick:
         args.train, args.validation = 32, 32
-    command = "python " + " ".join(["benchmarks/llm_trl.py", *sys.argv[1:]])
+    command = "python " + " ".join(["benchmarks/experiments/llm_trl.py", *sys.argv[1:]])
     spec = {"train": args.train, "validation": args.validation, "batch_size": args.batch_size,
             "threads": args.threads, "trl_sampler": args.trl_sampler, "command": command,
             "extra": args.extra}

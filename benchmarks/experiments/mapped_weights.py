@@ -15,7 +15,7 @@ does not; then 3 steps of batch 32 × 128 tokens (random token ids, seeded), eac
 forward, backward and optimizer step, with the minor page faults of each part. Prints one
 JSON line per run. Run it alone on the cores.
 
-    .venv/bin/python benchmarks/mapped_weights.py [--repeats 3]
+    .venv/bin/python benchmarks/experiments/mapped_weights.py [--repeats 3]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import ROOT  # noqa: E402
 
 WIDTH = 128

@@ -18,11 +18,11 @@ Every run is printed as a JSON line as it finishes and appended to
 ``benchmarks/results/lora-layers-<cpu kind>-<date>.jsonl``; ``--from FILE`` publishes such a
 file again without running anything; ``--runs DIR ...`` reads finished run directories (their
 ``config.yaml`` names the layers and seed) instead of training. ``--write`` puts the table in
-docs/benchmarks.md (section ``bench:lora-layers``).
+docs/benchmarks-journal.md (section ``bench:lora-layers``).
 
 Usage::
 
-    .venv/bin/python benchmarks/lora_layers.py [--layers all 15 8] [--seeds 42 43 44] [--write]
+    .venv/bin/python benchmarks/experiments/lora_layers.py [--layers all 15 8] [--seeds 42 43 44] [--write]
 
 About 3–4 minutes a run on 2 AVX-512 BF16 EPYC cores. Run it alone on the cores.
 """
@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import ROOT, publish_runs, read_rows, run_all, today  # noqa: E402
 from budget import cpu_kind  # noqa: E402
 
@@ -127,7 +127,7 @@ def main() -> None:
     parser.add_argument("--runs", nargs="+", type=Path)
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    command = "python benchmarks/lora_layers.py " + " ".join(sys.argv[1:])
+    command = "python benchmarks/experiments/lora_layers.py " + " ".join(sys.argv[1:])
     if args.from_file:
         publish(read_rows(args.from_file), [], command, args.write)
         return

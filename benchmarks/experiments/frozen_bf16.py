@@ -11,7 +11,7 @@ and the two loss curves (the same batches: they should agree to bfloat16's preci
 
 Usage::
 
-    python benchmarks/frozen_bf16.py [--steps 24] [--warmup 2] [--threads 2] [--no-write]
+    python benchmarks/experiments/frozen_bf16.py [--steps 24] [--warmup 2] [--threads 2] [--no-write]
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import load_text, machine, today, write_section  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "examples" / "reviews-chat" / "config.yaml"
 
 
@@ -94,7 +94,7 @@ def main() -> None:
     gap = max(abs(a - b) for a, b in zip(losses["float32"], losses["auto"], strict=True))
     shape = "×".join(str(n) for n in training.collate(plan[0])["input_ids"].shape)
     lines = [f"{today()}, {machine()}; {load_text(load)}.", "",
-             f"`python benchmarks/frozen_bf16.py --steps {args.steps} --warmup {args.warmup} "
+             f"`python benchmarks/experiments/frozen_bf16.py --steps {args.steps} --warmup {args.warmup} "
              f"--threads {args.threads}`: SmolLM2-135M, LoRA r 16 on all linear layers, "
              f"bf16 autocast, batches of 8 chats (the first {shape}), {args.steps} timed "
              "steps per arm, alternated in one process.", "",

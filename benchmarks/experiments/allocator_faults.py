@@ -11,7 +11,7 @@ in MiB (``mallopt(M_MMAP_THRESHOLD)``, what ``entrena train`` sets on a CPU:
 PyTorch's ``THP_MEM_ALLOC_ENABLE=1``: tensor blocks of at least 2 MiB aligned to 2 MiB and
 advised as transparent huge pages (``madvise``). Arms run in turn, ``--repeats`` rounds.
 
-    .venv/bin/python benchmarks/allocator_faults.py [--thresholds adaptive 1 16 16+thp]
+    .venv/bin/python benchmarks/experiments/allocator_faults.py [--thresholds adaptive 1 16 16+thp]
         [--precision bf16 fp32] [--tokens 160] [--repeats 2]
 
 Run it alone on the machine: it times steps.
@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import load_text, machine  # noqa: E402
 
 

@@ -17,7 +17,7 @@ quiet cores: other jobs' load makes the two threads wait for each other.
 
 Usage::
 
-    python benchmarks/llm_demo_costs.py [--repeats 3] [--threads 2] [--no-write]
+    python benchmarks/experiments/llm_demo_costs.py [--repeats 3] [--threads 2] [--no-write]
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import machine, today, write_section  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "examples" / "reviews-chat" / "config.yaml"
 
 
@@ -115,7 +115,7 @@ def main() -> None:
     eval_shape = "×".join(str(n) for n in eval_batch["input_ids"].shape)
     lines = [f"{today()}, {machine()}; load average {min(load):.1f}–{max(load):.1f} during the "
              "runs.", "",
-             f"`python benchmarks/llm_demo_costs.py --repeats {args.repeats} --threads "
+             f"`python benchmarks/experiments/llm_demo_costs.py --repeats {args.repeats} --threads "
              f"{args.threads}`: SmolLM2-135M, LoRA r 16 on all linear layers, fp32; a training "
              f"batch of {shape} tokens, a validation batch of {eval_shape} (the evaluation "
              "pass decodes every row: fresh adapters), greedy generation from its 16 prompts "

@@ -23,11 +23,11 @@ seconds of training steps, evaluation excluded) and its wall time:
   ``train.compile: auto``.
 
 Prints one JSON line per run and the summary; ``--write`` puts the section
-``bench:compile-examples`` in docs/benchmarks.md. Run it alone on the cores.
+``bench:compile-examples`` in docs/benchmarks-journal.md. Run it alone on the cores.
 
 Usage::
 
-    python benchmarks/compile_examples.py [--examples tiny digits credit] [--pairs 2]
+    python benchmarks/experiments/compile_examples.py [--examples tiny digits credit] [--pairs 2]
         [--epochs 4] [--write]
 """
 
@@ -42,7 +42,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import ROOT, publish_runs, run_all  # noqa: E402
 
 ENTRENA = Path(sys.executable).with_name("entrena")
@@ -164,7 +164,7 @@ def main() -> None:
         summary.append(f"- {name}: compiled steps {_range(s['speedups'], '{:.2f}', '×')} the "
                        f"eager ones; compiling ~{statistics.median(s['compile_s']):.0f} s, "
                        f"{repaid}")
-    command = ("python benchmarks/compile_examples.py --examples " + " ".join(args.examples)
+    command = ("python benchmarks/experiments/compile_examples.py --examples " + " ".join(args.examples)
                + f" --pairs {args.pairs} --epochs {args.epochs} --write")
     if args.runs is not None:
         runs_path = args.runs.resolve()

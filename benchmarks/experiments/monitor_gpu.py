@@ -3,7 +3,7 @@ diagnosis, and throughput with the monitor on and off (alternating pairs).
 
 Usage (on a machine with a CUDA GPU; no network, no data files needed):
 
-    OUT=/some/folder python benchmarks/monitor_gpu.py [TOKENIZER_DIR] [--pairs 2]
+    OUT=/some/folder python benchmarks/experiments/monitor_gpu.py [TOKENIZER_DIR] [--pairs 2]
 
 TOKENIZER_DIR: a folder with MiniLM's tokenizer files (default: the ``minilm-l6`` alias). The
 model is a 4-layer BERT of width 256 built from a config (random weights), trained in
@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -6,7 +6,7 @@ with ``train.seed=S`` and ``model.attention_dropout=V``, tracking off, each in a
 directory, the values alternated inside each seed. A seed fixes the split, the
 initialisation and the batch order, so the two values of one seed train on identical batches:
 the ratio of their training-step seconds (``fit.train_time_s``) is a step-time ratio on the
-same work. Prints, and with ``--write`` puts in docs/benchmarks.md
+same work. Prints, and with ``--write`` puts in docs/benchmarks-journal.md
 (``bench:attention-dropout``): per run the test accuracy and macro-F1, the last validation
 accuracy and the training-step seconds; per value the median test accuracy; per seed the
 time ratio.
@@ -31,9 +31,9 @@ own, beside the first (section ``bench:pad-multiple-demo-avx512-bf16``).
 
 Usage::
 
-    python benchmarks/attention_dropout.py --seeds 42 43 44 [--values 0.1 0] [--write]
-    python benchmarks/attention_dropout.py --key model.attn_implementation --values sdpa auto
-    python benchmarks/attention_dropout.py --key model.attn_implementation --values sdpa auto \
+    python benchmarks/experiments/attention_dropout.py --seeds 42 43 44 [--values 0.1 0] [--write]
+    python benchmarks/experiments/attention_dropout.py --key model.attn_implementation --values sdpa auto
+    python benchmarks/experiments/attention_dropout.py --key model.attn_implementation --values sdpa auto \
         --config examples/reviews-chat/config.yaml --seeds 42
 
 Run it alone on the cores: the seconds are half of the point.
@@ -49,7 +49,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import ROOT, publish_runs, run_all  # noqa: E402
 
 CONFIG = ROOT / "examples" / "reviews" / "config.yaml"
@@ -165,7 +165,7 @@ def main() -> None:
         summary.append(f"- training-step time, {first} over {second}, same seed (identical "
                        f"batches): " + ", ".join(f"{x:.2f}×" for x in ratios)
                        + f"; median **{statistics.median(ratios):.2f}×**")
-    command = ("python benchmarks/attention_dropout.py "
+    command = ("python benchmarks/experiments/attention_dropout.py "
                + (f"--key {args.key} " if args.key != "model.attention_dropout" else "")
                + ("--config examples/reviews-chat/config.yaml " if llm else "")
                + "--seeds "

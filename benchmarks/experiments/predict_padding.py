@@ -8,7 +8,7 @@ run's model (fp32, as ``entrena predict`` runs a run's model) padded to the long
 a multiple of ``--multiple``, alternated in one process, ``--pairs`` times, on the reviews
 demo's 1,000 test texts. Run it alone on the cores.
 
-    .venv/bin/python benchmarks/predict_padding.py RUN_DIR [--multiple 16] [--pairs 3]
+    .venv/bin/python benchmarks/experiments/predict_padding.py RUN_DIR [--multiple 16] [--pairs 3]
 
 RUN_DIR: a finished ``entrena train examples/reviews/config.yaml`` run.
 """
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _report, _stats …
 from _report import ROOT  # noqa: E402
 
 
