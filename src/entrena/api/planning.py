@@ -1,8 +1,8 @@
 """``entrena.plan``: memory, time and cost of a config on this machine and on catalog hardware.
 
 The model profile, the run's shape and the calibration probe it shares with the planning
-step of ``entrena train`` (``plan.json``, ``plan_vs_actual``) are in
-:mod:`entrena.recipes.planning`.
+step of ``entrena train`` (:mod:`entrena.recipes.planning`: ``plan.json``,
+``plan_vs_actual``) are in :mod:`entrena.planning.calibration`.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from entrena.errors import ConfigError
 from entrena.hardware.catalog import Accelerator, Catalog, Offer, closest_names, load_catalog
 from entrena.hardware.detection import Machine, detect_machine
 from entrena.hardware.memory import current_rss_bytes
+from entrena.planning.calibration import calibrate, model_profile, run_shape_of
 from entrena.planning.llm_profile import llm_plan_details
 from entrena.planning.options import Option
 from entrena.planning.planner import LOCAL, make_plan, plan_document
 from entrena.planning.recommend import Recommendation
 from entrena.planning.report import render_plan
 from entrena.planning.timing import Calibration
-from entrena.recipes.planning import calibrate, model_profile, run_shape_of
 from entrena.tasks.base import PlanningSpec
 from entrena.tasks.registry import get_task, load_config
 from entrena.units import Budget, parse_budget
@@ -252,6 +252,8 @@ def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Any
         from entrena.engine.mapped import copy_mapped_weights
 
         copy_mapped_weights(model)  # as the fit: its timed steps write the weights
+    from entrena.engine.attention import eager_up_to
+
     calibration = calibrate(model, loaded, task, spec, profile, machine, catalog, device,
-                             precision, base_rss)
+                            precision, base_rss, also_at_tokens=eager_up_to(model, precision))
     return calibration, base_rss
