@@ -21,9 +21,8 @@ from entrena.hardware.catalog import Accelerator, Catalog, Offer, closest_names,
 from entrena.hardware.detection import Machine, detect_machine
 from entrena.hardware.memory import current_rss_bytes
 from entrena.planning.calibration import calibrate, model_profile, run_shape_of
-from entrena.planning.llm_profile import llm_plan_details
 from entrena.planning.options import Option
-from entrena.planning.planner import LOCAL, make_plan, plan_document
+from entrena.planning.planner import LOCAL, build_plan
 from entrena.planning.recommend import Recommendation
 from entrena.planning.report import render_plan
 from entrena.planning.timing import Calibration
@@ -150,24 +149,18 @@ def plan(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | 
         from entrena.planning.memory import FIT_IMPORTS_RSS_BYTES
 
         base_rss += FIT_IMPORTS_RSS_BYTES
-    options, recommendation = make_plan(
-        profile=profile, shape=shape, machine=machine, catalog=merged, selection=selection,
-        local_only=local_only, calibration=calibration, base_rss_bytes=base_rss,
-        weights_in_base=weights_in_base,
-        deadline_s=deadline_limit.seconds if deadline_limit else None, budget=budget_limit)
-    if budget_limit is not None:
-        _what_budget_buys(options, budget_limit, loaded, spec, shape)
-    document = plan_document(
-        machine=machine, profile=profile, shape=shape, options=options,
-        recommendation=recommendation, max_length=max_length,
-        train_lengths=spec.lengths("train"),
-        model_name=spec.model_name, calibration=calibration, catalog=merged,
+    document, options, recommendation = build_plan(
+        spec=spec, profile=profile, shape=shape, machine=machine, catalog=merged,
+        max_length=max_length, calibration=calibration, base_rss_bytes=base_rss,
+        weights_in_base=weights_in_base, selection=selection, local_only=local_only,
         deadline_s=deadline_limit.seconds if deadline_limit else None, budget=budget_limit,
-        extra={**(llm_plan_details(spec.llm) if spec.llm else {}),
-               "data_checks": [{k: c.get(k) for k in ("check", "status", "message")}
-                               for c in (getattr(prepared, "report", None) or {}).get(
-                                   "checks", []) if c.get("status") != "ok"],
-               "planning_time_s": time.perf_counter() - started})
+        annotate=(None if budget_limit is None else
+                  lambda options: _what_budget_buys(options, budget_limit, loaded, spec, shape)),
+        extra=lambda: {
+            "data_checks": [{k: c.get(k) for k in ("check", "status", "message")}
+                            for c in (getattr(prepared, "report", None) or {}).get(
+                                "checks", []) if c.get("status") != "ok"],
+            "planning_time_s": time.perf_counter() - started})
     return PlanResult(document, options, recommendation)
 
 

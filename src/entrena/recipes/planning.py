@@ -33,9 +33,8 @@ from entrena.planning.calibration import (
     model_profile,
     run_shape_of,
 )
-from entrena.planning.llm_profile import llm_plan_details
 from entrena.planning.options import local_option
-from entrena.planning.planner import make_plan, plan_document
+from entrena.planning.planner import build_plan
 from entrena.planning.recommend import ram_refusal
 from entrena.planning.timing import Calibration
 from entrena.tasks.registry import get_task
@@ -141,16 +140,10 @@ def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
     planning_s = time.perf_counter() - started
 
     def build(calibration: Calibration) -> dict[str, Any]:
-        options, recommendation = make_plan(
-            profile=profile, shape=shape, machine=machine, catalog=catalog, local_only=True,
-            calibration=calibration, base_rss_bytes=base_rss, weights_in_base=device == "cpu")
-        return plan_document(
-            machine=machine, profile=profile, shape=shape, options=options,
-            recommendation=recommendation, max_length=max_length,
-            train_lengths=spec.lengths("train"), model_name=spec.model_name,
-            calibration=calibration, catalog=catalog, deadline_s=None, budget=None,
-            extra={**(llm_plan_details(spec.llm) if spec.llm else {}),
-                   "planning_time_s": planning_s})
+        return build_plan(spec=spec, profile=profile, shape=shape, machine=machine,
+                          catalog=catalog, max_length=max_length, calibration=calibration,
+                          base_rss_bytes=base_rss, weights_in_base=device == "cpu",
+                          local_only=True, extra=lambda: {"planning_time_s": planning_s})[0]
 
     record = None
     if cache is not None and base_rss is not None:
