@@ -171,14 +171,13 @@ def _what_budget_buys(options: list[Option], budget: Budget, loaded: LoadedConfi
     budget through each option's price (none on an unpriced one)."""
     import math
 
-    from entrena.data.cache import default_cache_dir
     from entrena.planning.budget import DEFAULT_STARTUP_S, option_budget
+    from entrena.planning.caches import cache_root
     from entrena.recipes.budget import DEFAULT_TAIL_S, remembered_tail_s
 
     cfg = loaded.config
     t = cfg.train
-    configured = getattr(cfg.data, "cache_dir", None)
-    cache = default_cache_dir(loaded.resolve_path(configured) if configured else None)
+    cache = cache_root(loaded)
     tail = remembered_tail_s(cache, cfg.task)
     startup = remembered_tail_s(cache, cfg.task, "startup_s")
     steps_per_epoch = max(1, math.ceil(shape.train.batches / t.gradient_accumulation_steps))
@@ -229,15 +228,14 @@ def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Any
     model = task.build_model(loaded, sources, prepared).to(device)
     attention = getattr(cfg.model, "attn_implementation", None)
     if attention is not None:  # as the fit will train it
-        from entrena.data.cache import default_cache_dir
         from entrena.engine.attention import apply_attention
+        from entrena.planning.caches import cache_root
 
-        configured = getattr(cfg.data, "cache_dir", None)
         apply_attention(model, attention, device=device, precision=precision,
                         batch_size=cfg.train.batch_size,
                         max_length=getattr(prepared, "max_length", None) or 512,
-                        threads=threads, cache_dir=default_cache_dir(
-                            loaded.resolve_path(configured) if configured else None))
+                        threads=threads, cache_dir=cache_root(loaded))
+    from entrena.engine.attention import eager_up_to
     from entrena.engine.frozen import store_frozen_weights
 
     store_frozen_weights(model, getattr(cfg.model, "base_dtype", None), precision)  # as the fit
@@ -245,8 +243,6 @@ def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Any
         from entrena.engine.mapped import copy_mapped_weights
 
         copy_mapped_weights(model)  # as the fit: its timed steps write the weights
-    from entrena.engine.attention import eager_up_to
-
     calibration = calibrate(model, loaded, task, spec, profile, machine, catalog, device,
                             precision, base_rss, also_at_tokens=eager_up_to(model, precision))
     return calibration, base_rss
