@@ -121,7 +121,7 @@ def forget_fit_peaks() -> None:
     import json
 
     from entrena.data.remote import default_cache_dir
-    from entrena.recipes.planning import FIT_PEAK_FIELD
+    from entrena.planning.caches import FIT_PEAK_FIELD
 
     for path in (default_cache_dir() / "profiles").glob("memory-*.json"):
         saved = json.loads(path.read_text())

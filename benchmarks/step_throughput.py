@@ -117,8 +117,8 @@ def entrena_arm(backend: Any, built: dict[str, Any], folder: Path, threads: int,
     compiled once, with the copy's weights loaded, instead of a fresh copy)."""
     from entrena.callbacks.lr_schedule import LRSchedule
     from entrena.engine.loop import FitSettings, fit
+    from entrena.hardware.memory import peak_memory_bytes
     from entrena.recipes.efficiency import build_monitor
-    from entrena.recipes.planning import peak_memory_bytes
     from entrena.recipes.training import build_optimizer, fused_optimizer
     from entrena.tasks.metrics import cross_entropy_loss
     from entrena.tracking.events import EventLog

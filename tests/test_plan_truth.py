@@ -122,17 +122,17 @@ def test_an_earlier_fits_peak_raises_the_measured_plan_never_lowers_it(tiny_prof
 def test_the_fits_peak_is_kept_beside_the_cached_step_memory(tmp_path):
     import json
 
-    from entrena.recipes.planning import _cached_memory, _record_fit_peak
+    from entrena.planning.caches import cached_memory, record_fit_peak
 
     path = tmp_path / "memory-x.json"
     path.write_text(json.dumps({"train_step_bytes": 1.0, "eval_step_bytes": 2.0,
                                 "memory_shapes": {"train": [2, 8], "eval": None}}))
-    assert _cached_memory(path, "cpu", "32-true", 5.0).fit_peak_above_base_bytes is None
-    _record_fit_peak(path, 300.0)
-    _record_fit_peak(path, 100.0)  # a smaller fit keeps the larger figure
-    cached = _cached_memory(path, "cpu", "32-true", 5.0)
+    assert cached_memory(path, "cpu", "32-true", 5.0).fit_peak_above_base_bytes is None
+    record_fit_peak(path, 300.0)
+    record_fit_peak(path, 100.0)  # a smaller fit keeps the larger figure
+    cached = cached_memory(path, "cpu", "32-true", 5.0)
     assert cached.fit_peak_above_base_bytes == 300.0 and cached.train_step_bytes == 1.0
-    _record_fit_peak(tmp_path / "absent.json", 1.0)  # no entry: nothing written, no error
+    record_fit_peak(tmp_path / "absent.json", 1.0)  # no entry: nothing written, no error
     assert not (tmp_path / "absent.json").exists()
 
 

@@ -1,8 +1,8 @@
 """``entrena.plan``: memory, time and cost of a config on this machine and on catalog hardware.
 
 The model profile, the run's shape and the calibration probe it shares with the planning
-step of ``entrena train`` (``plan.json``, ``plan_vs_actual``) are in
-:mod:`entrena.recipes.planning`.
+step of ``entrena train`` (:mod:`entrena.recipes.planning`: ``plan.json``,
+``plan_vs_actual``) are in :mod:`entrena.planning.calibration`.
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ from entrena.errors import ConfigError
 from entrena.hardware.catalog import Accelerator, Catalog, Offer, closest_names, load_catalog
 from entrena.hardware.detection import Machine, detect_machine
 from entrena.hardware.memory import current_rss_bytes
-from entrena.planning.llm_profile import llm_plan_details
+from entrena.planning.calibration import calibrate, model_profile, run_shape_of
 from entrena.planning.options import Option
-from entrena.planning.planner import LOCAL, make_plan, plan_document
+from entrena.planning.planner import LOCAL, build_plan
 from entrena.planning.recommend import Recommendation
 from entrena.planning.report import render_plan
 from entrena.planning.timing import Calibration
-from entrena.recipes.planning import calibrate, model_profile, run_shape_of
 from entrena.tasks.base import PlanningSpec
 from entrena.tasks.registry import get_task, load_config
 from entrena.units import Budget, parse_budget
@@ -150,24 +149,18 @@ def plan(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path | 
         from entrena.planning.memory import FIT_IMPORTS_RSS_BYTES
 
         base_rss += FIT_IMPORTS_RSS_BYTES
-    options, recommendation = make_plan(
-        profile=profile, shape=shape, machine=machine, catalog=merged, selection=selection,
-        local_only=local_only, calibration=calibration, base_rss_bytes=base_rss,
-        weights_in_base=weights_in_base,
-        deadline_s=deadline_limit.seconds if deadline_limit else None, budget=budget_limit)
-    if budget_limit is not None:
-        _what_budget_buys(options, budget_limit, loaded, spec, shape)
-    document = plan_document(
-        machine=machine, profile=profile, shape=shape, options=options,
-        recommendation=recommendation, max_length=max_length,
-        train_lengths=spec.lengths("train"),
-        model_name=spec.model_name, calibration=calibration, catalog=merged,
+    document, options, recommendation = build_plan(
+        spec=spec, profile=profile, shape=shape, machine=machine, catalog=merged,
+        max_length=max_length, calibration=calibration, base_rss_bytes=base_rss,
+        weights_in_base=weights_in_base, selection=selection, local_only=local_only,
         deadline_s=deadline_limit.seconds if deadline_limit else None, budget=budget_limit,
-        extra={**(llm_plan_details(spec.llm) if spec.llm else {}),
-               "data_checks": [{k: c.get(k) for k in ("check", "status", "message")}
-                               for c in (getattr(prepared, "report", None) or {}).get(
-                                   "checks", []) if c.get("status") != "ok"],
-               "planning_time_s": time.perf_counter() - started})
+        annotate=(None if budget_limit is None else
+                  lambda options: _what_budget_buys(options, budget_limit, loaded, spec, shape)),
+        extra=lambda: {
+            "data_checks": [{k: c.get(k) for k in ("check", "status", "message")}
+                            for c in (getattr(prepared, "report", None) or {}).get(
+                                "checks", []) if c.get("status") != "ok"],
+            "planning_time_s": time.perf_counter() - started})
     return PlanResult(document, options, recommendation)
 
 
@@ -178,14 +171,13 @@ def _what_budget_buys(options: list[Option], budget: Budget, loaded: LoadedConfi
     budget through each option's price (none on an unpriced one)."""
     import math
 
-    from entrena.data.cache import default_cache_dir
     from entrena.planning.budget import DEFAULT_STARTUP_S, option_budget
+    from entrena.planning.caches import cache_root
     from entrena.recipes.budget import DEFAULT_TAIL_S, remembered_tail_s
 
     cfg = loaded.config
     t = cfg.train
-    configured = getattr(cfg.data, "cache_dir", None)
-    cache = default_cache_dir(loaded.resolve_path(configured) if configured else None)
+    cache = cache_root(loaded)
     tail = remembered_tail_s(cache, cfg.task)
     startup = remembered_tail_s(cache, cfg.task, "startup_s")
     steps_per_epoch = max(1, math.ceil(shape.train.batches / t.gradient_accumulation_steps))
@@ -236,15 +228,14 @@ def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Any
     model = task.build_model(loaded, sources, prepared).to(device)
     attention = getattr(cfg.model, "attn_implementation", None)
     if attention is not None:  # as the fit will train it
-        from entrena.data.cache import default_cache_dir
         from entrena.engine.attention import apply_attention
+        from entrena.planning.caches import cache_root
 
-        configured = getattr(cfg.data, "cache_dir", None)
         apply_attention(model, attention, device=device, precision=precision,
                         batch_size=cfg.train.batch_size,
                         max_length=getattr(prepared, "max_length", None) or 512,
-                        threads=threads, cache_dir=default_cache_dir(
-                            loaded.resolve_path(configured) if configured else None))
+                        threads=threads, cache_dir=cache_root(loaded))
+    from entrena.engine.attention import eager_up_to
     from entrena.engine.frozen import store_frozen_weights
 
     store_frozen_weights(model, getattr(cfg.model, "base_dtype", None), precision)  # as the fit
@@ -253,5 +244,5 @@ def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Any
 
         copy_mapped_weights(model)  # as the fit: its timed steps write the weights
     calibration = calibrate(model, loaded, task, spec, profile, machine, catalog, device,
-                             precision, base_rss)
+                            precision, base_rss, also_at_tokens=eager_up_to(model, precision))
     return calibration, base_rss

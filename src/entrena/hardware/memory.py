@@ -1,4 +1,5 @@
-"""This process's resident memory: now, and the peak since a reset (Linux ``/proc``).
+"""This process's resident memory: now, and the peak since a reset (Linux ``/proc``); and
+the fit's device memory (a CUDA allocator's, else the resident set): the same three readings.
 
 The fit's peak is measured from a reset just before the fit, so the planning probe and data
 preparation before it do not count: writing ``5`` to ``/proc/self/clear_refs`` resets the
@@ -11,7 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-__all__ = ["current_rss_bytes", "reset_peak_rss", "peak_rss_bytes"]
+__all__ = ["current_rss_bytes", "reset_peak_rss", "peak_rss_bytes", "reset_peak_memory",
+           "peak_memory_bytes", "memory_in_use_bytes"]
 
 _STATUS = Path("/proc/self/status")
 
@@ -61,3 +63,33 @@ def peak_rss_bytes() -> int | None:
         return int(maxrss if sys.platform == "darwin" else maxrss * 1024)
     except (ImportError, OSError):  # pragma: no cover - Windows
         return None
+
+
+def reset_peak_memory(accelerator: str) -> None:
+    """Start measuring the fit's peak memory now (CPU resident set or CUDA allocator)."""
+    if accelerator == "cuda":
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        reset_peak_rss()
+
+
+def peak_memory_bytes(accelerator: str) -> int | None:
+    """Peak memory since :func:`reset_peak_memory`: ``torch.cuda.max_memory_allocated`` on
+    CUDA, the process's peak resident set elsewhere."""
+    if accelerator == "cuda":
+        import torch
+
+        return int(torch.cuda.max_memory_allocated())
+    return peak_rss_bytes()
+
+
+def memory_in_use_bytes(accelerator: str) -> int | None:
+    """Memory in use now: ``torch.cuda.memory_allocated`` on CUDA, the process's resident set
+    elsewhere (beside :func:`peak_memory_bytes` in each efficiency record)."""
+    if accelerator == "cuda":
+        import torch
+
+        return int(torch.cuda.memory_allocated())
+    return current_rss_bytes()

@@ -2,7 +2,8 @@
 
 Everything here is a function of plain inputs (token lengths, the model profile, the machine,
 the catalog), so it is tested without data files or weights; :mod:`entrena.api.planning`
-gathers the inputs.
+(``entrena plan``) and :mod:`entrena.recipes.planning` (``entrena train``'s ``plan.json``)
+gather the inputs and both call :func:`build_plan`.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ import numpy as np
 
 from entrena.hardware.catalog import Accelerator, Catalog, Offer
 from entrena.hardware.detection import Machine
+from entrena.planning.llm_profile import llm_plan_details
 from entrena.planning.model import ModelProfile
 from entrena.planning.options import Option, RunShape, catalog_option, local_option
 from entrena.planning.recommend import Recommendation, recommend
 from entrena.planning.timing import FORWARD_SHARE, Calibration, epoch_batches
+from entrena.tasks.base import PlanningSpec
 from entrena.units import Budget
 
-__all__ = ["run_shape", "make_plan", "plan_document", "LOCAL"]
+__all__ = ["run_shape", "make_plan", "plan_document", "build_plan", "LOCAL"]
 
 LOCAL = "local"
 """The name of this machine among the options (``--hardware local``)."""
@@ -162,3 +165,45 @@ def plan_document(*, machine: Machine, profile: ModelProfile, shape: RunShape,
         "catalog": {"files": catalog.files},
         **(extra or {}),
     }
+
+
+def build_plan(*, spec: PlanningSpec, profile: ModelProfile, shape: RunShape, machine: Machine,
+               catalog: Catalog, max_length: int, calibration: Calibration | None,
+               base_rss_bytes: float, weights_in_base: bool,
+               selection: Sequence[Offer | Accelerator | str] | None = None,
+               local_only: bool = False, deadline_s: float | None = None,
+               budget: Budget | None = None,
+               annotate: Callable[[list[Option]], None] | None = None,
+               extra: Callable[[], dict[str, Any]] | None = None
+               ) -> tuple[dict[str, Any], list[Option], Recommendation]:
+    """The plan of a run, as ``entrena plan`` and ``entrena train`` (``plan.json``) give it:
+    :func:`make_plan`, then :func:`plan_document` with the task's training lengths, model
+    name and, for an LLM (``spec.llm``), the formulas' terms.
+
+    Args:
+        spec: The task's planning inputs.
+        max_length: The truncation length, tokens (1 for fixed-size inputs).
+        annotate: Called with the planned options before the document is made (``entrena
+            plan --budget`` sets what the budget buys on each).
+        extra: Called last, for the document's further keys (a planning time measured then
+            counts the options).
+
+        The other arguments are :func:`make_plan`'s.
+
+    Returns:
+        ``(document, options, recommendation)``.
+    """
+    options, recommendation = make_plan(
+        profile=profile, shape=shape, machine=machine, catalog=catalog, selection=selection,
+        local_only=local_only, calibration=calibration, base_rss_bytes=base_rss_bytes,
+        weights_in_base=weights_in_base, deadline_s=deadline_s, budget=budget)
+    if annotate is not None:
+        annotate(options)
+    document = plan_document(
+        machine=machine, profile=profile, shape=shape, options=options,
+        recommendation=recommendation, max_length=max_length,
+        train_lengths=spec.lengths("train"), model_name=spec.model_name,
+        calibration=calibration, catalog=catalog, deadline_s=deadline_s, budget=budget,
+        extra={**(llm_plan_details(spec.llm) if spec.llm else {}),
+               **(extra() if extra is not None else {})})
+    return document, options, recommendation

@@ -1,21 +1,27 @@
-"""The training recipe: the torch side of ``entrena.train``, read top to bottom in
-:func:`run_fit`.
+"""The training recipe: the torch side of ``entrena.train``, in four phases that
+:func:`run_fit` calls in order, as torchtune's recipes read as setup, train and save.
 
-1. Threads, seed, the task's model (built on the CPU first: ``precision: auto`` on a CPU
-   depends on its size), the Fabric backend.
-2. The plan (``plan.json``, rank 0 only: the memory of a step at the longest batch, measured
-   on a copy of the model; its time figures fitted to the fit's own first steps).
-3. The task's batches (sharded under several processes), AdamW, the backend's setup.
-4. Callbacks, in order: LR schedule, early stopping, best weights, periodic checkpoints,
-   preemption, time limit, efficiency monitor, ``events.jsonl``, progress bar, the trackers
+1. **Setup** (:func:`_set_up`): threads, seed, the task's model (built on the CPU first:
+   ``precision: auto`` on a CPU depends on its size), the Fabric backend, and the weights as
+   the fit will train them (mapped weights copied, attention kernels, frozen weights stored).
+2. **Plan** (:func:`_plan`): ``plan.json`` (rank 0 only: the memory of a step at the longest
+   batch, measured on a copy of the model; its time figures fitted to the fit's own first
+   steps), and what the plan changes: ``train.budget`` caps the planned time and re-plans the
+   steps during the fit (:func:`_budget_fit`), the planned time decides ``train.compile``.
+3. **Fit**: the task's batches (sharded under several processes), AdamW, the backend's setup
+   (:func:`_wire`); the callbacks, in order (:func:`_callbacks`): LR schedule, budget, early
+   stopping, best weights, periodic checkpoints, preemption, time limit, efficiency monitor,
+   ``events.jsonl``, progress bar, the plan's step timing, the trackers
    ``tracking.backends`` names (:mod:`entrena.tracking.base`), the callbacks
-   ``train.callbacks`` names (:mod:`entrena.callbacks.registry`), the caller's.
-5. Restore a checkpoint (resume), start the trackers, fit (the loop gets the task's loss).
-6. A stop signal or a non-finite stop ends here with what was saved; otherwise validation
-   again with the restored weights (a non-finite model is never saved), the test split, the
-   fit figures, the task's baselines and advice, plan against actual, efficiency and the
-   diagnosis.
-7. The task saves the model; ``metrics.json``, ``report.html``; the trackers finish.
+   ``train.callbacks`` names (:mod:`entrena.callbacks.registry`), the caller's; a checkpoint
+   restored (resume, :func:`_resume`), the trackers started, the loop (:func:`_run_loop`,
+   which gets the task's loss). A stop signal or a non-finite stop ends here with what was
+   saved (:mod:`entrena.recipes.stops`).
+4. **Finish** (:func:`_finish`): validation again with the restored weights (a non-finite
+   model is never saved), the test split, the fit figures; rank 0 then compares with the
+   task's baselines, plan against actual, efficiency and the diagnosis (:func:`_judge`),
+   and saves the predictions, the model, ``metrics.json`` and ``report.html``; the trackers
+   finish (:func:`_save`).
 
 The task comes from the registry and is called through its protocol; nothing here names one.
 """
@@ -27,7 +33,8 @@ import math
 import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -43,10 +50,9 @@ from entrena.callbacks.registry import build_callbacks
 from entrena.callbacks.step_timing import StepTiming
 from entrena.config import LoadedConfig
 from entrena.core.callback import Callback
-from entrena.core.files import dumps_strict, write_json_atomic
+from entrena.core.files import dumps_strict
 from entrena.core.rundir import RunPaths
 from entrena.core.state import TrainState
-from entrena.data.splits import LabelledSplits
 from entrena.engine.attention import apply_attention
 from entrena.engine.backend import (
     auto_cpu_bf16,
@@ -66,21 +72,17 @@ from entrena.engine.distributed import ShardedBatches
 from entrena.engine.frozen import store_frozen_weights
 from entrena.engine.loop import FitSettings, fit, predict
 from entrena.engine.mapped import copy_mapped_weights
-from entrena.errors import ConfigError, Interrupted, NonFiniteError
+from entrena.errors import ConfigError, Interrupted
 from entrena.hardware.catalog import load_catalog
 from entrena.hardware.cost import HourlyPrice, hourly_price, run_cost
+from entrena.hardware.memory import memory_in_use_bytes, peak_memory_bytes, reset_peak_memory
 from entrena.planning.budget import budget_seconds
-from entrena.recipes.budget import DEFAULT_TAIL_S, build_budget, remembered_tail_s
+from entrena.planning.caches import cache_root
+from entrena.recipes.budget import DEFAULT_TAIL_S, BudgetFit, build_budget, remembered_tail_s
 from entrena.recipes.efficiency import build_monitor, efficiency_metrics
-from entrena.recipes.planning import (
-    memory_in_use_bytes,
-    peak_memory_bytes,
-    plan_run,
-    plan_timed,
-    plan_vs_actual,
-    reset_peak_memory,
-)
+from entrena.recipes.planning import FitPlan, plan_run, plan_timed, plan_vs_actual
 from entrena.recipes.predictions import write_predictions
+from entrena.recipes.stops import interrupted_error, nonfinite_error, refuse_nonfinite_model
 from entrena.recipes.verdicts import (
     baseline_finding,
     baseline_verdict,
@@ -123,13 +125,6 @@ def build_optimizer(model: torch.nn.Module, learning_rate: float, weight_decay: 
     return torch.optim.AdamW(groups, lr=learning_rate, fused=fused or None)
 
 
-def _cache_dir(loaded: LoadedConfig) -> Any:
-    from entrena.data.cache import default_cache_dir
-
-    configured = loaded.config.data.cache_dir
-    return default_cache_dir(loaded.resolve_path(configured) if configured else None)
-
-
 def _console(console: Any) -> Any:
     if console is not None:
         return console
@@ -151,6 +146,89 @@ def _planned_train_s(plan: dict[str, Any] | None) -> float | None:
     """The plan's seconds of training steps on this machine (evaluation excluded)."""
     local = next((o for o in (plan or {}).get("options", []) if o.get("kind") == "local"), {})
     return local.get("total_time_s")
+
+
+@dataclass
+class Setup:
+    """What the setup phase made (:func:`_set_up`).
+
+    Attributes:
+        task: The task (the registry's, called through its protocol).
+        model: The task's model, its weights as the fit trains them (not yet set up by the
+            backend).
+        backend: The Fabric backend (device, precision, processes).
+        threads: CPU threads the fit uses.
+        max_length: The truncation length, tokens (text only; ``None`` for fixed-size
+            inputs).
+    """
+
+    task: Any
+    model: Any
+    backend: Any
+    threads: int
+    max_length: int | None
+
+    @property
+    def world(self) -> int:
+        """Processes the fit runs in."""
+        return self.backend.world_size
+
+    @property
+    def leader(self) -> bool:
+        """Rank 0: the only process that plans, tests, compares, writes and tracks."""
+        return self.backend.is_global_zero
+
+
+@dataclass
+class Planned:
+    """What the plan phase decided (:func:`_plan`).
+
+    Attributes:
+        fit_plan: The plan (``plan.json``; rank 0, CPU and CUDA only), or ``None``.
+        step_timing: The callback that times the fit's first steps to finish the plan's
+            time figures, or ``None`` (a resumed plan is already timed).
+        budget_s: ``train.budget`` in seconds, or ``None``.
+        compile: Whether the model is compiled (``train.compile``, ``auto`` by the planned
+            time).
+    """
+
+    fit_plan: FitPlan | None
+    step_timing: StepTiming | None
+    budget_s: float | None
+    compile: bool
+
+    @property
+    def document(self) -> dict[str, Any] | None:
+        """``plan.json`` as it stands (timed once the fit's first steps are)."""
+        return self.fit_plan.document if self.fit_plan else None
+
+
+@dataclass
+class Callbacks:
+    """The fit's callbacks in the order each event calls them (``all``), and the ones the
+    recipe reads after the loop."""
+
+    all: list[Callback]
+    checkpoint: ModelCheckpoint
+    preemption: Preemption
+    budget: BudgetFit | None
+    efficiency: Any
+    trackers: list[Any]
+
+
+@dataclass
+class Wiring:
+    """The fit's pieces (:func:`_wire`): the model and optimizer set up by the backend, this
+    process's training batches, the validation batches, the evaluation the loop calls (its
+    latest result kept in ``last_evaluation`` for the finish) and the callbacks."""
+
+    model: Any
+    optimizer: Any
+    train: Any
+    validation: Any
+    evaluate: Callable[[Any], dict[str, float]]
+    last_evaluation: list[tuple[Any, Any, float]]
+    callbacks: Callbacks
 
 
 def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
@@ -180,13 +258,42 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         NonFiniteError: ``train.on_nonfinite: stop`` and a loss or gradient went NaN/Inf.
     """
     wall_start = time.perf_counter()
+    started_at = time.time() if budget_started_at is None else budget_started_at
     if cost_from is None:
         cost_from = (wall_start, hourly_price(load_catalog()))
+    setup = _set_up(loaded, sources, prepared)
+    planned = _plan(loaded, sources, prepared, setup, paths, resumed=resume is not None,
+                    price=cost_from[1])
+    wiring = _wire(loaded, prepared, setup, planned, paths, console=console, extra=callbacks,
+                   started_at=started_at, resumed=resume is not None)
+    state, rng_state = _resume(wiring, setup, resume, paths)
+    for tracker in wiring.callbacks.trackers:
+        tracker.start(loaded.config.model_dump(mode="json"),
+                      tags={"entrena.run_dir": str(paths.root.resolve()),
+                            **(tracking_tags or {})})
+    try:
+        state = _run_loop(loaded, prepared, setup, wiring, paths, state, rng_state,
+                          config_hash)
+        return _finish(loaded, prepared, setup, planned, wiring, state, paths,
+                       wall_start=wall_start, fit_ended_at=time.time(), cost_from=cost_from)
+    except BaseException as exc:  # a run that ends early: trackers close what they opened
+        stopped = isinstance(exc, Interrupted) or not isinstance(exc, Exception)  # a signal
+        for tracker in wiring.callbacks.trackers:
+            close = getattr(tracker, "close", None)
+            if callable(close):
+                close("KILLED" if stopped else "FAILED")
+        raise
+
+
+# -- 1. setup ------------------------------------------------------------------------------
+
+def _set_up(loaded: LoadedConfig, sources: dict[str, str], prepared: Any) -> Setup:
+    """Threads, seed, the task's model, the backend, and the weights as the fit trains
+    them: all before the plan, whose memory probe and timed steps measure them."""
     cfg = loaded.config
     tcfg = cfg.train
     threads = configure_threads(tcfg.num_threads)
     task = get_task(cfg.task)
-    splits = prepared.splits
     # Built before the backend (on the CPU, as before): `precision: auto` on a CPU depends on
     # the model's size. Its initial weights depend on the seed alone.
     seed_everything(tcfg.seed)
@@ -196,74 +303,132 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
                              deterministic=tcfg.deterministic, num_nodes=tcfg.num_nodes,
                              strategy=tcfg.strategy,
                              cpu_bf16=auto_cpu_bf16(model, tcfg.precision))
-    world, leader = backend.world_size, backend.is_global_zero  # only rank 0 writes and tracks
     log.info("device %s, precision %s, %d CPU threads", backend.device, backend.precision, threads)
     if backend.accelerator == "cpu":  # before any step writes them (engine/mapped.py)
-        note = copy_mapped_weights(model)
-        if note:
-            log.info(note)
+        _note(copy_mapped_weights(model))
     attention = getattr(cfg.model, "attn_implementation", None)
     if attention is not None:  # before the plan: its memory probe and timed steps use it
-        note = apply_attention(model, attention, device=backend.accelerator,
-                               precision=backend.precision, batch_size=tcfg.batch_size,
-                               max_length=getattr(prepared, "max_length", None) or 512,
-                               threads=threads, cache_dir=_cache_dir(loaded))
-        if note:
-            log.info(note)
+        _note(apply_attention(model, attention, device=backend.accelerator,
+                              precision=backend.precision, batch_size=tcfg.batch_size,
+                              max_length=getattr(prepared, "max_length", None) or 512,
+                              threads=threads, cache_dir=cache_root(loaded)))
     # Before the plan (its memory probe measures the stored weights); not under sharded
     # strategies, which flatten parameters into groups of one dtype.
     if tcfg.strategy not in ("fsdp", "deepspeed"):
-        note = store_frozen_weights(model, getattr(cfg.model, "base_dtype", None),
-                                    backend.precision)
-        if note:
-            log.info(note)
-    max_length = getattr(prepared, "max_length", None)  # text only: tokens
-    plan_length = max_length or 1  # fixed-size inputs (tables, images): one "token" a sample
+        _note(store_frozen_weights(model, getattr(cfg.model, "base_dtype", None),
+                                   backend.precision))
+    return Setup(task, model, backend, threads, getattr(prepared, "max_length", None))
 
-    fit_plan = plan_run(loaded, sources, prepared, model, paths.plan,
+
+def _note(note: str | None) -> None:
+    if note:
+        log.info(note)
+
+
+# -- 2. plan -------------------------------------------------------------------------------
+
+def _plan(loaded: LoadedConfig, sources: dict[str, str], prepared: Any, setup: Setup,
+          paths: RunPaths, *, resumed: bool, price: HourlyPrice) -> Planned:
+    """``plan.json`` (rank 0), then what the plan changes: ``train.budget`` caps the planned
+    time (and re-plans the fit's steps as it goes: :func:`_budget_fit`), and the planned
+    time decides ``train.compile: auto``.
+
+    Raises:
+        ResourceError: On a CPU, the batch would not fit in the available RAM.
+        ConfigError: ``train.budget`` with several processes, or a money budget without a
+            price.
+    """
+    tcfg = loaded.config.train
+    backend = setup.backend
+    fit_plan = plan_run(loaded, sources, prepared, setup.model, paths.plan,
                         accelerator=backend.accelerator, precision=backend.precision,
-                        max_length=plan_length, resumed=resume is not None) if leader else None
-    plan = fit_plan.document if fit_plan else None
+                        # fixed-size inputs (tables, images): one "token" a sample
+                        max_length=setup.max_length or 1, resumed=resumed) \
+        if setup.leader else None
     # The plan's time model is fitted to the fit's own optimizer steps 2 to 6 (a GPU's short
     # steps: 2 to 11), so planning costs no training time.
     step_timing = StepTiming(10 if backend.accelerator == "cuda" else 5,
                              lambda shapes: plan_timed(fit_plan, shapes, paths.plan)) \
         if fit_plan is not None and fit_plan.needs_timing else None
+    budget_s = (budget_seconds(tcfg.budget, price.usd_per_hour, price.source)
+                if tcfg.budget else None)
+    if budget_s is not None and setup.world > 1:  # each process would re-plan on its own clock
+        raise ConfigError(
+            f"train.budget {tcfg.budget!r} with {setup.world} processes: a budget is re-planned "
+            f"from one process's clock, and the processes would stop at different steps; train "
+            f"on one device (train.devices: 1), or end the run with train.max_time instead")
+    planned_s = _planned_train_s(fit_plan.document if fit_plan else None)
+    if budget_s is not None and planned_s is not None:
+        planned_s = min(planned_s, budget_s)
+    decision = compile_decision(tcfg.compile, backend.accelerator, planned_s,
+                                backend.precision, _cpu_features(backend.accelerator),
+                                sum(p.numel() for p in setup.model.parameters()))
+    log.info("compile: %s (%s)", "on" if decision.compile else "off", decision.reason)
+    return Planned(fit_plan, step_timing, budget_s, decision.compile)
 
-    eval_batch = tcfg.eval_batch_size or 2 * tcfg.batch_size
 
-    def batches(role: str, shuffle: bool) -> Any:
-        return task.batches(loaded, prepared, role, shuffle=shuffle,
-                            batch_size=tcfg.batch_size if shuffle else eval_batch)
+def _budget_fit(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned, *,
+                schedule: LRSchedule, train: Any, started_at: float, resumed: bool,
+                emit: Callable[..., None] | None) -> BudgetFit | None:
+    """The budget's re-planning during the fit (``train.budget``; ``None`` without one): the
+    steps it buys, laid over ``schedule`` and re-fitted to the fit's own times. Built before
+    anything is fitted: a budget too small is refused.
 
-    train_data = batches("train", shuffle=True)
+    Raises:
+        ConfigError: The budget is too small (fresh runs only).
+    """
+    if planned.budget_s is None:
+        return None
+    tcfg = loaded.config.train
+    splits = prepared.splits
+    steps_per_epoch = math.ceil(len(train.plan(0)) / tcfg.gradient_accumulation_steps)
+    task, model = setup.task, setup.model
+    return build_budget(
+        planned.budget_s, started_at, schedule,
+        plan=planned.document, steps_per_epoch=steps_per_epoch,
+        cap_steps=min(steps_per_epoch * tcfg.max_epochs, tcfg.max_steps or math.inf),
+        batch_size=tcfg.batch_size, validation_rows=len(splits.validation),
+        test_rows=len(splits.test) if splits.test is not None else 0,
+        restore_best_weights=tcfg.restore_best_weights,
+        evals_per_epoch=tcfg.evals_per_epoch,
+        tail_s=remembered_tail_s(cache_root(loaded), loaded.config.task) or DEFAULT_TAIL_S,
+        resumed=resumed, emit=emit,
+        forward_share=task.forward_share(unwrap(model))
+        if hasattr(task, "forward_share") else None)
+
+
+# -- 3. fit --------------------------------------------------------------------------------
+
+def _batches(loaded: LoadedConfig, prepared: Any, setup: Setup, role: str) -> Any:
+    """The task's batches of ``role``: shuffled at ``train.batch_size`` for ``train``, else
+    in order at the evaluation batch size."""
+    tcfg = loaded.config.train
+    shuffle = role == "train"
+    return setup.task.batches(loaded, prepared, role, shuffle=shuffle,
+                              batch_size=tcfg.batch_size if shuffle
+                              else tcfg.eval_batch_size or 2 * tcfg.batch_size)
+
+
+def _wire(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned,
+          paths: RunPaths, *, console: Any, extra: Sequence[Callback], started_at: float,
+          resumed: bool) -> Wiring:
+    """The batches, AdamW, compilation (in place: ``state_dict`` keys, checkpoints and
+    exports unchanged), the backend's setup, the evaluation and the callbacks."""
+    tcfg = loaded.config.train
+    task, backend, world = setup.task, setup.backend, setup.world
+    train_data = _batches(loaded, prepared, setup, "train")
     fit_data: Any = train_data
     if world > 1:  # each rank takes its share of a global batch of batch_size x world
         fit_data = ShardedBatches(
             task.batches(loaded, prepared, "train", shuffle=True,
                          batch_size=tcfg.batch_size * world),
             backend.global_rank, world)
-    validation_data = batches("validation", shuffle=False)
-    budget_s = (budget_seconds(tcfg.budget, cost_from[1].usd_per_hour, cost_from[1].source)
-                if tcfg.budget else None)
-    if budget_s is not None and world > 1:  # each process would re-plan on its own clock
-        raise ConfigError(
-            f"train.budget {tcfg.budget!r} with {world} processes: a budget is re-planned from "
-            f"one process's clock, and the processes would stop at different steps; train on "
-            f"one device (train.devices: 1), or end the run with train.max_time instead")
-    optimizer = build_optimizer(model, tcfg.learning_rate, tcfg.weight_decay,
+    validation_data = _batches(loaded, prepared, setup, "validation")
+    optimizer = build_optimizer(setup.model, tcfg.learning_rate, tcfg.weight_decay,
                                 fused=fused_optimizer(backend.accelerator))
-    planned_s = _planned_train_s(plan)
-    if budget_s is not None and planned_s is not None:
-        planned_s = min(planned_s, budget_s)
-    decision = compile_decision(tcfg.compile, backend.accelerator, planned_s,
-                                backend.precision, _cpu_features(backend.accelerator),
-                                sum(p.numel() for p in model.parameters()))
-    log.info("compile: %s (%s)", "on" if decision.compile else "off", decision.reason)
-    if decision.compile:  # in place: state_dict keys, checkpoints and exports unchanged
-        compile_model(model)
-    model, optimizer = backend.setup(model, optimizer)
-
+    if planned.compile:
+        compile_model(setup.model)
+    model, optimizer = backend.setup(setup.model, optimizer)
     last_evaluation: list[tuple[Any, Any, float]] = []  # this process's latest, for reuse
 
     def evaluate(current_model: Any) -> dict[str, float]:
@@ -271,8 +436,23 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         last_evaluation[:] = [(outputs, targets, loss)]
         return {"loss": loss, **task.evaluate(outputs, targets, prepared)}
 
+    chosen = _callbacks(loaded, prepared, setup, planned, paths, fit_data,
+                        train_data.lengths, console=console, extra=extra,
+                        started_at=started_at, resumed=resumed)
+    return Wiring(model, optimizer, fit_data, validation_data, evaluate, last_evaluation,
+                  chosen)
+
+
+def _callbacks(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned,
+               paths: RunPaths, train: Any, lengths: Any, *, console: Any,
+               extra: Sequence[Callback], started_at: float, resumed: bool) -> Callbacks:
+    """The built-in callbacks, the trackers, the named and the caller's callbacks, in the
+    order each event calls them (docs/architecture.md gives the order's reasons)."""
+    cfg = loaded.config
+    tcfg = cfg.train
+    backend, leader = setup.backend, setup.leader
     es = tcfg.early_stopping
-    monitor = Monitor(es.monitor, _monitor_mode(task, es.monitor, es.mode), es.min_delta)
+    monitor = Monitor(es.monitor, _monitor_mode(setup.task, es.monitor, es.mode), es.min_delta)
     early_stopping = EarlyStopping(monitor, es.patience) if es.enabled else None
     schedule = LRSchedule(tcfg.scheduler, tcfg.warmup_fraction, monitor,
                           factor=tcfg.plateau_factor, patience=tcfg.plateau_patience,
@@ -286,226 +466,290 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
         experiment=cfg.tracking.experiment, uri=cfg.tracking.uri,
         every_steps=tcfg.log_every_steps)) if cfg.tracking.enabled and leader else []
     event_log = EventLog(paths.events, tcfg.log_every_steps)
-    budget = None
-    if budget_s is not None:  # before anything is fitted: a budget too small is refused
-        steps_per_epoch = math.ceil(len(fit_data.plan(0)) / tcfg.gradient_accumulation_steps)
-        budget = build_budget(
-            budget_s, time.time() - (time.perf_counter() - wall_start)
-            if budget_started_at is None else budget_started_at, schedule,
-            plan=plan, steps_per_epoch=steps_per_epoch,
-            cap_steps=min(steps_per_epoch * tcfg.max_epochs, tcfg.max_steps or math.inf),
-            batch_size=tcfg.batch_size, validation_rows=len(splits.validation),
-            test_rows=len(splits.test) if splits.test is not None else 0,
-            restore_best_weights=tcfg.restore_best_weights,
-            evals_per_epoch=tcfg.evals_per_epoch,
-            tail_s=remembered_tail_s(_cache_dir(loaded), cfg.task) or DEFAULT_TAIL_S,
-            resumed=resume is not None, emit=event_log.write if leader else None,
-            forward_share=task.forward_share(unwrap(model))
-            if hasattr(task, "forward_share") else None)
+    budget = _budget_fit(loaded, prepared, setup, planned, schedule=schedule, train=train,
+                         started_at=started_at, resumed=resumed,
+                         emit=event_log.write if leader else None)
     efficiency = build_monitor(
-        plan=plan, lengths=train_data.lengths, accelerator=backend.accelerator,
-        precision=backend.precision, threads=threads, cache_dir=_cache_dir(loaded),
+        plan=planned.document, lengths=lengths, accelerator=backend.accelerator,
+        precision=backend.precision, threads=setup.threads, cache_dir=cache_root(loaded),
         every_steps=tcfg.log_every_steps, emit=event_log.write,
         peak_memory=lambda: peak_memory_bytes(backend.accelerator),
         memory_now=lambda: memory_in_use_bytes(backend.accelerator))
-    all_callbacks = [schedule, *([budget] if budget else []),
-                     *([early_stopping] if early_stopping else []), checkpoint,
-                     PeriodicCheckpoint(tcfg.checkpoint.every_steps,
-                                        tcfg.checkpoint.every_minutes),
-                     preemption, *([time_limit] if time_limit else []),
-                     *([efficiency, event_log, ProgressBar(_console(console))] if leader
-                       else []),
-                     *([step_timing] if step_timing else []),
-                     *trackers, *build_callbacks(tcfg.callbacks), *callbacks]
+    chain = [schedule, *([budget] if budget else []),
+             *([early_stopping] if early_stopping else []), checkpoint,
+             PeriodicCheckpoint(tcfg.checkpoint.every_steps, tcfg.checkpoint.every_minutes),
+             preemption, *([time_limit] if time_limit else []),
+             *([efficiency, event_log, ProgressBar(_console(console))] if leader else []),
+             *([planned.step_timing] if planned.step_timing else []),
+             *trackers, *build_callbacks(tcfg.callbacks), *extra]
+    return Callbacks(chain, checkpoint, preemption, budget, efficiency, trackers)
 
+
+def _resume(wiring: Wiring, setup: Setup, resume: CheckpointInfo | None,
+            paths: RunPaths) -> tuple[TrainState, Any]:
+    """A fresh :class:`TrainState`, or the one ``resume`` holds restored with the model,
+    optimizer and callbacks; and the checkpoint's random state (``None`` when fresh).
+
+    Raises:
+        ConfigError: The checkpoint does not fit this model or optimizer.
+    """
     state = TrainState()
-    store = CheckpointStore(paths.checkpoints)
-    rng_state = None
-    if resume is not None:
-        payload = store.load(resume)
-        try:
-            restore_training(payload, state, model=model, optimizer=optimizer, backend=backend,
-                             callbacks=all_callbacks, on_mismatch=log.info)
-        except (RuntimeError, ValueError, KeyError) as exc:
-            raise ConfigError(
-                f"{resume.path}: the checkpoint does not fit this model or optimizer "
-                f"({type(exc).__name__}: {str(exc).splitlines()[0]}); the config changed too much "
-                f"to resume: use --restart or another --run-dir") from exc
-        rng_state = payload["rng"]
-        del payload
-    for tracker in trackers:
-        tracker.start(cfg.model_dump(mode="json"),
-                      tags={"entrena.run_dir": str(paths.root.resolve()),
-                            **(tracking_tags or {})})
+    if resume is None:
+        return state, None
+    payload = CheckpointStore(paths.checkpoints).load(resume)
     try:
-        resolved = loaded.portable_dump()  # as training.py hashes and compares it
+        restore_training(payload, state, model=wiring.model, optimizer=wiring.optimizer,
+                         backend=setup.backend, callbacks=wiring.callbacks.all,
+                         on_mismatch=log.info)
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise ConfigError(
+            f"{resume.path}: the checkpoint does not fit this model or optimizer "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0]}); the config changed too much "
+            f"to resume: use --restart or another --run-dir") from exc
+    return state, payload["rng"]
 
-        def save_checkpoint(current: TrainState, reason: str) -> dict[str, Any]:
-            if not leader:
-                return {"step": current.step, "path": None}
-            started = time.perf_counter()
-            payload = training_payload(current, model=model, optimizer=optimizer, backend=backend,
-                                       callbacks=all_callbacks, config_hash=config_hash)
-            info = store.save(payload, {"step": current.step, "epoch": current.epoch,
-                                        "batch_in_epoch": current.batch_in_epoch, "reason": reason,
-                                        "config_hash": config_hash, "config": resolved},
-                              keep_last=tcfg.checkpoint.keep_last,
-                              protect_steps=[current.best_step])
-            write_s = time.perf_counter() - started
-            log.debug("checkpoint %s (%s): %d bytes in %.3fs", info.path.name, reason, info.bytes,
-                      write_s)
-            return {"path": str(info.path), "step": info.step, "bytes": info.bytes,
-                    "write_s": write_s, "saved_monotonic": time.monotonic()}
 
-        settings = FitSettings(max_epochs=tcfg.max_epochs, max_steps=tcfg.max_steps,
-                               gradient_accumulation_steps=tcfg.gradient_accumulation_steps,
-                               gradient_clip_norm=tcfg.gradient_clip_norm,
-                               evals_per_epoch=tcfg.evals_per_epoch,
-                               on_nonfinite=tcfg.on_nonfinite,
-                               check_gradients=backend.precision != "16-mixed",
-                               divergence_factor=tcfg.divergence_factor,
-                               max_skipped_fraction=tcfg.max_skipped_fraction)
-        # the model's outputs: classes, or a multi-label task's tags (its label map holds sets)
-        outputs_named = list(getattr(prepared, "tags", splits.labels))
-        log.info("training on %d examples, validating on %d%s", len(splits.train),
-                 len(splits.validation), f"; {len(outputs_named)} labels: "
-                 f"{short_list(outputs_named)}" if outputs_named else "")
-        reset_peak_memory(backend.accelerator)  # the fit's own peak, after planning's probe
-        with preemption.installed():
-            if rng_state is not None:
-                restore_rng(rng_state)  # last thing before the loop: nothing may draw in between
-            else:
-                # The loop's random stream (dropout) depends on the seed alone, whatever planning,
-                # probes or monitors drew since the model was built: a measurement read from a
-                # cache draws nothing, one taken fresh may (a cache hit must not change results).
-                backend.seed(tcfg.seed + 1)
-            state = fit(backend=backend, model=model, optimizer=optimizer, train=fit_data,
-                        loss=task.loss, evaluate=evaluate, settings=settings,
-                        callbacks=all_callbacks, state=state, save_checkpoint=save_checkpoint)
-        fit_ended_at = time.time()
-        if preemption.signal_name and not state.interrupted:
-            # It came as the fit ended (no step left to stop at): stop as outside the fit.
-            signal.raise_signal(getattr(signal, preemption.signal_name))
-        if state.interrupted == "nonfinite":
-            raise _nonfinite_error(state, paths, splits, loaded)
-        if state.interrupted:
-            raise _interrupted_error(state, preemption)
+def _run_loop(loaded: LoadedConfig, prepared: Any, setup: Setup, wiring: Wiring,
+              paths: RunPaths, state: TrainState, rng_state: Any,
+              config_hash: str) -> TrainState:
+    """The loop, from ``state``; then a stop signal or a non-finite stop ends the run.
 
-        metrics: dict[str, Any] = {}
-        scored: dict[str, tuple[Any, Any]] = {}  # role -> (outputs, targets), for predictions/
-        # The fit's last evaluation saw these very weights when it was at the step they are
-        # from (the restored best step, or the final one): its outputs are reused, not recomputed.
-        weights_step = state.best_step if checkpoint.restored else state.step
-        if last_evaluation and state.history and state.history[-1]["step"] == weights_step:
-            outputs, targets, loss = last_evaluation[0]
+    Raises:
+        Interrupted: A stop signal arrived; a checkpoint was saved.
+        NonFiniteError: ``train.on_nonfinite: stop`` and a loss or gradient went NaN/Inf.
+    """
+    tcfg = loaded.config.train
+    backend, splits = setup.backend, prepared.splits
+    save_checkpoint = _checkpoint_saver(loaded, setup, wiring, paths, config_hash)
+    # the model's outputs: classes, or a multi-label task's tags (its label map holds sets)
+    outputs_named = list(getattr(prepared, "tags", splits.labels))
+    log.info("training on %d examples, validating on %d%s", len(splits.train),
+             len(splits.validation), f"; {len(outputs_named)} labels: "
+             f"{short_list(outputs_named)}" if outputs_named else "")
+    reset_peak_memory(backend.accelerator)  # the fit's own peak, after planning's probe
+    preemption = wiring.callbacks.preemption
+    with preemption.installed():
+        if rng_state is not None:
+            restore_rng(rng_state)  # last thing before the loop: nothing may draw in between
         else:
-            outputs, targets, loss = predict(backend, model, validation_data, task.loss)
-        metrics["validation"] = {"loss": loss, **task.evaluate(outputs, targets, prepared)}
-        scored["validation"] = (outputs, targets)  # with the restored best weights
-        _refuse_nonfinite_model(model, metrics["validation"], state, checkpoint.restored)
-        if splits.test is not None:
-            outputs, targets, loss = predict(backend, model, batches("test", shuffle=False),
-                                             task.loss)
-            metrics["test"] = {"loss": loss, **task.evaluate(outputs, targets, prepared,
-                                                             detailed=True)}
-            scored["test"] = (outputs, targets)
-        # The plan's peak covers the training steps and every evaluation pass (during the fit,
-        # the final validation and the test); the baselines, fitted next, are outside both.
-        fit_peak_bytes = peak_memory_bytes(backend.accelerator)
-        metrics["fit"] = {
-            "epochs": state.epoch + (1 if state.batch_in_epoch else 0),
-            "steps": state.step,
-            "best_step": state.best_step,
-            "restored_best_weights": checkpoint.restored,
-            "stop_reason": state.stop_reason,
-            "skipped_steps": state.skipped_steps,
-            "resumes": state.resumes,
-            "micro_batch_size": state.micro_batch_size,
-            "out_of_memory_retries": state.out_of_memory_retries,
-            "train_time_s": state.train_time_s,
-            "wall_time_s": time.perf_counter() - wall_start,
-            "throughput_samples_per_s": state.samples_seen / max(state.train_time_s, 1e-9),
-            "throughput_tokens_per_s": state.tokens_seen / max(state.train_time_s, 1e-9),
-            "padding_fraction": state.padding_fraction,
-            "max_length": max_length,
-            "precision": backend.precision,
-            "device": str(backend.device),
-            "peak_memory_bytes": fit_peak_bytes,
-            "threads": threads,
-            "world_size": world,
-        }
-        if budget is not None:  # used_s, overshoot_s and the tail: completed by the api
-            now = time.time()
-            metrics["budget"] = {**budget.summary(state), "fit_ended_at": fit_ended_at,
-                                 "tail_started_at": now, "summarised_at": now}
-        if not leader:  # rank 0 tests, compares, saves and tracks
-            return metrics
-        # Under the run's precision, as the model's evaluation: a baseline that is a network
-        # (the base model zero-shot) computes as the model does; table baselines ignore it.
-        with backend.autocast():
-            found = task.baselines(loaded, prepared)
-        compared = "test" if "test" in metrics else "validation"
-        rows_of = getattr(task, "comparison_rows", None)  # optional: per-example rows
-        model_rows = (rows_of(*scored[compared], prepared)
-                      if rows_of is not None and compared in scored else None)
-        metrics["baseline"] = baseline_verdict(found, metrics, task, model_rows)
-        advice = getattr(task, "advice", None)  # optional: what a task says about its baselines
-        finding = advice(metrics["baseline"]["comparison"], metrics["baseline"]) if advice else None
-        metrics["data"] = {"train_rows": len(splits.train),
-                           "validation_rows": len(splits.validation),
-                           "test_rows": len(splits.test) if splits.test is not None else 0,
-                           **({"labels": list(getattr(prepared, "tags", splits.labels))}
-                              if splits.labels else {})}
-        metrics["history"] = state.history
-        plan = fit_plan.document if fit_plan else None  # timed by the fit's first steps
-        comparison = plan_vs_actual(plan, peak_memory_bytes=fit_peak_bytes,
-                                    train_time_s=state.train_time_s,
-                                    samples_seen=state.samples_seen, train_rows=len(splits.train))
-        if comparison is not None:
-            metrics["plan_vs_actual"] = comparison
-        remembered = fit_plan is not None and fit_plan.record_peak(fit_peak_bytes or 0)
-        metrics["efficiency"], metrics["diagnosis"] = efficiency_metrics(
-            state, efficiency, precision=backend.precision, max_epochs=tcfg.max_epochs, plan=plan,
-            plan_vs_actual=comparison, peak_remembered=remembered)
-        # The task's own advice speaks for the baselines when it has some (the tabular task's
-        # trees_enough); the generic tie or loss is already logged by baseline_verdict.
-        generic = baseline_finding(metrics["baseline"]["comparison"]) if finding is None else None
-        no_test = no_test_finding(metrics)
-        one_class = one_class_finding(metrics)
-        for found in (finding, no_test, one_class):
-            if found is not None:
-                log.warning("%s: %s; %s", found["figure"], found["message"], found["change"])
-        no_signal = mean_finding(metrics["baseline"]["comparison"], metrics)
-        every_tag = every_tag_finding(model_rows, compared)
-        constant = constant_value_finding(model_rows, compared)
-        for found in (no_signal, every_tag, constant):
-            if found is not None:
-                log.warning("%s: %s; %s", found["figure"], found["message"], found["change"])
-        own = [f for f in (one_class, every_tag, constant, no_signal, finding, generic, no_test)
-               if f is not None]
-        metrics["diagnosis"] = order_findings([*own, *(metrics["diagnosis"] or [])])
+            # The loop's random stream (dropout) depends on the seed alone, whatever planning,
+            # probes or monitors drew since the model was built: a measurement read from a
+            # cache draws nothing, one taken fresh may (a cache hit must not change results).
+            backend.seed(tcfg.seed + 1)
+        state = fit(backend=backend, model=wiring.model, optimizer=wiring.optimizer,
+                    train=wiring.train, loss=setup.task.loss, evaluate=wiring.evaluate,
+                    settings=_fit_settings(loaded, backend.precision),
+                    callbacks=wiring.callbacks.all, state=state,
+                    save_checkpoint=save_checkpoint)
+    if preemption.signal_name and not state.interrupted:
+        # It came as the fit ended (no step left to stop at): stop as outside the fit.
+        signal.raise_signal(getattr(signal, preemption.signal_name))
+    if state.interrupted == "nonfinite":
+        raise nonfinite_error(state, paths, splits, loaded)
+    if state.interrupted:
+        raise interrupted_error(state, preemption)
+    return state
 
-        predictions = write_predictions(task, loaded, prepared, scored, paths.predictions)
-        if predictions:
-            metrics["predictions"] = predictions
-        task.save_model(unwrap(model), prepared, paths.model)
-        metrics["cost"] = run_cost(time.perf_counter() - cost_from[0], cost_from[1])
-        tmp = paths.metrics.with_name(".metrics.json.tmp")
-        tmp.write_text(dumps_strict(metrics, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, paths.metrics)
-        if budget is None:  # a budgeted run's report follows its registration (the time used)
-            write_report(paths)
-        for tracker in trackers:
-            tracker.finish({k: v for k, v in metrics.items() if k != "history"},
-                           [paths.metrics, paths.config, paths.data_report])
+
+def _fit_settings(loaded: LoadedConfig, precision: str) -> FitSettings:
+    tcfg = loaded.config.train
+    return FitSettings(max_epochs=tcfg.max_epochs, max_steps=tcfg.max_steps,
+                       gradient_accumulation_steps=tcfg.gradient_accumulation_steps,
+                       gradient_clip_norm=tcfg.gradient_clip_norm,
+                       evals_per_epoch=tcfg.evals_per_epoch,
+                       on_nonfinite=tcfg.on_nonfinite,
+                       check_gradients=precision != "16-mixed",
+                       divergence_factor=tcfg.divergence_factor,
+                       max_skipped_fraction=tcfg.max_skipped_fraction)
+
+
+def _checkpoint_saver(loaded: LoadedConfig, setup: Setup, wiring: Wiring, paths: RunPaths,
+                      config_hash: str) -> Callable[[TrainState, str], dict[str, Any]]:
+    """The loop's ``save_checkpoint``: rank 0 writes the training state with the resolved
+    config (as ``api/training.py`` hashes and compares it); other ranks write nothing."""
+    tcfg = loaded.config.train
+    store = CheckpointStore(paths.checkpoints)
+    resolved = loaded.portable_dump()
+
+    def save_checkpoint(current: TrainState, reason: str) -> dict[str, Any]:
+        if not setup.leader:
+            return {"step": current.step, "path": None}
+        started = time.perf_counter()
+        payload = training_payload(current, model=wiring.model, optimizer=wiring.optimizer,
+                                   backend=setup.backend, callbacks=wiring.callbacks.all,
+                                   config_hash=config_hash)
+        info = store.save(payload, {"step": current.step, "epoch": current.epoch,
+                                    "batch_in_epoch": current.batch_in_epoch, "reason": reason,
+                                    "config_hash": config_hash, "config": resolved},
+                          keep_last=tcfg.checkpoint.keep_last,
+                          protect_steps=[current.best_step])
+        write_s = time.perf_counter() - started
+        log.debug("checkpoint %s (%s): %d bytes in %.3fs", info.path.name, reason, info.bytes,
+                  write_s)
+        return {"path": str(info.path), "step": info.step, "bytes": info.bytes,
+                "write_s": write_s, "saved_monotonic": time.monotonic()}
+
+    return save_checkpoint
+
+
+# -- 4. finish -----------------------------------------------------------------------------
+
+def _finish(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned,
+            wiring: Wiring, state: TrainState, paths: RunPaths, *, wall_start: float,
+            fit_ended_at: float, cost_from: tuple[float, HourlyPrice]) -> dict[str, Any]:
+    """Validation with the restored weights, the test split and the fit figures (every
+    rank); rank 0 then judges (:func:`_judge`) and saves (:func:`_save`).
+
+    Raises:
+        NonFiniteError: The weights or their validation loss are not finite.
+    """
+    metrics, scored = _final_evaluation(loaded, prepared, setup, wiring, state)
+    # The plan's peak covers the training steps and every evaluation pass (during the fit,
+    # the final validation and the test); the baselines, fitted next, are outside both.
+    fit_peak_bytes = peak_memory_bytes(setup.backend.accelerator)
+    metrics["fit"] = _fit_figures(setup, wiring, state, fit_peak_bytes, wall_start)
+    budget = wiring.callbacks.budget
+    if budget is not None:  # used_s, overshoot_s and the tail: completed by the api
+        now = time.time()
+        metrics["budget"] = {**budget.summary(state), "fit_ended_at": fit_ended_at,
+                             "tail_started_at": now, "summarised_at": now}
+    if not setup.leader:  # rank 0 tests, compares, saves and tracks
         return metrics
-    except BaseException as exc:  # a run that ends early: trackers close what they opened
-        stopped = isinstance(exc, Interrupted) or not isinstance(exc, Exception)  # a signal
-        for tracker in trackers:
-            close = getattr(tracker, "close", None)
-            if callable(close):
-                close("KILLED" if stopped else "FAILED")
-        raise
+    _judge(loaded, prepared, setup, planned, wiring, state, metrics, scored, fit_peak_bytes)
+    _save(loaded, prepared, setup, wiring, paths, metrics, scored, cost_from)
+    return metrics
+
+
+def _final_evaluation(loaded: LoadedConfig, prepared: Any, setup: Setup, wiring: Wiring,
+                      state: TrainState) -> tuple[dict[str, Any], dict[str, tuple[Any, Any]]]:
+    """``metrics`` with ``validation`` (the weights kept) and ``test``, and the outputs and
+    targets of each split (``scored``, for ``predictions/``)."""
+    task, backend, model = setup.task, setup.backend, wiring.model
+    metrics: dict[str, Any] = {}
+    scored: dict[str, tuple[Any, Any]] = {}  # role -> (outputs, targets), for predictions/
+    # The fit's last evaluation saw these very weights when it was at the step they are
+    # from (the restored best step, or the final one): its outputs are reused, not recomputed.
+    restored = wiring.callbacks.checkpoint.restored
+    weights_step = state.best_step if restored else state.step
+    if (wiring.last_evaluation and state.history
+            and state.history[-1]["step"] == weights_step):
+        outputs, targets, loss = wiring.last_evaluation[0]
+    else:
+        outputs, targets, loss = predict(backend, model, wiring.validation, task.loss)
+    metrics["validation"] = {"loss": loss, **task.evaluate(outputs, targets, prepared)}
+    scored["validation"] = (outputs, targets)  # with the restored best weights
+    refuse_nonfinite_model(model, metrics["validation"], state, restored)
+    if prepared.splits.test is not None:
+        outputs, targets, loss = predict(backend, model,
+                                         _batches(loaded, prepared, setup, "test"), task.loss)
+        metrics["test"] = {"loss": loss, **task.evaluate(outputs, targets, prepared,
+                                                         detailed=True)}
+        scored["test"] = (outputs, targets)
+    return metrics, scored
+
+
+def _fit_figures(setup: Setup, wiring: Wiring, state: TrainState,
+                 fit_peak_bytes: int | None, wall_start: float) -> dict[str, Any]:
+    """``metrics.json``'s ``fit``: what the loop did, how fast, on what."""
+    backend = setup.backend
+    return {
+        "epochs": state.epoch + (1 if state.batch_in_epoch else 0),
+        "steps": state.step,
+        "best_step": state.best_step,
+        "restored_best_weights": wiring.callbacks.checkpoint.restored,
+        "stop_reason": state.stop_reason,
+        "skipped_steps": state.skipped_steps,
+        "resumes": state.resumes,
+        "micro_batch_size": state.micro_batch_size,
+        "out_of_memory_retries": state.out_of_memory_retries,
+        "train_time_s": state.train_time_s,
+        "wall_time_s": time.perf_counter() - wall_start,
+        "throughput_samples_per_s": state.samples_seen / max(state.train_time_s, 1e-9),
+        "throughput_tokens_per_s": state.tokens_seen / max(state.train_time_s, 1e-9),
+        "padding_fraction": state.padding_fraction,
+        "max_length": setup.max_length,
+        "precision": backend.precision,
+        "device": str(backend.device),
+        "peak_memory_bytes": fit_peak_bytes,
+        "threads": setup.threads,
+        "world_size": setup.world,
+    }
+
+
+def _judge(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned,
+           wiring: Wiring, state: TrainState, metrics: dict[str, Any],
+           scored: dict[str, tuple[Any, Any]], fit_peak_bytes: int | None) -> None:
+    """Add to ``metrics`` the baselines' verdict, the data's sizes, the history, plan
+    against actual, efficiency and the diagnosis; log the findings that need a change."""
+    task, splits = setup.task, prepared.splits
+    # Under the run's precision, as the model's evaluation: a baseline that is a network
+    # (the base model zero-shot) computes as the model does; table baselines ignore it.
+    with setup.backend.autocast():
+        found = task.baselines(loaded, prepared)
+    compared = "test" if "test" in metrics else "validation"
+    rows_of = getattr(task, "comparison_rows", None)  # optional: per-example rows
+    model_rows = (rows_of(*scored[compared], prepared)
+                  if rows_of is not None and compared in scored else None)
+    metrics["baseline"] = baseline_verdict(found, metrics, task, model_rows)
+    advice = getattr(task, "advice", None)  # optional: what a task says about its baselines
+    finding = advice(metrics["baseline"]["comparison"], metrics["baseline"]) if advice else None
+    metrics["data"] = {"train_rows": len(splits.train),
+                       "validation_rows": len(splits.validation),
+                       "test_rows": len(splits.test) if splits.test is not None else 0,
+                       **({"labels": list(getattr(prepared, "tags", splits.labels))}
+                          if splits.labels else {})}
+    metrics["history"] = state.history
+    plan = planned.document  # timed by the fit's first steps
+    comparison = plan_vs_actual(plan, peak_memory_bytes=fit_peak_bytes,
+                                train_time_s=state.train_time_s,
+                                samples_seen=state.samples_seen, train_rows=len(splits.train))
+    if comparison is not None:
+        metrics["plan_vs_actual"] = comparison
+    fit_plan = planned.fit_plan
+    remembered = fit_plan is not None and fit_plan.record_peak(fit_peak_bytes or 0)
+    metrics["efficiency"], metrics["diagnosis"] = efficiency_metrics(
+        state, wiring.callbacks.efficiency, precision=setup.backend.precision,
+        max_epochs=loaded.config.train.max_epochs, plan=plan, plan_vs_actual=comparison,
+        peak_remembered=remembered)
+    # The task's own advice speaks for the baselines when it has some (the tabular task's
+    # trees_enough); the generic tie or loss is already logged by baseline_verdict.
+    generic = baseline_finding(metrics["baseline"]["comparison"]) if finding is None else None
+    no_test = no_test_finding(metrics)
+    one_class = one_class_finding(metrics)
+    _warn(finding, no_test, one_class)
+    no_signal = mean_finding(metrics["baseline"]["comparison"], metrics)
+    every_tag = every_tag_finding(model_rows, compared)
+    constant = constant_value_finding(model_rows, compared)
+    _warn(no_signal, every_tag, constant)
+    own = [f for f in (one_class, every_tag, constant, no_signal, finding, generic, no_test)
+           if f is not None]
+    metrics["diagnosis"] = order_findings([*own, *(metrics["diagnosis"] or [])])
+
+
+def _warn(*findings: dict[str, Any] | None) -> None:
+    for found in findings:
+        if found is not None:
+            log.warning("%s: %s; %s", found["figure"], found["message"], found["change"])
+
+
+def _save(loaded: LoadedConfig, prepared: Any, setup: Setup, wiring: Wiring,
+          paths: RunPaths, metrics: dict[str, Any], scored: dict[str, tuple[Any, Any]],
+          cost_from: tuple[float, HourlyPrice]) -> None:
+    """``predictions/``, the model, the cost, ``metrics.json`` (temp file + rename),
+    ``report.html`` (a budgeted run's follows its registration) and the trackers' end."""
+    predictions = write_predictions(setup.task, loaded, prepared, scored, paths.predictions)
+    if predictions:
+        metrics["predictions"] = predictions
+    setup.task.save_model(unwrap(wiring.model), prepared, paths.model)
+    metrics["cost"] = run_cost(time.perf_counter() - cost_from[0], cost_from[1])
+    tmp = paths.metrics.with_name(".metrics.json.tmp")
+    tmp.write_text(dumps_strict(metrics, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, paths.metrics)
+    if wiring.callbacks.budget is None:  # a budgeted run's report follows its registration
+        write_report(paths)
+    for tracker in wiring.callbacks.trackers:
+        tracker.finish({k: v for k, v in metrics.items() if k != "history"},
+                       [paths.metrics, paths.config, paths.data_report])
 
 
 def _monitor_mode(task: Any, key: str, mode: str) -> str:
@@ -529,100 +773,3 @@ def write_report(paths: RunPaths) -> None:
         log.debug("report failure", exc_info=True)
 
 
-def _interrupted_error(state: TrainState, preemption: Preemption) -> Interrupted:
-    saved = state.last_checkpoint
-    name = state.interrupted
-    if saved and saved.get("reason") == name:
-        delay = (saved["saved_monotonic"] - preemption.received_at
-                 if preemption.received_at is not None else None)
-        timing = f", {delay:.2f}s after the signal" if delay is not None else ""
-        message = (f"saved checkpoint at step {saved['step']} ({name}){timing}: {saved['path']}; "
-                   f"run the same command to resume")
-        log.debug(message)
-        return Interrupted(message, signal_name=name, step=int(saved["step"]),
-                           signal_to_saved_s=delay)
-    message = (f"stopped at step {state.step} ({name}); nothing new to save since the "
-               f"checkpoint it resumed from; run the same command to resume")
-    return Interrupted(message, signal_name=name, step=state.step)
-
-
-def _refuse_nonfinite_model(model: Any, validation: dict[str, float], state: TrainState,
-                            restored: bool) -> None:
-    """A model whose weights or validation loss are not finite is never tested, saved or
-    called finished (``NonFiniteError``; the checkpoints stay)."""
-    loss = float(validation.get("loss", float("nan")))
-    weights_finite = all(bool(torch.isfinite(p).all()) for p in unwrap(model).parameters())
-    if weights_finite and math.isfinite(loss):
-        return
-    which = (f"the best weights (step {state.best_step})" if restored
-             else f"the final weights (step {state.step})")
-    what = ("hold non-finite values" if not weights_finite
-            else f"give a non-finite validation loss ({loss})")
-    raise NonFiniteError(
-        f"{which} {what}, so no model was saved and the run is not finished "
-        f"({state.skipped_steps} steps were skipped for a non-finite or diverged loss); lower "
-        f"train.learning_rate, keep train.divergence_factor and train.on_nonfinite: stop on, "
-        f"and run again with --restart")
-
-
-def _nonfinite_error(state: TrainState, paths: RunPaths, splits: LabelledSplits,
-                     loaded: LoadedConfig) -> NonFiniteError:
-    bad = dict(state.extras.get("nonfinite", {}))
-    last = state.last_checkpoint  # the stop's own save, or the same position saved just before
-    checkpoint = last.get("path") if last.get("step") == state.step else None
-    indices = [int(i) for i in bad.get("example_indices", [])]
-    rows = [int(splits.train.row_ids[i]) for i in indices]
-    report = {**bad, "data_file": loaded.resolve_path(loaded.config.data.train),
-              "rows": rows,
-              "texts": [splits.train.texts[i][:200] for i in indices],
-              "checkpoint": checkpoint,
-              "resume_step": state.step}
-    write_json_atomic(paths.nonfinite, report)
-    tcfg = loaded.config.train
-    loss = float(bad.get("loss", float("nan")))
-    if bad.get("reason") == "diverged":
-        against = ("the larger of its running median and the loss of predicting the training "
-                   "mean on that batch" if hasattr(loaded.config.data, "target_transform")
-                   else "its running median")
-        what = (f"diverged loss ({loss:.4g}, above {bad.get('loss_limit', 0.0):.4g} = "
-                f"train.divergence_factor {tcfg.divergence_factor:g} x {against})")
-    elif not math.isfinite(loss):
-        what = f"non-finite loss ({loss})"
-    else:
-        what = f"non-finite gradient norm ({bad.get('grad_norm')})"
-    bad_loss = bad.get("reason") == "diverged" or not math.isfinite(loss)
-    if checkpoint:
-        saved = f"the last good state (step {state.step}) is in {checkpoint}"
-        if bad_loss and state.step < int(bad.get("step", 1)) - 1:
-            saved += " (the step before gave this loss, so it was undone)"
-    elif state.resumes:
-        saved = (f"nothing new was saved: the checkpoint this session resumed from (step "
-                 f"{state.step}) is the last state kept")
-        if bad_loss:
-            saved += " and it already gives this loss (lower the learning rate more, or --restart)"
-    else:
-        saved = ("no step had been taken yet, so there is no state to keep (the next run "
-                 "starts over)")
-    gave_up = ""
-    if bad.get("attempted_steps") is not None:
-        gave_up = (f"; train.on_nonfinite: skip_batch gave up after skipping "
-                   f"{bad.get('skipped_steps')} of {bad.get('attempted_steps')} steps (more than "
-                   f"train.max_skipped_fraction {tcfg.max_skipped_fraction:g})")
-    shown = ", ".join(map(str, rows[:10])) + (" …" if len(rows) > 10 else "")
-    skip = ("" if tcfg.on_nonfinite == "skip_batch"
-            else "; or set train.on_nonfinite: skip_batch")
-    heavy = None  # a regression's heavy-tailed target: the transform is the fix that works
-    if getattr(loaded.config.data, "target_transform", None) == "none":
-        from entrena.data.targets import skew_hint
-
-        heavy = skew_hint(splits.train.labels, str(loaded.config.data.label_column))
-    return NonFiniteError(
-        f"{what} at step {bad.get('step')} (epoch "
-        f"{int(bad.get('epoch', 0)) + 1}), caught before the weights changed{gave_up}; {saved}; "
-        f"the batch's examples (rows {shown} of {loaded.config.data.train}) are listed in "
-        f"{paths.nonfinite}. {'First: ' + heavy + '. Other' if heavy else 'Usual'} fixes: "
-        f"lower train.learning_rate (now "
-        f"{tcfg.learning_rate:g}); keep train.gradient_clip_norm on (now "
-        f"{tcfg.gradient_clip_norm}); train in 32-true or bf16-mixed rather than 16-mixed "
-        f"(train.precision); look at those rows for empty or extreme inputs{skip}. Then "
-        f"resume with --resume-with-changes, or --restart")
