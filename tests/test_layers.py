@@ -219,3 +219,42 @@ def test_loading_and_validating_a_config_imports_no_torch(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=clean_env(),
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
+
+
+MAX_FUNCTION_LINES = 100
+"""Lines of code of one function, its docstring left out (issue 43: a reader can hold it)."""
+
+
+def long_functions(paths: list[Path] | None = None, limit: int = MAX_FUNCTION_LINES,
+                   root: Path = ROOT) -> list[str]:
+    """``path:function (lines)`` of every function in ``paths`` (default: src/) whose body
+    (after the docstring) spans more than ``limit`` lines, nested functions counted with
+    their parent."""
+    found = []
+    for path in paths if paths is not None else modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            first = node.body[0]
+            docstring = (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                         and isinstance(first.value.value, str))
+            start = first.end_lineno + 1 if docstring else node.lineno
+            lines = node.end_lineno - start + 1
+            if lines > limit:
+                found.append(f"{path.relative_to(root)}:{node.name} ({lines} lines)")
+    return found
+
+
+def test_no_function_is_longer_than_a_reader_can_hold():
+    assert long_functions() == []
+
+
+def test_the_length_check_finds_a_long_function(tmp_path):
+    """The check can fail: a function of 101 lines after its docstring is named; one of 100
+    is not."""
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    module = tmp_path / "probe.py"
+    module.write_text(f'def fits():\n    """Doc."""\n{body}\n\n'
+                      f'def too_long():\n    """Doc."""\n{body}    y = 0\n', encoding="utf-8")
+    assert long_functions([module], root=tmp_path) == [
+        f"probe.py:too_long ({MAX_FUNCTION_LINES + 1} lines)"]
