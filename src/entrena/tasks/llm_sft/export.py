@@ -152,7 +152,7 @@ def write_llm_bundle(run: Any, request: Any) -> dict[str, Any]:
     import torch
 
     from entrena.exporting.bundle import META_FILE, finish_bundle, versions
-    from entrena.tasks.llm_sft.bundle_card import llm_model_card
+    from entrena.tasks.llm_sft.card import llm_model_card
     from entrena.tasks.llm_sft.generators import BATCH_SIZE, GgufGenerator, TorchGenerator
     from entrena.tasks.llm_sft.model import _pad_id, load_sft_model
     from entrena.tasks.llm_sft.tokens import tokenize_example

@@ -308,8 +308,8 @@ class LlmSftTask:
     @property
     def chat_session(self) -> Any:
         """The class ``entrena chat`` talks through
-        (:class:`~entrena.tasks.llm_sft.chat.ChatSession`)."""
-        from entrena.tasks.llm_sft.chat import ChatSession
+        (:class:`~entrena.tasks.llm_sft.session.ChatSession`)."""
+        from entrena.tasks.llm_sft.session import ChatSession
 
         return ChatSession
 
