@@ -22,7 +22,7 @@ from entrena.core.callback import Callback
 from entrena.core.events import Event
 from entrena.core.state import TrainState
 from entrena.engine.guard import StepUndo, divergence_threshold, gives_up, record_loss
-from entrena.engine.micro_batches import forward_backward, retry_smaller
+from entrena.engine.micro_batches import forward_backward, model_inputs, retry_smaller
 
 __all__ = ["BatchSource", "FitSettings", "LossFn", "SaveCheckpoint", "fit", "predict",
            "evaluation_points", "model_inputs", "token_counts"]
@@ -50,11 +50,6 @@ class BatchSource(Protocol):
     # those examples (a standardised regression target: predicting the training mean, i.e.
     # the targets' mean square); the divergence guard never calls a step diverged below
     # ``divergence_factor`` times it, so one batch with a large, legitimate target is kept.
-
-
-def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The batch without ``labels``: the keyword arguments of ``model(**inputs)``."""
-    return {key: value for key, value in batch.items() if key != "labels"}
 
 
 def token_counts(batch: dict[str, torch.Tensor]) -> tuple[int, int]:

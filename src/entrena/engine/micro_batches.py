@@ -21,9 +21,15 @@ import torch
 from entrena.core.state import TrainState
 from entrena.errors import ResourceError
 
-__all__ = ["forward_backward", "free_memory", "halved", "retry_smaller", "split_batch"]
+__all__ = ["forward_backward", "free_memory", "halved", "model_inputs", "retry_smaller",
+           "split_batch"]
 
 log = logging.getLogger("entrena")
+
+
+def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The batch without ``labels``: the keyword arguments of ``model(**inputs)``."""
+    return {key: value for key, value in batch.items() if key != "labels"}
 
 
 def _rows(batch: dict[str, torch.Tensor]) -> int:
@@ -102,8 +108,6 @@ def forward_backward(*, backend: Any, model: Any, loss: Any, batch: dict[str, to
         torch.OutOfMemoryError: From the forward or backward pass (the caller retries).
         ResourceError: A split batch whose loss is not normalised by its examples.
     """
-    from entrena.engine.loop import model_inputs
-
     parts = split_batch(batch, micro_batch_size)
     if len(parts) == 1:
         with backend.no_backward_sync(model, enabled=not sync):
