@@ -196,3 +196,41 @@ def test_a_saved_model_carries_the_checkpoints_attention_dropout(tmp_path):
     saved = AutoConfig.from_pretrained(tmp_path / "model")
     assert attention_dropout_of(saved) == 0.2
     assert attention_dropout_of(model.encoder.config) == 0.0
+
+
+def _members_read_optionally() -> dict[str, set[str]]:
+    """Names read with ``getattr(<task>, "name", …)`` / ``hasattr(<task>, "name")`` in src/,
+    and with ``getattr(self.train, "name", …)`` in the loop (a batch source's)."""
+    import re
+    from pathlib import Path
+
+    import entrena
+
+    task_pattern = re.compile(r"(?:getattr|hasattr)\((?:task|get_task\([^()]*\)),\s*\"(\w+)\"")
+    source_pattern = re.compile(r"getattr\(self\.train,\s*\"(\w+)\"")
+    found: dict[str, set[str]] = {"task": set(), "batch_source": set()}
+    for path in Path(entrena.__file__).parent.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        found["task"].update(task_pattern.findall(text))
+        found["batch_source"].update(source_pattern.findall(text))
+    return found
+
+
+def test_every_optional_member_read_is_declared_and_documented():
+    """The protocol says the whole truth: each task member the verbs read with a default is a
+    declared member of Task or listed in OPTIONAL_HOOKS, each optional batch-source member in
+    OPTIONAL_BATCH_SOURCE_HOOKS, and docs/adding-a-task.md names every optional one."""
+    from pathlib import Path
+
+    from entrena.tasks.base import OPTIONAL_BATCH_SOURCE_HOOKS, OPTIONAL_HOOKS
+
+    read = _members_read_optionally()
+    declared = set(Task.__annotations__) | {n for n in vars(Task) if not n.startswith("_")}
+    assert read["task"], "the pattern found no optional member: it no longer matches the code"
+    assert sorted(read["task"] - declared - set(OPTIONAL_HOOKS)) == []
+    assert sorted(read["batch_source"] - set(OPTIONAL_BATCH_SOURCE_HOOKS)) == []
+    assert sorted(set(OPTIONAL_HOOKS) - read["task"]) == []  # no stale entry either
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "adding-a-task.md").read_text()
+    missing = [name for name in (*OPTIONAL_HOOKS, *OPTIONAL_BATCH_SOURCE_HOOKS)
+               if f"`{name}" not in guide]
+    assert missing == []

@@ -29,23 +29,10 @@ names ``labels`` and ``roles()``), ``report`` (``data_report.json``:
 ``{name: {"validation": {...}, "test": {...}, "time_s": float}}``; ``save_model`` writes a
 folder whose ``entrena_model.json`` holds at least ``{"task": name, "labels": [...]}``.
 
-Optional: ``advice(verdict, baselines) -> dict | None``: a diagnosis finding (``{"code",
-"figure", "message", "change"}``, see :mod:`entrena.callbacks.diagnosis`) from the comparison
-with the baselines, added first to ``metrics.json``'s ``diagnosis`` and logged (the tabular
-task says "a CPU and boosted trees are enough here" when the trees win or tie).
-
-Optional: ``prediction_table(loaded, prepared, role, outputs, targets) -> pandas.DataFrame``:
-split ``role``'s rows with their predictions (``outputs`` and ``targets`` in example order, as
-:meth:`Task.evaluate` gets them), which the recipe writes to ``predictions/<role>.csv`` for
-validation and test. Classification tasks return
-:func:`entrena.tasks.predictions.classification_table` (``row``, the inputs, ``label``,
-``predicted_label``, ``prob_<label>``, ``correct``); a task without it writes none.
-
-Optional: ``mlflow_model: bool | "chat"`` (default ``True``): how a trained model is logged
-and registered as an MLflow model (:mod:`entrena.api.mlflow_models`): ``True`` a ``pyfunc``
-model answering DataFrames through the task's ``frame_predictor``; ``"chat"`` a chat model
-(OpenAI's chat completion schema) answering through the task's ``chat_session``; ``False``
-not logged.
+Optional members (a task without one gets the default) are listed with their defaults in
+:data:`OPTIONAL_HOOKS`, and a batch source's in :data:`OPTIONAL_BATCH_SOURCE_HOOKS`; the
+callers read them with ``getattr(task, name, default)``, and ``tests/test_tasks.py`` checks
+that every member read that way is listed there and in ``docs/adding-a-task.md``.
 """
 
 from __future__ import annotations
@@ -55,7 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["PlanningSpec", "Prepared", "Task", "fixed_input_planning"]
+__all__ = ["OPTIONAL_BATCH_SOURCE_HOOKS", "OPTIONAL_HOOKS", "PlanningSpec", "Prepared", "Task",
+           "fixed_input_planning"]
 
 
 @dataclass
@@ -148,6 +136,68 @@ class Prepared(Protocol):
     from_cache: bool
 
 
+OPTIONAL_HOOKS: dict[str, tuple[str, str]] = {
+    "advice": (
+        "advice(verdict, baselines) -> dict or None",
+        "A diagnosis finding ({code, figure, message, change}; entrena.callbacks.diagnosis) "
+        "from the comparison with the baselines, put first in metrics.json's diagnosis and "
+        "logged (the tabular task says a CPU and boosted trees are enough when the trees win "
+        "or tie). Default: none."),
+    "prediction_table": (
+        "prediction_table(loaded, prepared, role, outputs, targets) -> DataFrame",
+        "Split role's rows with their predictions (outputs and targets in example order, as "
+        "evaluate gets them), written to predictions/<role>.csv for validation and test; "
+        "classifiers return entrena.tasks.predictions.classification_table. Default: none "
+        "written."),
+    "comparison_metric": (
+        "comparison_metric: str",
+        "The metric the verdict against the baselines compares (in the direction "
+        "higher_is_better gives it). Default: accuracy, micro_f1 for a multi-label task "
+        "(entrena.recipes.verdicts)."),
+    "comparison_rows": (
+        "comparison_rows(outputs, targets, prepared) -> (truths, predictions)",
+        "Per-example values the paired bootstrap resamples (arg-max labels, tuned "
+        "multi-label sets, values in target units, exact-match flags). Default: the point "
+        "comparison, difference_ci null."),
+    "frame_predictor": (
+        "frame_predictor(location, options) -> FramePredictor",
+        "The model loaded once answering DataFrames in memory "
+        "(entrena.exporting.prediction.FramePredictor); load_predictor, the MLflow pyfunc "
+        "model and entrena serve use it. Default: none (no in-memory predictor, no pyfunc "
+        "model)."),
+    "chat_session": (
+        "chat_session: type",
+        "A class (location, *, max_new_tokens, threads) with reply(messages) -> str and "
+        "answer(messages, max_new_tokens) -> ChatAnswer: entrena chat and the MLflow chat "
+        "model talk through it. Default: none (the task does not chat)."),
+    "mlflow_model": (
+        "mlflow_model: True, \"chat\" or False",
+        "How a trained model is logged and registered as an MLflow model "
+        "(entrena.api.mlflow_models): a pyfunc model through frame_predictor, a chat model "
+        "through chat_session, or none. Default: True."),
+    "forward_share": (
+        "forward_share(model) -> float",
+        "The share of a training step's time a forward pass takes (a LoRA step's backward "
+        "runs through the adapted layers only), which a budget uses to price evaluations. "
+        "Default: 1/3 (entrena.planning.timing.FORWARD_SHARE)."),
+}
+"""Optional members of a :class:`Task`: name → (signature, what it is and the default)."""
+
+OPTIONAL_BATCH_SOURCE_HOOKS: dict[str, tuple[str, str]] = {
+    "target_count": (
+        "target_count(indices) -> int",
+        "Loss units (target tokens) of a batch, so that gradient accumulation divides each "
+        "micro-batch's summed loss by the whole step's count. Default: the loss's own count "
+        "per micro-batch."),
+    "reference_loss": (
+        "reference_loss(indices) -> float or None",
+        "The loss of predicting the training mean on a batch (a standardised regression "
+        "target), which the divergence guard also judges a step's loss against. Default: "
+        "none."),
+}
+"""Optional members of a :class:`~entrena.engine.loop.BatchSource` (read by the loop)."""
+
+
 @runtime_checkable
 class Task(Protocol):
     """One kind of problem; see the module docstring for what each method must do."""
@@ -228,6 +278,4 @@ class Task(Protocol):
         (:class:`~entrena.exporting.prediction.PredictOptions`); the summary."""
         ...
 
-    # Optional: ``frame_predictor(location, options) -> FramePredictor``, the model loaded
-    # once answering DataFrames in memory (entrena.exporting.prediction.FramePredictor);
-    # entrena.api.predicting.load_predictor and the MLflow pyfunc model use it.
+    # Optional members: OPTIONAL_HOOKS above.
