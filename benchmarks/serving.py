@@ -33,12 +33,14 @@ per size; ``--write`` puts the table in docs/benchmarks-journal.md (section ``be
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,25 +122,47 @@ def _server_rss(pid: int) -> int:
     return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
 
 
+@contextlib.contextmanager
+def _served(run: Path, port: int, ready: str, *options: str) -> Iterator[Any]:
+    """``entrena serve RUN --port PORT OPTIONS`` running until the block ends (its process
+    group stopped with SIGTERM); entered once ``GET ready`` answers (``SystemExit`` when the
+    server dies or 300 s pass first)."""
+    import os
+    import signal
+    import subprocess
+    import urllib.request
+
+    entrena = Path(sys.executable).with_name("entrena")
+    server = subprocess.Popen([str(entrena), "serve", str(run), "--port", str(port), *options],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}{ready}", timeout=2):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("entrena serve did not start") from None
+                time.sleep(0.5)
+        yield server
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+
+
 def load_test(run: Path, requests: int, clients: int, port: int,
               workers: int = 1) -> dict[str, Any]:
     """``entrena serve RUN`` on loopback, then: 1-row requests from 1 client and from
     ``clients`` at once (``requests`` in all, the server's resident memory before and
     after), and 32- and 512-row requests; every answer checked for 200 and its row count."""
-    import os
-    import signal
-    import subprocess
     import urllib.request
     from concurrent.futures import ThreadPoolExecutor
 
     from entrena.api.predicting import load_predictor
 
     url = f"http://127.0.0.1:{port}/invocations"
-    entrena = Path(sys.executable).with_name("entrena")
-    server = subprocess.Popen([str(entrena), "serve", str(run), "--port", str(port),
-                               "--workers", str(workers)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
     bodies = {n: json.dumps({"dataframe_split": rows_of(run, n).to_dict(orient="split")})
               .encode() for n in (1, 32, 512)}
     errors: list[int] = []  # list.append is atomic across the client threads
@@ -155,16 +179,7 @@ def load_test(run: Path, requests: int, clients: int, port: int,
             errors.append(n)
         return time.perf_counter() - started
 
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2):
-                    break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("entrena serve did not start") from None
-                time.sleep(0.5)
+    with _served(run, port, "/ping", "--workers", str(workers)) as server:
         for _ in range(20):
             call(1)  # warm
         rss_before = _server_rss(server.pid)
@@ -175,9 +190,6 @@ def load_test(run: Path, requests: int, clients: int, port: int,
         many_s = time.perf_counter() - started
         rss_after = _server_rss(server.pid)
         sizes = {n: [call(n) for _ in range(10 if n == 512 else 30)] for n in (32, 512)}
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
     predictor = load_predictor(run)
     frame = rows_of(run, 1)
     predictor.predict(frame)
@@ -259,9 +271,6 @@ def chat_test(run: Path, requests: int, clients: int, port: int) -> dict[str, An
     ``requests`` of the run's test conversations streamed one client at a time and then from
     ``clients`` at once (time to first token, whole answer), and 64-token answers with the
     end-of-sequence token banned (``logit_bias``) for the decoding speed."""
-    import os
-    import signal
-    import subprocess
     import urllib.request
     from concurrent.futures import ThreadPoolExecutor
 
@@ -270,10 +279,6 @@ def chat_test(run: Path, requests: int, clients: int, port: int) -> dict[str, An
     bundle = find_run_bundle(run, "gguf")
     if bundle is None:
         raise SystemExit(f"{run}: no GGUF bundle; entrena export {run} --format gguf")
-    entrena = Path(sys.executable).with_name("entrena")
-    server = subprocess.Popen([str(entrena), "serve", str(run), "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     prompts = chat_prompts(run, requests)
     errors: list[str] = []
@@ -304,16 +309,7 @@ def chat_test(run: Path, requests: int, clients: int, port: int) -> dict[str, An
         return {"ttft": first - started, "total": end - started, "pieces": pieces,
                 "decode_s": end - first}
 
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2):
-                    break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("entrena serve did not start") from None
-                time.sleep(0.5)
+    with _served(run, port, "/v1/models"):
         for messages in prompts[:3]:
             stream(messages, {})  # warm
         one = [stream(m, {}) for m in prompts]
@@ -325,9 +321,6 @@ def chat_test(run: Path, requests: int, clients: int, port: int) -> dict[str, An
 
         eos = build_tokenizer(str(bundle)).eos_token_id
         long = [stream(m, {"logit_bias": {str(eos): -100}}) for m in prompts[:10]]
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
     result = {
         "run": str(run), "bundle": str(bundle), "cpu": cpu_kind(),
         "quantisation": read_manifest(bundle).get("quantize"),
@@ -361,8 +354,8 @@ def publish_chat(result: dict[str, Any], command: str) -> None:
         f"| the same, {result['clients']} clients at once | {many['ttft_p50_ms']:.0f} / "
         f"{many['ttft_p95_ms']:.0f} | {many['p50_ms']:.0f} / {many['p95_ms']:.0f} | "
         f"{many['requests_per_s']:.2f} |", "",
-        f"Errors (failed or empty answers): {result['errors']}. Decoding speed, 64-token answers with the "
-        f"end-of-sequence token banned (`logit_bias`), 10 requests, 1 client: "
+        f"Errors (failed or empty answers): {result['errors']}. Decoding speed, 64-token "
+        f"answers with the end-of-sequence token banned (`logit_bias`), 10 requests, 1 client: "
         f"**{result['decode_tokens_per_s']:.1f} tokens/s** after the first token (median; "
         f"{result['decode_tokens']:.0f} streamed pieces per answer). llama.cpp's server "
         "answers one request at a time per model (its requests queue), so more clients "

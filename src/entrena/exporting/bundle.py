@@ -15,22 +15,25 @@ By default it is written to ``<run>/export/<format>[-int8]/``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from entrena.core.files import dumps_strict
+from entrena.core.files import dumps_strict, plain_mode
 from entrena.core.rundir import RunPaths, read_status
 from entrena.errors import DataError, ModelError
 
 __all__ = ["MANIFEST_FILE", "CARD_FILE", "META_FILE", "ExportRequest", "Preprocessing", "RunModel",
            "locate_run", "is_bundle", "read_manifest", "default_bundle_dir", "bundle_name",
-           "find_run_bundle", "finish_bundle", "versions", "parity_source", "check_model_files"]
+           "find_run_bundle", "finish_bundle", "staged_bundle", "versions", "parity_source",
+           "check_model_files"]
 
 MANIFEST_FILE = "export.json"
 CARD_FILE = "MODEL_CARD.md"
@@ -284,6 +287,21 @@ def find_run_bundle(run_dir: Path, fmt: str) -> Path | None:
         if is_bundle(candidate) and read_manifest(candidate).get("format") == fmt:
             return candidate
     return None
+
+
+@contextlib.contextmanager
+def staged_bundle(destination: Path) -> Iterator[Path]:
+    """A fresh folder beside ``destination`` to write a bundle in (``finish_bundle`` moves it
+    into place); removed when the block raises, so an interrupted or failed export never
+    leaves half a bundle."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.tmp-"))
+    plain_mode(work, folder=True)
+    try:
+        yield work
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
 
 
 def finish_bundle(work: Path, destination: Path, manifest: dict[str, Any],

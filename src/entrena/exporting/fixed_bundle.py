@@ -12,20 +12,22 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from entrena.core.files import plain_mode
 from entrena.errors import DataError
 from entrena.exporting import onnx_format
-from entrena.exporting.bundle import ExportRequest, RunModel, finish_bundle, versions
+from entrena.exporting.bundle import (
+    ExportRequest,
+    RunModel,
+    finish_bundle,
+    staged_bundle,
+    versions,
+)
 from entrena.exporting.checks import parity_report, row_latency, value_parity_report
 from entrena.exporting.inference import TorchRunner, batched_logits, require_finite
 
@@ -102,11 +104,8 @@ def write_fixed_input_bundle(run: RunModel, spec: FixedInputExport,
     two = inputs[:2] if len(inputs) >= 2 else np.repeat(inputs, 2, axis=0)
     example = {spec.input_name: torch.from_numpy(np.ascontiguousarray(two))}
     destination = request.destination
-    destination.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    work = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.tmp-"))
-    plain_mode(work, folder=True)
-    try:
+    with staged_bundle(destination) as work:
         target = work / "model.onnx"
         opset = request.opset if request.opset is not None else onnx_format.DEFAULT_OPSET
         if request.quantize:
@@ -154,7 +153,4 @@ def write_fixed_input_bundle(run: RunModel, spec: FixedInputExport,
                                                   if p.suffix in (".safetensors", ".pt"))},
         }
         finish_bundle(work, destination, manifest, spec.card)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
     return manifest

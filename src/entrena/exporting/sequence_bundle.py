@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,10 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from entrena.core.files import plain_mode
 from entrena.errors import ConfigError, DataError
 from entrena.exporting import onnx_format
-from entrena.exporting.bundle import ExportRequest, RunModel, finish_bundle, versions
+from entrena.exporting.bundle import (
+    ExportRequest,
+    RunModel,
+    finish_bundle,
+    staged_bundle,
+    versions,
+)
 from entrena.exporting.checks import (
     Thresholds,
     parity_report,
@@ -131,11 +134,8 @@ def write_sequence_input_bundle(run: RunModel, spec: SequenceInputExport,
                    inputs=f"parity texts ({spec.dataset})")
     example = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in spec.trace_example)
     destination = request.destination
-    destination.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    work = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.tmp-"))
-    plain_mode(work, folder=True)
-    try:
+    with staged_bundle(destination) as work:
         spec.save_files(work)
         info, parity, exported_runner, fallback = _export_attempts(
             request.format, spec.model, example, work, quantize=request.quantize,
@@ -163,9 +163,6 @@ def write_sequence_input_bundle(run: RunModel, spec: SequenceInputExport,
         manifest["size_bytes"] = {"model_file": (work / info["file"]).stat().st_size,
                                   "bundle": 0, "pytorch_weights": spec.pytorch_bytes}
         finish_bundle(work, destination, manifest, spec.card)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
     return manifest
 
 
