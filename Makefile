@@ -43,6 +43,8 @@ install-llm: $(LLM_STAMP)
 $(LLM_STAMP): $(STAMP)
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet \
 		-e '.[examples,dev,wandb,gguf]' $(TORCH_PINS)
+	# llama.cpp's convert_hf_to_gguf.py of the same llama.cpp commit (from pip's cache: ~5 s)
+	$(BIN)/python -m entrena.exporting.llama_converter
 	touch $(LLM_STAMP)
 
 examples/reviews/data/train.csv: | $(STAMP)

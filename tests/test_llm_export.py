@@ -104,6 +104,54 @@ def test_export_json_reports_the_bundle_and_its_parity_figures(exported):
     assert document["size_bytes"]["model_file"] == (bundle / "model.gguf").stat().st_size
 
 
+def test_a_quantised_export_is_checked_in_two_steps(trained, tmp_path):
+    """PyTorch → f16 (llama.cpp's converter), then f16 → q8_0 (its quantiser): both judged,
+    the f16 file not shipped; the headline compares the shipped file with PyTorch."""
+    pytest.importorskip("llama_cpp", reason=RUNTIME_REASON)
+    import entrena
+
+    _, run_dir = trained
+    result = entrena.export(run_dir, format="gguf", quantize="q8_0", parity_prompts=8,
+                            output=tmp_path / "q8", threads=1)
+    parity = result.report["parity"]
+    assert [(s["from"], s["to"]) for s in parity["steps"]] == [("pytorch", "f16"),
+                                                               ("f16", "q8_0")]
+    assert all(s["criteria"] == "agreement >= 0.95" for s in parity["steps"])
+    assert parity["passed"] is all(s["passed"] for s in parity["steps"])
+    assert parity["steps"][0]["agreement"] == 1.0  # f16 of a float32 model: same answers
+    assert result.report["gguf"] == {"architecture": "llama", "pre_tokenizer": "smollm",
+                                     "tokenizer_model": "gpt2"}
+    assert result.report["quantization"]["tensor_types"]["Q8_0"] > 0
+    assert sorted(p.name for p in result.bundle_dir.glob("*.gguf")) == ["model.gguf"]
+    assert not list(tmp_path.glob(".*"))  # no staging folder left beside the bundle
+
+
+def test_a_step_below_the_threshold_exits_3_and_keeps_the_bundle(trained, tmp_path,
+                                                                  monkeypatch):
+    """A GGUF file that answers otherwise than PyTorch (here: llama.cpp's answers cut by one
+    token) fails step pytorch → f16: exit 3, the bundle kept with ``passed: false``."""
+    pytest.importorskip("llama_cpp", reason=RUNTIME_REASON)
+    from entrena.tasks.llm_sft import generators
+
+    real = generators.GgufGenerator.generate
+
+    def cut(self, *args, **kwargs):
+        answers = real(self, *args, **kwargs)
+        answers.ids = [ids[:-1] for ids in answers.ids]
+        return answers
+
+    monkeypatch.setattr(generators.GgufGenerator, "generate", cut)
+    _, run_dir = trained
+    done = invoke("export", run_dir, "--format", "gguf", "--quantize", "f16",
+                  "--parity-prompts", "6", "--output", tmp_path / "b")
+    assert done.exit_code == 3, done.stderr[-1000:]
+    assert "parity check failed (pytorch → f16 agreement 0.000, needs agreement >= 0.95" \
+        in done.stderr
+    report = json.loads((tmp_path / "b" / "export.json").read_text())
+    assert report["parity"]["passed"] is False
+    assert report["parity"]["steps"][0]["passed"] is False
+
+
 _FRESH_PROCESS = """
 import json, sys
 from llama_cpp import Llama

@@ -171,9 +171,12 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
     if not result.passed:
         parity = report["parity"]
         if "agreement" in parity:  # a chat model: greedy answers compared
+            failed = "; ".join(f"{s['from']} → {s['to']} agreement {s['agreement']:.3f}, "
+                               f"needs {s['criteria']}" for s in parity.get("steps", [])
+                               if not s["passed"])
             raise ParityFailed(
-                f"parity check failed ({parity['criteria']}; agreement "
-                f"{parity['agreement']:.3f} on {parity['prompts']} prompts, exact match "
+                f"parity check failed ({failed or parity['criteria']}; on "
+                f"{parity['prompts']} prompts, exact match "
                 f"{parity['exact_match_pytorch']:.3f} (PyTorch) vs "
                 f"{parity[f'exact_match_{fmt.name}']:.3f}); the bundle is in {destination} "
                 f"with parity.passed: false", result)

@@ -332,8 +332,11 @@ def _chat_parity_line(result: Any) -> str:
     parity, fmt = report["parity"], report["format"]
     speed = report["throughput"]
     what = f"{fmt} {report['quantize']}" if report.get("quantize") else fmt
+    steps = ", ".join(f"{s['from']} → {s['to']} {s['agreement']:.3f}"
+                      + ("" if s["passed"] else " FAILED")
+                      for s in parity.get("steps", []))
     return (f"parity {what}: {'passed' if parity['passed'] else 'FAILED'} "
-            f"({parity['criteria']}): agreement {parity['agreement']:.3f} on "
+            f"({parity['criteria']}): agreement {steps or parity['agreement']} on "
             f"{parity['prompts']} prompts, exact match {parity['exact_match_pytorch']:.3f} "
             f"(PyTorch) / {parity[f'exact_match_{fmt}']:.3f} ({fmt}), "
             f"{speed['pytorch']['tokens_per_s']:.0f} / {speed[fmt]['tokens_per_s']:.0f} tokens/s, "

@@ -21,7 +21,7 @@ import numpy as np
 
 from entrena.errors import DataError
 
-__all__ = ["GgufHeader", "KeyValue", "read_gguf_header"]
+__all__ = ["GgufHeader", "KeyValue", "read_gguf_header", "tensor_types"]
 
 _SCALARS = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1",
             10: "<u8", 11: "<i8", 12: "<f8"}
@@ -115,3 +115,19 @@ def read_gguf_header(path: Path) -> GgufHeader:
         finally:
             del cursor
     return header
+
+
+def tensor_types(path: Path) -> dict[str, int]:
+    """How many tensors of each GGML type a GGUF file holds (``{"Q8_0": 211, "F32": 61}``),
+    commonest first.
+
+    Raises:
+        DataError: As :func:`read_gguf_header`.
+    """
+    import gguf
+
+    counts: dict[str, int] = {}
+    for _, _, kind in read_gguf_header(path).tensors:
+        name = gguf.GGMLQuantizationType(kind).name
+        counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))

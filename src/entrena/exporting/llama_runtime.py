@@ -57,11 +57,11 @@ def require_runtime(what: str) -> Any:
 
 def quantize_gguf(source: Path, target: Path, quantization: str, *,
                   threads: int | None = None) -> float:
-    """llama.cpp's quantiser (what ``llama-quantize`` runs): ``source`` (float32 GGUF) into
+    """llama.cpp's quantiser (what ``llama-quantize`` runs): ``source`` (an f16 or f32 GGUF) into
     ``target`` as ``quantization``.
 
     K-quants need rows that are multiples of 256 values; llama.cpp writes the tensors where
-    that fails in a fallback type (:func:`~entrena.exporting.gguf_writer.tensor_types` reads
+    that fails in a fallback type (:func:`~entrena.exporting.gguf_reader.tensor_types` reads
     what it chose).
 
     Args:

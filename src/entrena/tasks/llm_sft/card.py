@@ -29,6 +29,8 @@ def llm_model_card(run: Any, manifest: dict[str, Any]) -> str:
     throughput = manifest.get("throughput", {})
     speed = "; ".join(f"{engine} {figures['tokens_per_s']:.0f} tokens/s"
                       for engine, figures in throughput.items() if isinstance(figures, dict))
+    steps = "; ".join(f"{s['from']} → {s['to']} agreement {pct(s['agreement'])} "
+                      f"(`{s['criteria']}`)" for s in parity.get("steps", []))
     sizes = manifest["size_bytes"]
     how = ("`ollama create NAME -f Modelfile`, then `ollama run NAME`; or llama.cpp "
            "(`llama-cli -m model.gguf`), LM Studio, `entrena predict` / `entrena chat` on this "
@@ -55,8 +57,8 @@ tokens.
   stop tokens {', '.join(f'`{t}`' for t in manifest.get('stop_tokens', []))}
 - Parity with the PyTorch model, greedy, on {parity['prompts']} {parity['dataset']} prompts:
   agreement {pct(parity['agreement'])}, exact match {pct(parity['exact_match_pytorch'])}
-  (PyTorch) vs {pct(parity.get(f'exact_match_{fmt}'))} (export); criteria
-  `{parity['criteria']}`: **{'passed' if parity['passed'] else 'FAILED'}**
+  (PyTorch) vs {pct(parity.get(f'exact_match_{fmt}'))} (export); step by step: {steps};
+  **{'passed' if parity['passed'] else 'FAILED'}**
 - Speed on the exporting machine ({throughput.get('note', 'greedy')}): {speed or 'n/a'}
 - Size: model file {format_bytes(sizes['model_file'])}, bundle {format_bytes(sizes['bundle'])}
   (PyTorch float32 weights: {format_bytes(sizes['pytorch_weights'])})
