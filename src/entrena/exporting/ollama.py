@@ -28,7 +28,8 @@ from typing import Any
 
 from entrena.errors import ConfigError
 
-__all__ = ["OLLAMA_NAME", "check_ollama_name", "collate", "create_in_ollama", "ollama_prompt"]
+__all__ = ["OLLAMA_NAME", "add_bundle_to_ollama", "check_ollama_name", "collate",
+           "create_in_ollama", "gguf_adds_bos", "ollama_prompt"]
 
 log = logging.getLogger("entrena")
 
@@ -141,3 +142,36 @@ def create_in_ollama(bundle: Path, name: str, *, timeout_s: float = CREATE_TIMEO
         log.warning("ollama: %s exited %d (%s); run it again: %s", shlex.join(command),
                     done.returncode, tail.splitlines()[-1] if tail else "no output", shown)
     return outcome
+
+
+def gguf_adds_bos(path: Path) -> bool:
+    """Whether the runtime adds a BOS token to prompts of this GGUF file (its
+    ``tokenizer.ggml.add_bos_token``; rule 4 of the module docstring)."""
+    from entrena.exporting.gguf_reader import read_gguf_header
+
+    field = read_gguf_header(path).fields.get("tokenizer.ggml.add_bos_token")
+    return bool(field is not None and field.value)
+
+
+def add_bundle_to_ollama(bundle: Path, name: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    """``entrena export … --ollama NAME`` once the bundle is finished:
+    :func:`create_in_ollama` (not when the parity check failed), its outcome merged into ``manifest["ollama"]`` and the
+    bundle's ``export.json`` written again.
+
+    Returns:
+        ``manifest`` (changed in place).
+    """
+    from entrena.core.files import dumps_strict
+    from entrena.exporting.bundle import MANIFEST_FILE
+
+    if manifest.get("parity", {}).get("passed", True):
+        outcome = create_in_ollama(bundle, name)
+    else:
+        outcome = {"name": name, "created": False, "reason": "the parity check failed",
+                   "command": f"cd {shlex.quote(str(bundle))} && ollama create "
+                              f"{shlex.quote(name)} -f Modelfile"}
+        log.warning("ollama: %s not created: the parity check failed", name)
+    manifest["ollama"] = {**(manifest.get("ollama") or {}), **outcome}
+    (bundle / MANIFEST_FILE).write_text(dumps_strict(manifest, indent=2) + "\n",
+                                        encoding="utf-8")
+    return manifest

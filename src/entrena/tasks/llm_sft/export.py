@@ -203,8 +203,10 @@ def write_llm_bundle(run: Any, request: Any) -> dict[str, Any]:
         full.unlink()
         types = tensor_types(work / GGUF_FILE)
         stop = [tokenizer.eos_token]
-        (work / MODELFILE).write_text(render_modelfile(structure, stop=stop),
-                                      encoding="utf-8")
+        from entrena.exporting.ollama import gguf_adds_bos
+
+        (work / MODELFILE).write_text(render_modelfile(
+            structure, stop=stop, add_bos=gguf_adds_bos(work / GGUF_FILE)), encoding="utf-8")
         manifest.update({
             "file": GGUF_FILE, "program": "gguf (llama architecture)",
             "quantization": {"requested": quantize, "tensor_types": types,
@@ -244,5 +246,9 @@ def write_llm_bundle(run: Any, request: Any) -> dict[str, Any]:
     manifest["size_bytes"] = {"model_file": model_file.stat().st_size,
                               "pytorch_weights": pytorch_bytes}
     finish_bundle(work, request.destination, manifest, lambda m: llm_model_card(run, m))
+    if fmt == "gguf" and request.ollama:
+        from entrena.exporting.ollama import add_bundle_to_ollama
+
+        add_bundle_to_ollama(request.destination, request.ollama, manifest)
     return manifest
 
