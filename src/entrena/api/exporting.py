@@ -173,6 +173,10 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
         format=fmt, quantize=quantize, opset=opset, destination=destination,
         parity_data=parity_data, thresholds=thresholds, latency_calls=latency_calls,
         threads=threads, parity_prompts=parity_prompts, ollama=ollama))
+    if ollama is not None:  # a finished GGUF bundle (not created when parity failed)
+        from entrena.exporting.ollama import add_bundle_to_ollama
+
+        add_bundle_to_ollama(destination, ollama, report)
     result = ExportResult(destination, report)
     tracking = model_run.config.get("tracking") or {}
     if result.passed and wants_mlflow_model(tracking):  # a failure only warns

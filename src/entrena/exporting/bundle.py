@@ -83,8 +83,8 @@ class ExportRequest:
         latency_calls: Timed calls per engine and batch size.
         threads: CPU threads for PyTorch and ONNX Runtime (``None``: PyTorch's current).
         parity_prompts: Held-out prompts a generative model's parity check runs.
-        ollama: A GGUF bundle: the model name to ``ollama create`` once it is written
-            (``None``: none).
+        ollama: A GGUF bundle: the model name ``entrena export`` gives ``ollama create``
+            once the bundle is written (``None``: none); the task's writer need not read it.
     """
 
     format: Any

@@ -193,6 +193,7 @@ def write_llm_bundle(run: Any, request: Any) -> dict[str, Any]:
         from entrena.exporting.gguf_writer import tensor_types, write_llama_gguf
         from entrena.exporting.llama_runtime import MAIN_TYPES, quantize_gguf
         from entrena.exporting.modelfile import chat_structure, render_modelfile
+        from entrena.exporting.ollama import gguf_adds_bos
 
         structure = chat_structure(tokenizer)  # refuses a template Ollama cannot mirror
         full = work / "model-f32.gguf"
@@ -203,8 +204,6 @@ def write_llm_bundle(run: Any, request: Any) -> dict[str, Any]:
         full.unlink()
         types = tensor_types(work / GGUF_FILE)
         stop = [tokenizer.eos_token]
-        from entrena.exporting.ollama import gguf_adds_bos
-
         (work / MODELFILE).write_text(render_modelfile(
             structure, stop=stop, add_bos=gguf_adds_bos(work / GGUF_FILE)), encoding="utf-8")
         manifest.update({
@@ -246,9 +245,5 @@ def write_llm_bundle(run: Any, request: Any) -> dict[str, Any]:
     manifest["size_bytes"] = {"model_file": model_file.stat().st_size,
                               "pytorch_weights": pytorch_bytes}
     finish_bundle(work, request.destination, manifest, lambda m: llm_model_card(run, m))
-    if fmt == "gguf" and request.ollama:
-        from entrena.exporting.ollama import add_bundle_to_ollama
-
-        add_bundle_to_ollama(request.destination, request.ollama, manifest)
     return manifest
 
