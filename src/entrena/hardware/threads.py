@@ -84,7 +84,9 @@ def usable_cpus() -> tuple[int, list[int] | None]:
 
 def _cpu_times(stat: str, ids: list[int] | None) -> tuple[int, int]:
     """``(busy, total)`` jiffies over ``ids`` (every CPU when ``None``) from ``/proc/stat``'s
-    ``cpuN user nice system idle iowait irq softirq steal …`` lines (``proc(5)``)."""
+    ``cpuN user nice system idle iowait irq softirq steal …`` lines (``proc(5)``). Idle,
+    I/O wait and *nice* time are not busy: a process with a positive nice value gives the
+    core way to ours (``/work``'s ``background`` helper and batch jobs run that way)."""
     busy = total = 0
     wanted = None if ids is None else {f"cpu{i}" for i in ids}
     for line in stat.splitlines():
@@ -92,29 +94,38 @@ def _cpu_times(stat: str, ids: list[int] | None) -> tuple[int, int]:
         if not name.startswith("cpu") or name == "cpu" or (wanted and name not in wanted):
             continue
         numbers = [int(v) for v in values[:8]]
-        idle = numbers[3] + (numbers[4] if len(numbers) > 4 else 0)
+        free = numbers[1] + numbers[3] + (numbers[4] if len(numbers) > 4 else 0)
         total += sum(numbers)
-        busy += sum(numbers) - idle
+        busy += sum(numbers) - free
     return busy, total
 
 
+def _own_jiffies() -> int:
+    """CPU time of this process's threads (``/proc/self/stat`` utime + stime, the same clock
+    ticks as ``/proc/stat``): spinning PyTorch/OpenMP threads of our own are not others'."""
+    fields = Path("/proc/self/stat").read_text(encoding="ascii").rpartition(")")[2].split()
+    return int(fields[11]) + int(fields[12])
+
+
 def busy_cpus(ids: list[int] | None, *, sample_s: float = SAMPLE_S) -> tuple[float, str]:
-    """``(cores' worth busy, source)``: the CPU time of the cores ``ids`` used while this
-    process sleeps ``sample_s`` (``/proc/stat``), or the 1-minute load average where there is
-    no ``/proc/stat`` (it counts this process too when it was busy)."""
+    """``(cores' worth busy, source)``: the CPU time other processes used on the cores
+    ``ids`` while this process sleeps ``sample_s`` (``/proc/stat`` less this process's own
+    time), or the 1-minute load average where there is no ``/proc/stat`` (it counts this
+    process too when it was busy)."""
     stat = Path("/proc/stat")
     try:
-        first = _cpu_times(stat.read_text(encoding="ascii"), ids)
+        first, own = _cpu_times(stat.read_text(encoding="ascii"), ids), _own_jiffies()
         time.sleep(sample_s)
         second = _cpu_times(stat.read_text(encoding="ascii"), ids)
-    except OSError:
+        own = _own_jiffies() - own
+    except (OSError, ValueError, IndexError):
         try:
             return float(os.getloadavg()[0]), "load average"
         except (AttributeError, OSError):
             return 0.0, "load average"
-    busy, total = second[0] - first[0], second[1] - first[1]
+    busy, total = second[0] - first[0] - own, second[1] - first[1]
     cpus = len(ids) if ids else max(1, os.cpu_count() or 1)
-    return (cpus * busy / total if total > 0 else 0.0), "/proc/stat"
+    return (max(0.0, cpus * busy / total) if total > 0 else 0.0), "/proc/stat"
 
 
 def choose_threads(requested: int | None = None) -> ThreadChoice:
