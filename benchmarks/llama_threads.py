@@ -4,7 +4,8 @@ while another process keeps one core busy (issue 44: on a busy 2-core machine on
 
 Usage::
 
-    .venv/bin/python benchmarks/llama_threads.py --gguf runs/reviews-chat/export/gguf-q8_0/model.gguf \\
+    .venv/bin/python benchmarks/llama_threads.py \\
+        --gguf runs/reviews-chat/export/gguf-q8_0/model.gguf \\
         [--against 2] [--pairs 3] [--tokens 64] [--busy 1] [--write]
 
 - **Load**: ``--busy`` processes, each a Python busy loop at normal priority, started before
@@ -17,7 +18,8 @@ Usage::
   tokens/s is the generated tokens over the generation's wall time (prompt processing
   included, 16 prompt tokens).
 
-``--write`` puts the table in docs/benchmarks-journal.md (section ``bench:llama-threads``).
+``--write`` puts the table in docs/benchmarks-journal.md (section ``bench:llama-threads``, or
+``--section NAME``; ``llama-threads-idle`` is the run with ``--busy 0``).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--busy", type=int, default=1)
     parser.add_argument("--write", action="store_true")
+    parser.add_argument("--section", default="llama-threads")
     args = parser.parse_args()
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
             for _ in range(args.busy)]
@@ -94,10 +97,12 @@ def main() -> None:
                      f"{', '.join(f'{s:.1f}' for _, s in rows[name])} | {median[name]:.1f} |")
     lines += ["", f"Default / fixed: **{ratio:.1f}x**. Command: `python benchmarks/"
                   f"llama_threads.py --gguf {args.gguf} --against {args.against} --pairs "
-                  f"{args.pairs} --tokens {args.tokens} --busy {args.busy} --write`."]
+                  f"{args.pairs} --tokens {args.tokens} --busy {args.busy} --write"
+                  + (f" --section {args.section}" if args.section != "llama-threads" else "")
+                  + "`."]
     print("\n".join(lines))
     if args.write:
-        print(f"written: {write_section('llama-threads', chr(10).join(lines))}")
+        print(f"written: {write_section(args.section, chr(10).join(lines))}")
 
 
 if __name__ == "__main__":

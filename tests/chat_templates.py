@@ -21,6 +21,8 @@ public copies of those files, not byte-compared with the repositories):
   user turn; answers trimmed and followed by ``</s>``; the tool branches kept).
 """
 
+# ruff: noqa: E501 - the templates are kept line for line as the models ship them
+
 from __future__ import annotations
 
 CHATML_QWEN25 = """{%- if tools %}

@@ -155,8 +155,8 @@ def gguf_adds_bos(path: Path) -> bool:
 
 def add_bundle_to_ollama(bundle: Path, name: str, manifest: dict[str, Any]) -> dict[str, Any]:
     """``entrena export … --ollama NAME`` once the bundle is finished:
-    :func:`create_in_ollama` (not when the parity check failed), its outcome merged into ``manifest["ollama"]`` and the
-    bundle's ``export.json`` written again.
+    :func:`create_in_ollama` (not when the parity check failed), its outcome merged into
+    ``manifest["ollama"]`` and the bundle's ``export.json`` written again.
 
     Returns:
         ``manifest`` (changed in place).

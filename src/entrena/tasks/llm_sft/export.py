@@ -215,7 +215,8 @@ def write_llm_bundle(run: Any, request: Any) -> dict[str, Any]:
             "tensors": written["tensors"], "parameters": written["parameters"],
             "tokenizer_keys_from": str(source_gguf), "chat_template": tokenizer.chat_template,
             "stop_tokens": stop, "eos_token_id": eos, "modelfile": MODELFILE,
-            "ollama": {"system": structure.default_system}})
+            "ollama": {"system": structure.default_system,
+                       "caveats": list(structure.caveats)}})
         del merged
         exported = GgufGenerator(work / GGUF_FILE, context_tokens=max(2048, limit + budget),
                                  threads=request.threads)
