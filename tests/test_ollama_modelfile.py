@@ -215,3 +215,20 @@ def test_bad_ollama_options_exit_2_with_one_line(tmp_path, args, message):
     done = CliRunner().invoke(app, ["export", str(tmp_path / "no-run"), *args])
     assert done.exit_code == 2
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_template_that_cannot_be_mirrored_is_refused_naming_where(smol_tokenizer):  # noqa: F811
+    from entrena.errors import DataError
+    from entrena.exporting.modelfile import _turn_end, chat_structure
+
+    assert _turn_end("<|end|>\n<|assistant|>\n", "<|end|>\n<|endoftext|>") == "<|end|>\n"
+    assert _turn_end("[/INST] ", "[/INST]") == "[/INST]"
+    tokenizer = family_tokenizer(smol_tokenizer, "chatml")
+    tokenizer.chat_template = (  # numbers the turns: no fixed text per role
+        "{% for m in messages %}<|im_start|>{{ m['role'] }} {{ loop.index }}\n{{ m['content'] }}"
+        "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+        "{% endif %}")
+    with pytest.raises(DataError, match=r"no Ollama TEMPLATE equal to it can be written") as got:
+        chat_structure(tokenizer)
+    assert "the derived TEMPLATE gives" in str(got.value) or "cannot be read" in str(got.value)
+    assert "\n" not in str(got.value)

@@ -95,7 +95,8 @@ class ChatStructure:
 def _after(text: str, marker: str) -> tuple[str, str]:
     before, found, after = text.partition(marker)
     if not found:
-        raise ValueError(marker)
+        raise ValueError("a message's content is not in its rendering (the template changes "
+                         "or drops it)")
     return before, after
 
 
@@ -139,7 +140,8 @@ def _system_placement(render: Any, system: str, user: str, assistant: str, head:
         if where < long.find(assistant):
             return "first_user", between, "", ""
         return "last_user", between, "", ""
-    raise ValueError("system")
+    raise ValueError("the system message is neither a turn nor put before a user message's "
+                     "content")
 
 
 def _derive(render: Any, bos: str | None) -> ChatStructure:
@@ -158,7 +160,8 @@ def _derive(render: Any, bos: str | None) -> ChatStructure:
     suffix_assistant = _turn_end(t2, end_assistant)
     prefix_assistant, prefix_user = t1[len(suffix_user):], t2[len(suffix_assistant):]
     if not t3.startswith(suffix_user) or not t0.endswith(prefix_user):
-        raise ValueError("turns")
+        raise ValueError("the text around a user message differs between the first and a "
+                         "later turn")
     generation = t3[len(suffix_user):]
     head = t0[:len(t0) - len(prefix_user)]  # start, and a default system turn if any
     placement, separator, before, suffix_system = _system_placement(
@@ -174,7 +177,8 @@ def _derive(render: Any, bos: str | None) -> ChatStructure:
                      bos if bos and before.startswith(bos) else "")
             prefix_system = before[len(start):]
         else:
-            raise ValueError("system")
+            raise ValueError("the text before the first turn differs with and without a "
+                             "system message")
     trimmed = [role for role in ROLES
                if (role != "system" or placement != "dropped") and _trims(render, role)]
     caveats = []
@@ -220,22 +224,32 @@ def chat_structure(tokenizer: Any) -> ChatStructure:
     bos = getattr(tokenizer, "bos_token", None)
     try:
         structure = _derive(render, bos if isinstance(bos, str) else None)
-        template = ollama_template(structure, add_bos=False)
-        wrong = next((p for p in PROBES if ollama_prompt(
-            template, p, system=structure.default_system) != render(
-                [m for m in p if m["role"] != "system" or structure.system_placement
-                 != "dropped"], True)), None)
     except DataError:
         raise
-    except Exception:  # noqa: BLE001 - a probe the template fails on (ValueError, Jinja's
-        wrong, structure = PROBES[0], None  # TemplateError, GoTemplateError): refused below
-    if wrong is not None or structure is None:
-        raise DataError("the model's chat template does not render each turn as "
-                        "<prefix><content><suffix> with the system message as a turn or "
-                        "folded into the first or last user turn, so no Ollama TEMPLATE "
-                        "equal to it can be written; use the GGUF's embedded template "
-                        "(llama.cpp) instead of the Modelfile")
+    except Exception as exc:  # noqa: BLE001 - ValueError of a reading, a Jinja raise
+        raise DataError(_refusal(f"its turns cannot be read ({str(exc)[:100]})")) from None
+    template = ollama_template(structure, add_bos=False)
+    for probe in PROBES:
+        jinja = render([m for m in probe if m["role"] != "system"
+                        or structure.system_placement != "dropped"], True)
+        try:
+            go = ollama_prompt(template, probe, system=structure.default_system)
+        except ValueError as exc:  # GoTemplateError
+            go = f"<error: {exc}>"
+        if go != jinja:
+            at = len(_common_prefix(go, jinja))
+            raise DataError(_refusal(
+                f"on a chat of {'/'.join(m['role'] for m in probe)} the derived TEMPLATE "
+                f"gives {go[at:at + 24]!r} where the template gives {jinja[at:at + 24]!r} "
+                f"(character {at})"))
     return structure
+
+
+def _refusal(why: str) -> str:
+    return (f"the model's chat template is not read as turns of <prefix><content><suffix> "
+            f"with the system message as a turn or folded into the first or last user turn: "
+            f"{why}; so no Ollama TEMPLATE equal to it can be written: use the GGUF's "
+            f"embedded template (llama.cpp) instead of the Modelfile")
 
 
 def _quoted(text: str, what: str) -> str:
