@@ -222,13 +222,15 @@ def test_predict_and_chat_run_the_gguf_bundle(exported):
                        work / "out.jsonl", "--json")
     assert predicted.exit_code == 0, (predicted.stderr[-2000:], predicted.exception)
     assert json.loads(predicted.stdout)["backend"] == "llama.cpp"
+    assert "usable core" in predicted.stderr  # the measured thread count, logged
     rows = [json.loads(line) for line in (work / "out.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rows] == list(range(4))
     assert all(r["generated_text"] in ("great", "other") for r in rows)
-    talk = invoke("chat", bundle, "--max-new-tokens", "4",
+    talk = invoke("chat", bundle, "--max-new-tokens", "4", "--threads", "1",
                   input="Review: the coffee was tasty (7). Great or other?\n/exit\n")
     assert talk.exit_code == 0, (talk.stderr[-2000:], talk.exception)
     assert re.fullmatch(r"model> (great|other)\n", talk.stdout)
+    assert "llama.cpp: 1 thread (--threads)" in talk.stderr
 
 
 @pytest.mark.slow
