@@ -61,13 +61,23 @@ def trained(tmp_path_factory, smol_tokenizer):  # noqa: F811
 
 @pytest.fixture(scope="module")
 def exported(trained):
-    """``entrena export RUN --format gguf --quantize f16 --json`` (the export command's CLI
-    test): the result and its JSON document."""
+    """``entrena export RUN --format gguf --quantize f16 --threads 1 --ollama entrena-tiny
+    --json`` (the export command's CLI test) with a fake ``ollama`` on PATH that records its
+    arguments: the result and its JSON document."""
+    import os
+
+    from test_ollama_modelfile import _fake_ollama
+
     pytest.importorskip("llama_cpp", reason=RUNTIME_REASON)
     work, run_dir = trained
-    done = invoke("export", run_dir, "--format", "gguf", "--quantize", "f16",
-                  "--parity-prompts", "12", "--json")
+    record = _fake_ollama(work / "bin")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", f"{work / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+        done = invoke("export", run_dir, "--format", "gguf", "--quantize", "f16",
+                      "--parity-prompts", "12", "--threads", "1", "--ollama", "entrena-tiny",
+                      "--json")
     assert done.exit_code == 0, (done.stderr[-2000:], done.exception)
+    assert json.loads(record.read_text())["args"] == "create entrena-tiny -f Modelfile"
     return work, run_dir, json.loads(done.stdout)
 
 
@@ -95,6 +105,8 @@ def test_export_json_reports_the_bundle_and_its_parity_figures(exported):
         assert (bundle / name).is_file(), name
     assert json.loads((bundle / "export.json").read_text()) == {
         k: v for k, v in document.items() if k != "bundle"}
+    assert document["ollama"]["created"] is True and document["ollama"]["name"] == \
+        "entrena-tiny"
     parity = document["parity"]
     assert parity["prompts"] == 12 and parity["passed"] is True
     assert parity["agreement"] >= 0.95 and parity["tokenizer_agreement"] == 1.0
@@ -258,13 +270,15 @@ def test_predict_and_chat_run_the_gguf_bundle(exported):
                        work / "out.jsonl", "--json")
     assert predicted.exit_code == 0, (predicted.stderr[-2000:], predicted.exception)
     assert json.loads(predicted.stdout)["backend"] == "llama.cpp"
+    assert "usable core" in predicted.stderr  # the measured thread count, logged
     rows = [json.loads(line) for line in (work / "out.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rows] == list(range(4))
     assert all(r["generated_text"] in ("great", "other") for r in rows)
-    talk = invoke("chat", bundle, "--max-new-tokens", "4",
+    talk = invoke("chat", bundle, "--max-new-tokens", "4", "--threads", "1",
                   input="Review: the coffee was tasty (7). Great or other?\n/exit\n")
     assert talk.exit_code == 0, (talk.stderr[-2000:], talk.exception)
     assert re.fullmatch(r"model> (great|other)\n", talk.stdout)
+    assert "llama.cpp: 1 thread (--threads)" in talk.stderr
 
 
 @pytest.mark.slow

@@ -74,7 +74,7 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
            parity_data: str | Path | None = None, atol: float = 1e-4,
            min_label_agreement: float = 0.99, max_accuracy_drop: float = 0.01,
            latency_calls: int = 50, threads: int | None = None,
-           parity_prompts: int = 100) -> ExportResult:
+           parity_prompts: int = 100, ollama: str | None = None) -> ExportResult:
     """Export a finished run's model as a self-contained bundle and check it.
 
     The bundle holds the model file, the tokenizer, the label map and preprocessing
@@ -102,13 +102,17 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
         threads: CPU threads for PyTorch and ONNX Runtime; default PyTorch's current count.
         parity_prompts: A chat model (``--format gguf`` or ``hf``): held-out prompts whose
             greedy answers are compared (the first of the run's test file).
+        ollama: ``gguf``: once the bundle is written, ``ollama create OLLAMA -f Modelfile``
+            in it when an ``ollama`` binary is on ``PATH`` (else one line with the command to
+            run later); the outcome is ``export.json``'s ``ollama``.
 
     Returns:
         The :class:`ExportResult`.
 
     Raises:
         ConfigError: Unknown format, a quantisation or opset the format or the installed
-            exporter does not support, a negative ``atol``, ``latency_calls`` below 1 (before
+            exporter does not support, a negative ``atol``, ``latency_calls`` below 1, an
+            ``ollama`` name without ``--format gguf`` or that Ollama does not take (before
             anything is loaded), a format the run's task does not export to.
         ResourceError: ``--format gguf`` without llama-cpp-python installed.
         DataError: A local ``parity_data`` that does not exist (before the run is read); the
@@ -126,6 +130,13 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
 
     fmt = _check_options(format, quantize, opset)
     quantize = quantize if quantize is not None else fmt.default_quantization
+    if ollama is not None:
+        from entrena.exporting.ollama import check_ollama_name
+
+        if fmt.name != "gguf":
+            raise ConfigError(f"--ollama {ollama}: Ollama runs GGUF files; add --format gguf "
+                              f"(or leave --ollama out)")
+        check_ollama_name(ollama)
     if parity_prompts < 1:
         raise ConfigError(f"--parity-prompts {parity_prompts}: give at least 1 (50 or more for "
                           "a meaningful agreement)")
@@ -161,7 +172,11 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
     report = task.write_bundle(model_run, ExportRequest(
         format=fmt, quantize=quantize, opset=opset, destination=destination,
         parity_data=parity_data, thresholds=thresholds, latency_calls=latency_calls,
-        threads=threads, parity_prompts=parity_prompts))
+        threads=threads, parity_prompts=parity_prompts, ollama=ollama))
+    if ollama is not None:  # a finished GGUF bundle (not created when parity failed)
+        from entrena.exporting.ollama import add_bundle_to_ollama
+
+        add_bundle_to_ollama(destination, ollama, report)
     result = ExportResult(destination, report)
     tracking = model_run.config.get("tracking") or {}
     if result.passed and wants_mlflow_model(tracking):  # a failure only warns

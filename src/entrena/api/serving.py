@@ -108,8 +108,11 @@ def _llama_plan(source: Path, model: Path, host: str, port: int,
     # with HTTP 200 (benchmarks/serving.py --chat). Requests queue instead.
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", host,
                "--port", str(port), "--interrupt_requests", "False"]
-    if threads:
-        command += ["--n_threads", str(threads)]
+    from entrena.hardware.threads import choose_threads
+
+    choice = choose_threads(threads)  # llama-cpp-python's server default: every core
+    log.info("llama.cpp server: %s", choice.describe())
+    command += ["--n_threads", str(choice.threads), "--n_threads_batch", str(choice.threads)]
     url = f"http://{host}:{port}/v1/chat/completions"
     body = json.dumps({"messages": [{"role": "user", "content": "Hello!"}],
                        "temperature": 0, "max_tokens": 64})
@@ -182,7 +185,8 @@ def serve_plan(source: str | Path, *, host: str = "127.0.0.1", port: int = 5000,
         host, port: Where the server listens (``127.0.0.1``: this machine only; ``0.0.0.0``
             to accept other machines).
         workers: Server worker processes (MLflow), each with its own copy of the model.
-        threads: CPU threads of llama.cpp (GGUF).
+        threads: CPU threads of llama.cpp (GGUF); default the free cores, measured
+            (:func:`~entrena.hardware.threads.choose_threads`).
         max_rows: Rows one request may hold (MLflow; default 10,000).
         write: Write the MLflow model folder (``False``: only say what would run).
         engine: One of :data:`ENGINES`: ``mlflow`` serves an LLM run through MLflow's chat

@@ -239,6 +239,12 @@ def prepare(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
         _stderr_console().print(f"data report: {result.report_path}", highlight=False)
 
 
+ThreadsOpt = Annotated[int | None, typer.Option(
+    "--threads", help="CPU threads of llama.cpp (a GGUF model) and PyTorch (default: "
+    "llama.cpp the cores other processes leave free, measured over 0.2 s; PyTorch its own).",
+    show_default=False)]
+
+
 @app.command()
 def export(run: RunArg,
            format_: Annotated[str, typer.Option(
@@ -264,6 +270,12 @@ def export(run: RunArg,
            parity_prompts: Annotated[int, typer.Option(
                "--parity-prompts", help="Chat models: held-out prompts whose greedy answers "
                "are compared.")] = 100,
+           ollama: Annotated[str | None, typer.Option(
+               "--ollama", metavar="NAME", help="--format gguf: then run `ollama create NAME "
+               "-f Modelfile` in the bundle when an ollama binary is on PATH (else print the "
+               "command to run later); the outcome is in export.json.",
+               show_default=False)] = None,
+           threads: ThreadsOpt = None,
            json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     """Export RUN's model as a bundle (model, tokenizer, labels, model card) and check parity
     and latency; exits 3 when the parity check fails (the bundle is still written)."""
@@ -276,7 +288,7 @@ def export(run: RunArg,
         try:
             return export_fn(run, format=format_, quantize=quantize, opset=opset, output=output,
                              parity_data=parity_data, atol=atol, latency_calls=latency_calls,
-                             parity_prompts=parity_prompts)
+                             parity_prompts=parity_prompts, ollama=ollama, threads=threads)
         except ParityFailed as exc:
             _print_export(exc.result, json_output)
             raise
@@ -293,6 +305,12 @@ def _print_export(result: Any, json_output: bool) -> None:
 
     report = result.report
     parity = report["parity"]
+    made = report.get("ollama") or {}
+    if "command" in made:  # --ollama: its outcome first, the parity line stays the last
+        _stderr_console().print(
+            f"ollama: created {made['name']} (ollama run {made['name']})" if made["created"]
+            else f"ollama: not created ({made.get('reason') or made.get('output')}); run: "
+                 f"{made['command']}", soft_wrap=True, markup=False, highlight=False)
     if "agreement" in parity:  # a chat model: one line (scripts read the bundle off its end)
         _stderr_console().print(_chat_parity_line(result), soft_wrap=True, markup=False,
                                 highlight=False)
@@ -366,6 +384,7 @@ def predict(source: Annotated[Path, typer.Argument(
             on_bad_rows: Annotated[str | None, typer.Option(
                 "--on-bad-rows", help="skip or error for empty texts (default: the run's "
                 "data.on_bad_rows).", show_default=False)] = None,
+            threads: ThreadsOpt = None,
             json_output: JsonOpt = False, verbose: VerboseOpt = False) -> None:
     """Predict every row of --input; writes --output with every input column plus
     predicted_label, prob_<label> and status (a regressor: predicted_value and status)."""
@@ -376,7 +395,8 @@ def predict(source: Annotated[Path, typer.Argument(
 
         return predict_fn(source, input_, output=output, backend=backend,
                           text_column=text_column, batch_size=batch_size,
-                          on_bad_rows=on_bad_rows, console=_stderr_console())
+                          on_bad_rows=on_bad_rows, threads=threads,
+                          console=_stderr_console())
 
     result = _call_verb(call, verbose)
     if json_output:
@@ -398,6 +418,7 @@ def chat(source: Annotated[Path, typer.Argument(
              show_default=False)],
          max_new_tokens: Annotated[int, typer.Option(
              "--max-new-tokens", help="The most tokens of one answer.")] = 256,
+         threads: ThreadsOpt = None,
          verbose: VerboseOpt = False) -> None:
     """Talk with a chat model (a language-model run): one line per turn on stdin (a terminal or a
     pipe), answers on stdout; /reset forgets, /exit or end of input stops."""
@@ -407,7 +428,7 @@ def chat(source: Annotated[Path, typer.Argument(
         from entrena.api import chat as chat_fn
 
         return chat_fn(source, input=sys.stdin, output=sys.stdout,
-                       max_new_tokens=max_new_tokens)
+                       max_new_tokens=max_new_tokens, threads=threads)
 
     _call_verb(call, verbose)
 
@@ -424,7 +445,9 @@ def serve(source: Annotated[Path, typer.Argument(
               "--workers", help="Server processes (MLflow), each with its own model copy.")
           ] = 1,
           threads: Annotated[int | None, typer.Option(
-              "--threads", help="CPU threads of llama.cpp (a GGUF model).")] = None,
+              "--threads", help="CPU threads of llama.cpp (a GGUF model; default: the "
+              "cores other processes leave free, measured over 0.2 s).", show_default=False)
+          ] = None,
           max_rows: Annotated[int | None, typer.Option(
               "--max-rows", help="Rows one request may hold (default 10000); a larger one "
               "is refused with HTTP 400.")] = None,

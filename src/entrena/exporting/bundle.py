@@ -83,6 +83,8 @@ class ExportRequest:
         latency_calls: Timed calls per engine and batch size.
         threads: CPU threads for PyTorch and ONNX Runtime (``None``: PyTorch's current).
         parity_prompts: Held-out prompts a generative model's parity check runs.
+        ollama: A GGUF bundle: the model name ``entrena export`` gives ``ollama create``
+            once the bundle is written (``None``: none); the task's writer need not read it.
     """
 
     format: Any
@@ -94,6 +96,7 @@ class ExportRequest:
     latency_calls: int = 50
     threads: int | None = None
     parity_prompts: int = 100
+    ollama: str | None = None
 
 
 @dataclass

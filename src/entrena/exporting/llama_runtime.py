@@ -66,7 +66,8 @@ def quantize_gguf(source: Path, target: Path, quantization: str, *,
 
     Args:
         quantization: A key of :data:`QUANTIZATIONS`.
-        threads: CPU threads (default llama.cpp's choice).
+        threads: CPU threads (default: the free cores,
+            :func:`~entrena.hardware.threads.choose_threads`).
 
     Returns:
         Seconds it took.
@@ -80,7 +81,11 @@ def quantize_gguf(source: Path, target: Path, quantization: str, *,
     llama_cpp = require_runtime("--format gguf")
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, QUANTIZATIONS[quantization])
-    params.nthread = int(threads or 0)
+    from entrena.hardware.threads import choose_threads
+
+    choice = choose_threads(threads)
+    log.info("llama.cpp quantiser: %s", choice.describe())
+    params.nthread = choice.threads
     started = time.perf_counter()
     code = llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(),
                                           ctypes.byref(params))
@@ -96,14 +101,23 @@ class GgufRunner:
     Args:
         path: The GGUF file.
         context_tokens: Context window (prompt + generation), in tokens.
-        threads: CPU threads (default llama.cpp's choice).
+        threads: CPU threads (default: the free cores,
+            :func:`~entrena.hardware.threads.choose_threads`; logged).
+
+    Attributes:
+        threads: The CPU threads it runs on.
 
     Raises:
         ResourceError: The runtime is missing or cannot load the file.
     """
 
     def __init__(self, path: Path, *, context_tokens: int = 2048, threads: int | None = None):
+        from entrena.hardware.threads import choose_threads
+
         llama_cpp = require_runtime(f"running {path.name}")
+        choice = choose_threads(threads)
+        log.info("llama.cpp: %s", choice.describe())
+        self.threads = threads = choice.threads
         try:
             # n_threads_batch too: llama-cpp-python's default for prompt processing is every
             # core, which on a shared machine waits on descheduled threads (several times

@@ -200,6 +200,7 @@ def _write_gguf(merged: Any, tokenizer: Any, work: Path, request: Any, stop: tup
     from entrena.exporting.llama_converter import convert_hf_folder, converter_tree
     from entrena.exporting.llama_runtime import MAIN_TYPES, quantize_gguf
     from entrena.exporting.modelfile import chat_structure, render_modelfile
+    from entrena.exporting.ollama import gguf_adds_bos
     from entrena.tasks.llm_sft.generators import GgufGenerator
 
     quantize = request.quantize
@@ -217,7 +218,8 @@ def _write_gguf(merged: Any, tokenizer: Any, work: Path, request: Any, stop: tup
     if quantize != "f16":
         quantize_s = quantize_gguf(f16, work / GGUF_FILE, quantize, threads=request.threads)
     types = tensor_types(work / GGUF_FILE)
-    (work / MODELFILE).write_text(render_modelfile(structure, stop=[stop[0]]), encoding="utf-8")
+    (work / MODELFILE).write_text(render_modelfile(
+        structure, stop=[stop[0]], add_bos=gguf_adds_bos(work / GGUF_FILE)), encoding="utf-8")
     part = {"file": GGUF_FILE, "program": f"llama.cpp convert_hf_to_gguf.py ({tree.name})",
             "gguf": found,
             "quantization": {"requested": quantize, "tensor_types": types,
@@ -226,7 +228,8 @@ def _write_gguf(merged: Any, tokenizer: Any, work: Path, request: Any, stop: tup
                              "convert_s": convert_s, "quantize_s": quantize_s},
             "chat_template": tokenizer.chat_template, "stop_tokens": [stop[0]],
             "eos_token_id": stop[1], "modelfile": MODELFILE,
-            "ollama": {"system": structure.default_system}}
+            "ollama": {"system": structure.default_system,
+                       "caveats": list(structure.caveats)}}
     engines = {"f16": lambda: GgufGenerator(f16, context_tokens=context_tokens,
                                             threads=request.threads),
                quantize: lambda: GgufGenerator(work / GGUF_FILE, context_tokens=context_tokens,
