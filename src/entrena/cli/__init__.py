@@ -698,6 +698,7 @@ def _print_summary(result: Any) -> None:
     from rich.table import Table
 
     from entrena.core.metrics import split_scores
+    from entrena.reporting.headline import headline_findings
 
     console = _stderr_console()
     metrics = result.metrics
@@ -720,7 +721,13 @@ def _print_summary(result: Any) -> None:
     budget = metrics.get("budget")
     if budget:
         table.add_row("budget", _budget_line(budget))
+    findings = headline_findings(metrics)
+    for found in findings:
+        table.add_row(f"[bold red]finding: {found.get('code')}[/]", str(found.get("figure")))
     console.print(table)
+    for found in findings:
+        console.print(f"[bold red]{found.get('message')}[/]; {found.get('change')}",
+                      markup=True, highlight=False)
     console.print(f"model: {result.model_dir}")
 
 
