@@ -79,6 +79,7 @@ def test_only_a_question_too_long_alone_is_cut_inside_and_counted(tmp_path, smol
     _, _, prepared = prepare(tmp_path, smol_tokenizer, data={"checks": CHECKS})
     report = prepared.report["splits"]
     assert sum(r["prompt_cut_rows"] for r in report.values()) == 1
+    assert sum(r["turns_dropped_rows"] for r in report.values()) == 1  # dropped first
     prompts = [p for s in (prepared.splits.train, prepared.splits.validation)
                for p in s.prompts if "worth it" in p]
     assert "Be brief." in prompts[0] and "sunny" not in prompts[0]

@@ -188,23 +188,23 @@ def _skipped_entry(found: _ReadSplit) -> dict[str, Any]:
 
 def _tokenize_split(tokenizer: Any, examples: list[SftExample], numbers: list[int],
                     max_length: int, template: str | None) -> tuple[SftSplit, dict[str, int]]:
-    """The split as ids, and how many examples were made to fit by each kind of cut
-    (``turns_dropped_rows``, ``prompt_cut_rows``: :func:`~entrena.tasks.llm_sft.tokens.
-    fit_example`)."""
+    """The split as ids, and how many examples were made to fit each way
+    (:func:`~entrena.tasks.llm_sft.tokens.fit_example`): ``turns_dropped_rows`` lost
+    earlier turns, ``prompt_cut_rows`` had the question cut inside (a row can be both)."""
     prompts, ids, prompt_lengths, truncated = [], [], [], []
-    cuts = {"turns_dropped": 0, "prompt_cut": 0}
+    cuts = {"turns_dropped_rows": 0, "prompt_cut_rows": 0}
     for example in examples:
         fitted = fit_example(tokenizer, example, max_length, template=template)
         prompts.append(fitted.prompt)
         ids.append(fitted.ids)
         prompt_lengths.append(fitted.prompt_length)
-        truncated.append(fitted.cut is not None)
-        if fitted.cut is not None:
-            cuts[fitted.cut] += 1
+        truncated.append(fitted.truncated)
+        cuts["turns_dropped_rows"] += fitted.turns_dropped > 0
+        cuts["prompt_cut_rows"] += fitted.prompt_cut
     split = SftSplit(prompts, [e.response for e in examples], ids,
                      np.array(prompt_lengths, dtype=np.int64),
                      np.array(numbers, dtype=np.int64), np.array(truncated, dtype=bool))
-    return split, {f"{kind}_rows": count for kind, count in cuts.items()}
+    return split, cuts
 
 
 def _subsample(index: np.ndarray, limit: int | None, seed: int) -> np.ndarray:
@@ -281,10 +281,10 @@ def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
     Returns:
         The prepared data; ``report`` has ``splits.<role>`` (``rows_read``, ``rows_kept``,
         the bad rows skipped by kind and ``skipped_rows`` (their numbers),
-        ``exact_duplicates``, ``leaked_rows``, ``truncated_rows`` (any cut) of which
+        ``exact_duplicates``, ``leaked_rows``, ``truncated_rows`` (any cut),
         ``turns_dropped_rows`` (earlier turns dropped whole) and ``prompt_cut_rows`` (the
-        question or a template field cut inside), token lengths), ``checks``, ``encoding``
-        and ``fingerprint``.
+        question or a template field cut inside; a row can be both), token lengths),
+        ``checks``, ``encoding`` and ``fingerprint``.
 
     Raises:
         ConfigError: A shared data key the task cannot honour, or a tokenizer without a chat
@@ -341,10 +341,13 @@ def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
     configured = cfg.model.max_new_tokens
     max_new = int(train.response_lengths.max()) if configured == "auto" else int(configured)
     share = report["splits"]["train"]["truncated_fraction"]
+    entry = report["splits"]["train"]
+    how = (f": {entry['turns_dropped_rows']} lost earlier turns, {entry['prompt_cut_rows']} "
+           f"had the question cut" if entry["turns_dropped_rows"] else "")
     report["checks"].append(check_record(
         "truncation", share, checks.truncation,
         f"{share:.1%} of training prompts were cut to fit model.max_length {max_length} "
-        f"tokens (limit {checks.max_truncated_fraction:.0%})",
+        f"tokens{how} (limit {checks.max_truncated_fraction:.0%})",
         failing=share > checks.max_truncated_fraction))
     report["encoding"] = {"tokenizer": sources["tokenizer"], "max_length": max_length,
                           "max_length_from": "model.max_length",

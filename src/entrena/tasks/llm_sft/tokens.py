@@ -81,14 +81,21 @@ class Fitted:
         prompt: The rendered prompt text.
         ids: Prompt + response + EOS, (L,) int64.
         prompt_length: Tokens of the prompt.
-        cut: ``None`` (as written), ``"turns_dropped"`` (earlier exchanges dropped whole) or
-            ``"prompt_cut"`` (the last question or the template's longest field cut inside).
+        turns_dropped: Earlier turns dropped whole to fit (0: none).
+        prompt_cut: Whether the last question (or the template's longest field) was cut
+            inside, after every earlier turn was dropped.
     """
 
     prompt: str
     ids: np.ndarray
     prompt_length: int
-    cut: str | None
+    turns_dropped: int = 0
+    prompt_cut: bool = False
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the prompt lost anything to fit."""
+        return self.turns_dropped > 0 or self.prompt_cut
 
 
 def _refuse(example: SftExample, response: int, fixed: int, max_length: int,
@@ -120,10 +127,10 @@ def fit_example(tokenizer: Any, example: SftExample, max_length: int, *,
 
     messages = [dict(m) for m in example.messages]
     prompt, prompt_ids, excess = over(messages)
-    cut: str | None = None
+    written, cut = len(messages), False
     if excess > 0 and template is None:
         for shorter in history_cuts(messages):
-            messages, cut = shorter, "turns_dropped"
+            messages = shorter
             prompt, prompt_ids, excess = over(messages)
             if excess <= 0:
                 break
@@ -131,8 +138,8 @@ def fit_example(tokenizer: Any, example: SftExample, max_length: int, *,
     for _ in range(3):
         if excess <= 0:
             ids = np.array(prompt_ids + response, dtype=np.int64)
-            return Fitted(prompt, ids, len(prompt_ids), cut)
-        cut = "prompt_cut"
+            return Fitted(prompt, ids, len(prompt_ids), written - len(messages), cut)
+        cut = True
         if template is not None:
             fields = [c for c in template_fields(template) if isinstance(row.get(c), str)]
             longest = max(fields, key=lambda c: len(row[c]), default=None)
@@ -181,4 +188,4 @@ def tokenize_example(tokenizer: Any, example: SftExample, max_length: int, *,
         DataError: As :func:`fit_example`.
     """
     fitted = fit_example(tokenizer, example, max_length, template=template)
-    return fitted.prompt, fitted.ids, fitted.prompt_length, fitted.cut is not None
+    return fitted.prompt, fitted.ids, fitted.prompt_length, fitted.truncated
