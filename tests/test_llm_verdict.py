@@ -159,3 +159,11 @@ def test_a_one_answer_model_is_compared_with_the_majority_answer_and_named(one_a
     assert budgets and set(budgets) == {zero["max_new_tokens"]}
     report = json.loads((result.run_dir / "data_report.json").read_text())
     assert zero["max_new_tokens"] == report["encoding"]["max_new_tokens"]
+
+
+def test_the_answers_summary_is_no_curve_of_the_report():
+    from entrena.reporting.plots import validation_series
+
+    events = [{"type": "eval", "step": s, "validation": {
+        "exact_match": 0.5, "answers": {"rows": 10, "commonest": "great"}}} for s in (1, 2)]
+    assert validation_series(events) == {"exact_match": ([1, 2], [0.5, 0.5])}

@@ -168,9 +168,14 @@ def _fixed_length(tokenizer: Any, messages: list[dict[str, str]], template: str 
                   row: dict[str, Any]) -> int:
     """Tokens of the prompt that no cut removes: the system turns and the question's turn
     (the template with its fields) rendered with the texts emptied."""
-    if template is not None:
+    if template is not None:  # text fields emptied; a number keeps its format spec valid
+        try:
+            text = template.format(**{c: "" if isinstance(v, str) or is_empty(v) else v
+                                      for c, v in row.items()})
+        except (ValueError, TypeError):  # a spec such as {n:.2f} on an emptied field
+            text = ""
         bare = [m for m in messages if m["role"] == "system"] + [
-            {"role": "user", "content": template.format(**{c: "" for c in row})}]
+            {"role": "user", "content": text}]
     else:
         users = [i for i, m in enumerate(messages) if m["role"] == "user"]
         question = users[-1] if users else len(messages)
