@@ -149,7 +149,9 @@ def baseline_verdict(result: dict[str, Any], metrics: dict[str, Any],
     _paired(verdict, model_rows, rows.get(verdict["best"], {}).get(role))
     result["comparison"] = verdict
     noise = _interval_words(verdict)
-    cheap = {"tfidf_logreg": "a bag of words"}.get(verdict["best"], verdict["best"])
+    cheap = {"tfidf_logreg": "a bag of words",
+             "majority_answer": "always giving the majority answer"}.get(verdict["best"],
+                                                                          verdict["best"])
     if verdict["outcome"] == "ties":
         log.warning("the model ties the cheap baseline: %s %s %.4f %s %s %.4f%s; %s does as "
                     "well for a fraction of the cost (more epochs, a pretrained model or more "
