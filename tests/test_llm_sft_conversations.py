@@ -6,7 +6,9 @@ refused as ``data.on_bad_rows`` says."""
 
 from __future__ import annotations
 
+import io
 import logging
+import re
 
 import pytest
 import yaml
@@ -119,6 +121,14 @@ def test_a_lone_assistant_turn_and_an_empty_answer_are_skipped_and_listed(
     assert "lines 5, 7: the assistant turn has no user turn before it" in said
     assert "line 6: the final assistant turn is empty" in said
     assert "data.on_bad_rows: skip" in said
+    from rich.console import Console
+
+    from entrena.api.preparing import report_table
+
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(report_table(prepared.report))
+    table = console.export_text()
+    assert re.search(r"empty answer / no user turn\s*│\s*1 / 2\s*│\s*0 / 0", table), table
 
 
 @pytest.mark.parametrize("row, message", [

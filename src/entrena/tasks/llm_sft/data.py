@@ -335,7 +335,8 @@ def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
         splits[role], cuts = _tokenize_split(tokenizer, [examples[i] for i in index[role]],
                                              [numbers[i] for i in index[role]], max_length,
                                              template)
-        entry = report["splits"].setdefault(role, {"file": None, "rows_read": 0})
+        entry = report["splits"].setdefault(  # a validation split carved from training
+            role, {"file": None, "rows_read": 0, **{kind: 0 for kind in BAD_ROWS}})
         entry.update(rows_kept=len(splits[role]), **_split_counts(splits[role]), **cuts)
     train = splits["train"]
     configured = cfg.model.max_new_tokens
