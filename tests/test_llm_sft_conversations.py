@@ -155,3 +155,13 @@ def test_a_lone_assistant_turn_exits_2_with_its_line_at_the_command_line(tmp_pat
     assert "add the user's question before it" in last
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
     assert not (tmp_path / "runs" / "tiny-llm" / "model").exists()
+
+
+def test_an_empty_response_column_is_named_with_its_rows(tmp_path, smol_tokenizer):
+    (tmp_path / "train.csv").write_text("review,score\nnice,great\nbad, \nok,other\n"
+                                        "fine,great\nmeh,\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"train.csv: rows 2, 5: the response \('score'\) is "
+                                        r"empty .*write the response or remove the row"):
+        prepare(tmp_path, smol_tokenizer, data={
+            "train": str(tmp_path / "train.csv"), "response_column": "score",
+            "prompt_template": "Review: {review}", "on_bad_rows": "error"})

@@ -193,9 +193,15 @@ def _rows_words(numbers: list[int], unit: str, limit: int = 10) -> str:
     return f"{unit}{'s' if len(numbers) > 1 else ''} {shown}{more}"
 
 
-def _bad_rows_line(where: str, kind: str, numbers: list[int], unit: str) -> str:
-    """``"data.train: f.jsonl: lines 5, 7: <what is wrong>; <fix>"``."""
+def _bad_rows_line(where: str, kind: str, numbers: list[int], unit: str,
+                   column: str | None) -> str:
+    """``"data.train: f.jsonl: lines 5, 7: <what is wrong>; <fix>"``; ``column``: the
+    response column of a format that reads columns (``None`` for ``messages``)."""
     what, fix = BAD_ROWS[kind]
+    if kind == "empty_response" and column is not None:
+        what = (f"the response ({column!r}) is empty (blank or whitespace), so there is "
+                "nothing to learn")
+        fix = "write the response or remove the {unit}"
     return f"{where}: {_rows_words(numbers, unit)}: {what}; {fix.format(unit=unit)}"
 
 
@@ -279,7 +285,9 @@ def chat_rows(rows: list[tuple[int, dict[str, Any]]], data: Any, fmt: str, *, na
             continue
         found.examples.append(SftExample(prompt, str(response), where, row))
         found.numbers.append(number)
-    lines = [_bad_rows_line(f"{key}: {name}", kind, numbers, unit)
+    column = (None if fmt == "messages" else data.response_column if fmt == "template"
+              else data.completion_column)
+    lines = [_bad_rows_line(f"{key}: {name}", kind, numbers, unit, column)
              for kind, numbers in found.skipped.items()]
     if lines and on_bad_rows == "error":
         raise DataError("; ".join(lines) + "; or set data.on_bad_rows: skip to leave such "
