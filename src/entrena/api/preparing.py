@@ -159,10 +159,15 @@ def report_table(report: dict[str, Any]) -> Any:
     row("unseen-label rows", lambda s: f"{s['unseen_label_rows']:,}")
     if table_rows:
         row("unseen categories", lambda s: f"{sum(s.get('unseen_categories', {}).values()):,}")
+    # LLM chats: rows without a question and its answer, skipped and listed
+    row("empty answer / no user turn",
+        lambda s: f"{s['empty_response']:,} / {s['no_user_turn']:,}")
     encoding = report.get("encoding")
     if encoding:
         row(f"truncated at {encoding['max_length']} tokens",
             lambda s: f"{s.get('truncated_fraction', 0):.1%}")
+        row("  earlier turns dropped / question cut",
+            lambda s: f"{s['turns_dropped_rows']:,} / {s['prompt_cut_rows']:,}")
         row("tokens: median / p95",
             lambda s: "{:.0f} / {:.0f}".format(s["token_length"].get("median", 0),
                                                s["token_length"].get("p95", 0)))

@@ -43,7 +43,7 @@ plan, which a newcomer acts on last."""
 FINDING_GROUPS = {
     "no_test_split": "data", "one_class": "model", "baseline_ties": "model",
     "baseline_wins": "model", "no_better_than_mean": "model", "every_tag": "model",
-    "near_constant": "model",
+    "near_constant": "model", "one_answer": "model",
     "trees_enough": "model",
     "early_stopping_saved": "training", "padding_waste": "training",
     "input_bound": "hardware", "memory_headroom": "hardware", "memory_tight": "hardware",

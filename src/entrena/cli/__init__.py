@@ -721,9 +721,11 @@ def launch(config: ConfigArg,
 
 
 def _print_summary(result: Any) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from entrena.core.metrics import split_scores
+    from entrena.reporting.headline import headline_findings
 
     console = _stderr_console()
     metrics = result.metrics
@@ -746,7 +748,14 @@ def _print_summary(result: Any) -> None:
     budget = metrics.get("budget")
     if budget:
         table.add_row("budget", _budget_line(budget))
+    findings = headline_findings(metrics)  # one class or one answer for nearly every row
+    for found in findings:  # the figure quotes the model's answer: no markup in it
+        table.add_row(f"[bold red]finding: {escape(str(found.get('code')))}[/]",
+                      escape(str(found.get("figure"))))
     console.print(table)
+    for found in findings:
+        console.print(f"[bold red]{escape(str(found.get('message')))}[/]; "
+                      f"{escape(str(found.get('change')))}", highlight=False)
     console.print(f"model: {result.model_dir}")
 
 

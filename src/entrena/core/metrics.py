@@ -59,7 +59,13 @@ _TABLE = [
               "that ended with EOS within max_new_tokens", True),
     MetricKey("validation.perplexity", "", "LLM fine-tuning: exp(validation.loss), the loss "
               "being the mean NLL of the answer tokens and their EOS", False),
+    MetricKey("validation.answers", "", "LLM fine-tuning: how the greedy generations spread: "
+              "rows, distinct (normalised answers), commonest, commonest_share and "
+              "reference_share (the share of references that are the commonest answer); the "
+              "one_answer finding reads it"),
     MetricKey("test.exact_match", "fraction", "LLM fine-tuning: exact match on test", True),
+    MetricKey("test.answers", "", "LLM fine-tuning: how the test generations spread (the "
+              "same keys)"),
     MetricKey("test.eos_share", "fraction", "LLM fine-tuning: EOS share on test", True),
     MetricKey("test.perplexity", "", "LLM fine-tuning: exp(test.loss)", False),
     MetricKey("test.per_class", "fraction", "per class on the test set: "
@@ -189,6 +195,18 @@ _TABLE = [
     MetricKey("baseline.zero_shot.test", "fraction", "LLM fine-tuning: zero-shot base model "
               "on test (the same keys)"),
     MetricKey("baseline.zero_shot.time_s", "s", "LLM fine-tuning: zero-shot generation time"),
+    MetricKey("baseline.zero_shot.max_new_tokens", "tokens", "LLM fine-tuning: tokens the "
+              "base model may generate per prompt, as many as the tuned model"),
+    MetricKey("baseline.majority_answer.answer", "", "LLM fine-tuning, when the training "
+              "responses are labels (at most 20 distinct normalised answers covering >= 95% "
+              "of the training rows, each seen about twice or more): the commonest training "
+              "answer"),
+    MetricKey("baseline.majority_answer.validation", "fraction", "LLM fine-tuning: always "
+              "giving the majority answer: exact_match on validation"),
+    MetricKey("baseline.majority_answer.test", "fraction", "LLM fine-tuning: the majority "
+              "answer's exact_match on test"),
+    MetricKey("baseline.majority_answer.time_s", "s", "LLM fine-tuning: majority answer: "
+              "score time"),
     MetricKey("baseline.comparison", "", "model vs the best baseline on test (else "
               "validation) accuracy (regression: rmse, lower better): split, metric, "
               "higher_is_better, model, best, best_score, model_beats_baseline, outcome "
@@ -238,7 +256,9 @@ _TABLE = [
     MetricKey("diagnosis", "", "a list of findings, each code, group, figure (what "
               "triggered it), message and change (what to do), listed by group: data "
               "(no_test_split), model (one_class: >= 98% of the scored rows predicted as one "
-              "class that is at most 90% of them; baseline_ties, baseline_wins, "
+              "class that is at most 90% of them; one_answer: an LLM giving one normalised "
+              "answer to >= 90% of >= 10 scored prompts while <= 90% of the references are "
+              "it; baseline_ties, baseline_wins, "
               "no_better_than_mean: a regressor's bootstrap R² interval holds 0 or lies "
               "below it; every_tag: "
               "a multi-label model predicting >= 90% of row-tag pairs where <= 60% are true; "

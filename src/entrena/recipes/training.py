@@ -90,6 +90,7 @@ from entrena.recipes.verdicts import (
     every_tag_finding,
     mean_finding,
     no_test_finding,
+    one_answer_finding,
     one_class_finding,
 )
 from entrena.tasks.registry import get_task
@@ -716,13 +717,14 @@ def _judge(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned,
     generic = baseline_finding(metrics["baseline"]["comparison"]) if finding is None else None
     no_test = no_test_finding(metrics)
     one_class = one_class_finding(metrics)
-    _warn(finding, no_test, one_class)
+    one_answer = one_answer_finding(metrics)
+    _warn(finding, no_test, one_class, one_answer)
     no_signal = mean_finding(metrics["baseline"]["comparison"], metrics)
     every_tag = every_tag_finding(model_rows, compared)
     constant = constant_value_finding(model_rows, compared)
     _warn(no_signal, every_tag, constant)
-    own = [f for f in (one_class, every_tag, constant, no_signal, finding, generic, no_test)
-           if f is not None]
+    own = [f for f in (one_class, one_answer, every_tag, constant, no_signal, finding, generic,
+                       no_test) if f is not None]
     metrics["diagnosis"] = order_findings([*own, *(metrics["diagnosis"] or [])])
 
 

@@ -1,8 +1,8 @@
 """What the recipe says about a finished run's scores: the comparison with the task's cheap
 baselines (a lead inside the test set's noise is a tie: a paired bootstrap interval of the
 difference, :mod:`entrena.tasks.significance`) and the findings it adds to the diagnosis
-(``model``: a baseline ties or wins, or the model predicts one class for nearly every row;
-``data``: no test split)."""
+(``model``: a baseline ties or wins, the model predicts one class for nearly every row, or a
+generative model gives one answer to nearly every prompt; ``data``: no test split)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from entrena.tasks.significance import (
 )
 
 __all__ = ["baseline_finding", "baseline_verdict", "constant_value_finding",
-           "every_tag_finding", "mean_finding", "no_test_finding", "one_class_finding"]
+           "every_tag_finding", "mean_finding", "no_test_finding", "one_answer_finding",
+           "one_class_finding"]
 
 ONE_CLASS_SHARE = 0.98
 """A classifier that gives one class to at least this share of the scored rows…"""
@@ -35,6 +36,21 @@ EVERY_TAG_TRUE_SHARE = 0.60
 ONE_CLASS_TRUE_SHARE = 0.90
 """…while that class is at most this share of their true labels has learned the prior only
 (a model that has not yet learned, or a learning rate too low or too high to)."""
+
+ONE_ANSWER_SHARE = 0.90
+"""A generative model that gives one normalised answer to at least this share of the scored
+prompts…"""
+
+ONE_ANSWER_TRUE_SHARE = 0.90
+"""…while at most this share of the references are that answer gives the same answer
+whatever it is asked (the LLM tuned on two-answer reviews that answered one word to 117 of
+120 prompts, 0.475 exact match, below the majority answer's 0.55). Looser than
+:data:`ONE_CLASS_SHARE`: a generative model can answer anything, so nine prompts in ten
+answered alike is already a collapse, where a classifier's 90% can be a skewed prior."""
+
+ONE_ANSWER_MIN_ROWS = 10
+"""Prompts needed before the share is judged: with fewer, one prompt moves it by more than
+the 10% between :data:`ONE_ANSWER_SHARE` and all of them."""
 
 NEAR_CONSTANT_SPREAD = 0.1
 """A regressor whose predictions' standard deviation is below this share of the true
@@ -133,7 +149,9 @@ def baseline_verdict(result: dict[str, Any], metrics: dict[str, Any],
     _paired(verdict, model_rows, rows.get(verdict["best"], {}).get(role))
     result["comparison"] = verdict
     noise = _interval_words(verdict)
-    cheap = {"tfidf_logreg": "a bag of words"}.get(verdict["best"], verdict["best"])
+    cheap = {"tfidf_logreg": "a bag of words",
+             "majority_answer": "always giving the majority answer"}.get(verdict["best"],
+                                                                          verdict["best"])
     if verdict["outcome"] == "ties":
         log.warning("the model ties the cheap baseline: %s %s %.4f %s %s %.4f%s; %s does as "
                     "well for a fraction of the cost (more epochs, a pretrained model or more "
@@ -294,3 +312,32 @@ def one_class_finding(metrics: dict[str, Any]) -> dict[str, str] | None:
             "change": "train longer (train.max_epochs) and check train.learning_rate (a model "
                       "trained from random weights, such as a table's MLP, needs about 1e-3 "
                       "and tens of epochs; the default 1e-4 suits a pretrained transformer)"}
+
+
+def one_answer_finding(metrics: dict[str, Any]) -> dict[str, str] | None:
+    """A ``model`` finding when a generative model gives (nearly) one answer to every prompt.
+
+    Reads ``answers`` of ``metrics["test"]`` (else ``"validation"``): the generations'
+    commonest normalised answer, its share and the share of references that are it
+    (``entrena.tasks.llm_sft.evaluation.answer_summary``). ``None`` for a task without it, a
+    split of fewer than :data:`ONE_ANSWER_MIN_ROWS` prompts, or a model whose answers
+    spread.
+    """
+    role = "test" if "test" in metrics else "validation"
+    answers = (metrics.get(role) or {}).get("answers")
+    if not isinstance(answers, dict):
+        return None
+    rows, share = answers.get("rows") or 0, answers.get("commonest_share")
+    true_share = answers.get("reference_share")
+    if rows < ONE_ANSWER_MIN_ROWS or share is None or true_share is None \
+            or share < ONE_ANSWER_SHARE or true_share > ONE_ANSWER_TRUE_SHARE:
+        return None
+    return {"code": "one_answer",
+            "figure": f"{role}: {share:.0%} of {rows} prompts answered "
+                      f"{answers.get('commonest')!r} ({true_share:.0%} of the references are)",
+            "message": "the model gives one answer to almost every prompt: it learned the "
+                       "answers' proportions, not to read the prompt",
+            "change": "train longer or at another learning rate (train.max_epochs, "
+                      "train.learning_rate), balance the answers in the training data, and "
+                      "check that the prompt holds what decides the answer; compare the "
+                      "majority-answer baseline"}

@@ -25,7 +25,7 @@ BASELINE_NAMES = {
     "tfidf_ridge": "TF-IDF + ridge", "boosted_trees": "boosted trees",
     "mean": "training-mean", "median": "training-median", "every_tag": "every-tag",
     "thumbnail_logreg": "thumbnail logistic regression",
-    "zero_shot": "zero-shot base model",
+    "zero_shot": "zero-shot base model", "majority_answer": "majority answer",
 }
 """Baseline names of ``metrics.json`` in words (the ``METRIC_KEYS`` entries describe them)."""
 

@@ -3,6 +3,9 @@
 "test accuracy 86.3% vs 78.2% for the TF-IDF + logistic regression baseline; 2 epochs in
 6m 37s on 2 CPU cores; cost $0" — from ``metrics.json`` (the baseline verdict, whose metric
 is the task's ``comparison_metric``; ``fit``; ``cost``) and ``plan.json`` (the GPU's name).
+A finding that says the model's score is hollow (:data:`HEADLINE_FINDINGS`: one class or one
+answer for nearly every row, every tag, a near-constant value) follows it in the headline,
+as it does in ``entrena train``'s closing table.
 """
 
 from __future__ import annotations
@@ -13,7 +16,12 @@ from entrena.core.metrics import split_scores
 from entrena.reporting.formatting import baseline_name, escape, human_name, human_value
 from entrena.units import format_duration, format_usd
 
-__all__ = ["headline", "outcome_sentence", "hardware_words", "cost_words"]
+__all__ = ["HEADLINE_FINDINGS", "headline", "headline_findings", "outcome_sentence",
+           "hardware_words", "cost_words"]
+
+HEADLINE_FINDINGS = ("one_class", "one_answer", "every_tag", "near_constant")
+"""Diagnosis codes shown in the headline: the model collapsed to the data's proportions, so
+its score, even one that beats a baseline, says little about what it learned."""
 
 _VERBS = {"beats": "beats", "ties": "ties with", "loses": "does not beat"}
 _STYLE = {"beats": "ok", "ties": "warn", "loses": "bad"}
@@ -80,9 +88,16 @@ def cost_words(cost: dict[str, Any]) -> tuple[str, str]:
     return text, str(cost.get("source") or "")
 
 
+def headline_findings(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """The findings of ``metrics["diagnosis"]`` whose code is in :data:`HEADLINE_FINDINGS`,
+    in their order."""
+    return [f for f in metrics.get("diagnosis") or []
+            if isinstance(f, dict) and f.get("code") in HEADLINE_FINDINGS]
+
+
 def headline(metrics: dict[str, Any], plan: dict[str, Any]) -> str:
     """The headline paragraph (HTML): outcome; epochs, wall time and hardware; cost (its
-    source as the tooltip)."""
+    source as the tooltip); then a paragraph per :func:`headline_findings` finding."""
     fit = metrics.get("fit") or {}
     cost = metrics.get("cost") or {}
     outcome, style = outcome_sentence(metrics)
@@ -103,5 +118,10 @@ def headline(metrics: dict[str, Any], plan: dict[str, Any]) -> str:
             run.append(f"in {format_duration(wall)}")
     run.append(f"on {escape(hardware_words(fit, plan))}")
     money, source = cost_words(cost)
+    warnings = "".join(
+        f"<p class='headline bad'>But {escape(str(f.get('message')))} "
+        f"({escape(str(f.get('figure')))}; the Diagnosis says what to change).</p>"
+        for f in headline_findings(metrics))
     return (f"<p class='headline {style}'>{outcome}; {' '.join(run)}; "
-            f"<span class='tip' title='{escape(source, quote=True)}'>{money}</span></p>")
+            f"<span class='tip' title='{escape(source, quote=True)}'>{money}</span></p>"
+            + warnings)

@@ -102,14 +102,16 @@ def series(records: list[dict[str, Any]], kind: str, key: str) -> tuple[list, li
 
 
 def validation_series(events: list[dict[str, Any]]) -> dict[str, tuple[list, list]]:
-    """``{metric: (steps, values)}`` of every validation metric of the ``eval`` records."""
+    """``{metric: (steps, values)}`` of every numeric validation metric of the ``eval``
+    records (a nested figure, such as an LLM's ``answers``, is not a curve)."""
     evals = [r for r in events if r.get("type") == "eval"]
     keys = list(dict.fromkeys(k for r in evals for k in (r.get("validation") or {})))
     found = {}
     for key in keys:
         points = [(r["step"], r["validation"][key]) for r in evals
                   if isinstance(r.get("validation", {}).get(key), int | float)]
-        found[key] = ([p[0] for p in points], [p[1] for p in points])
+        if points:
+            found[key] = ([p[0] for p in points], [p[1] for p in points])
     return found
 
 

@@ -7,10 +7,17 @@ A row becomes ``(prompt messages, response text)``:
   prompt, the last one must be the assistant's and is the response;
 - ``prompt_completion``: ``[system?] + user(prompt)`` → ``completion``;
 - ``template``: ``[system?] + user(prompt_template.format(**row))`` → ``response_column``.
+
+Rows that hold no question and its answer are bad rows (:data:`BAD_ROWS`): an empty or
+whitespace-only response, or (``messages``) an assistant turn with no user turn before it.
+They are named by line with the fix, then skipped and listed (``data.on_bad_rows: skip``)
+or refused together (``error``). A malformed conversation (not a list of turns, an unknown
+role, no assistant turn, not ending with the assistant's) is always refused.
 """
 
 from __future__ import annotations
 
+import logging
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,11 +28,24 @@ import numpy as np
 from entrena.data.sources import json_object
 from entrena.errors import ConfigError, DataError
 
-__all__ = ["ROLES", "SftExample", "template_fields", "read_rows", "data_format",
-           "row_examples", "is_empty"]
+__all__ = ["ROLES", "BAD_ROWS", "SftExample", "ChatRows", "template_fields", "read_rows",
+           "data_format", "chat_rows", "row_examples", "is_empty"]
+
+log = logging.getLogger("entrena")
 
 ROLES = ("system", "user", "assistant")
 """The roles a ``messages`` turn may have."""
+
+BAD_ROWS = {
+    "empty_response": ("the final assistant turn is empty (blank or whitespace), so there is "
+                       "nothing to learn", "write the answer in it or remove the {unit}"),
+    "no_user_turn": ("the assistant turn has no user turn before it, so it answers nothing",
+                     "add the user's question before it or remove the {unit}"),
+}
+"""Kind of bad row → (what is wrong, how to fix it); ``{unit}`` is ``line`` or ``row``."""
+
+REPORTED_ROWS = 100
+"""Row numbers listed in the data report per kind of skipped row (all are counted)."""
 
 
 @dataclass
@@ -44,6 +64,20 @@ class SftExample:
     where: str
     row: dict[str, Any] = field(default_factory=dict)
 
+
+@dataclass
+class ChatRows:
+    """A file's rows as examples, and the bad rows left out.
+
+    Attributes:
+        examples: The examples, in row order.
+        numbers: Each example's row (JSONL line) number, 1-based.
+        skipped: Kind of bad row (:data:`BAD_ROWS`) → its row numbers (every one).
+    """
+
+    examples: list[SftExample]
+    numbers: list[int]
+    skipped: dict[str, list[int]] = field(default_factory=dict)
 
 
 def template_fields(template: str, key: str = "data.prompt_template") -> list[str]:
@@ -143,6 +177,34 @@ def _check_messages(value: Any, where: str, column: str) -> tuple[list[dict[str,
     return turns[:-1], turns[-1]["content"]
 
 
+def _bad_row(prompt: list[dict[str, str]], response: Any, fmt: str) -> str | None:
+    """The kind of bad row (:data:`BAD_ROWS`) a row is, or ``None`` for a good one."""
+    if is_empty(response):
+        return "empty_response"
+    if fmt == "messages" and not any(turn["role"] == "user" for turn in prompt):
+        return "no_user_turn"
+    return None
+
+
+def _rows_words(numbers: list[int], unit: str, limit: int = 10) -> str:
+    """``"line 5"``, ``"lines 5, 7"``, ``"lines 5, 7, … and 12 more"``."""
+    shown = ", ".join(str(n) for n in numbers[:limit])
+    more = f" and {len(numbers) - limit} more" if len(numbers) > limit else ""
+    return f"{unit}{'s' if len(numbers) > 1 else ''} {shown}{more}"
+
+
+def _bad_rows_line(where: str, kind: str, numbers: list[int], unit: str,
+                   column: str | None) -> str:
+    """``"data.train: f.jsonl: lines 5, 7: <what is wrong>; <fix>"``; ``column``: the
+    response column of a format that reads columns (``None`` for ``messages``)."""
+    what, fix = BAD_ROWS[kind]
+    if kind == "empty_response" and column is not None:
+        what = (f"the response ({column!r}) is empty (blank or whitespace), so there is "
+                "nothing to learn")
+        fix = "write the response or remove the {unit}"
+    return f"{where}: {_rows_words(numbers, unit)}: {what}; {fix.format(unit=unit)}"
+
+
 def data_format(data: Any, first_row: dict[str, Any] | None) -> str:
     """The format a config's data is read in (see ``data.format``)."""
     if data.prompt_template is not None:
@@ -156,15 +218,23 @@ def data_format(data: Any, first_row: dict[str, Any] | None) -> str:
 
 def row_examples(rows: list[tuple[int, dict[str, Any]]], data: Any, fmt: str, *, name: str,
                  key: str, on_bad_rows: str) -> tuple[list[SftExample], list[int]]:
-    """Turn rows into examples; rows with an empty response are skipped (or refused with
-    ``on_bad_rows: error``).
+    """``(examples, row numbers of the examples)`` of :func:`chat_rows`."""
+    found = chat_rows(rows, data, fmt, name=name, key=key, on_bad_rows=on_bad_rows)
+    return found.examples, found.numbers
+
+
+def chat_rows(rows: list[tuple[int, dict[str, Any]]], data: Any, fmt: str, *, name: str,
+              key: str, on_bad_rows: str) -> ChatRows:
+    """Turn rows into examples. Bad rows (:data:`BAD_ROWS`: an empty response, a lone
+    assistant turn) are skipped, listed and warned about by line with the fix, or, with
+    ``on_bad_rows: error``, refused together.
 
     Returns:
-        ``(examples, row numbers of the examples)``.
+        The examples, their row numbers and the skipped rows by kind.
 
     Raises:
         DataError: A missing column, a template naming a missing column, a malformed
-            conversation, or an empty response under ``on_bad_rows: error``.
+            conversation, or bad rows under ``on_bad_rows: error`` (every one named).
     """
     columns: list[str] = sorted({c for _, row in rows for c in row}) if rows else []
     present = ", ".join(repr(c) for c in columns) or "none"
@@ -189,10 +259,10 @@ def row_examples(rows: list[tuple[int, dict[str, Any]]], data: Any, fmt: str, *,
     elif fmt == "prompt_completion":
         need(data.prompt_column, "data.prompt_column")
         need(data.completion_column, "data.completion_column")
-    examples, numbers = [], []
+    unit = "line" if name.endswith(".jsonl") else "row"
+    found = ChatRows([], [])
     for number, row in rows:
-        where = f"{key}: {name}: " + (f"line {number}" if name.endswith(".jsonl")
-                                      else f"row {number}")
+        where = f"{key}: {name}: {unit} {number}"
         if fmt == "messages":
             if data.messages_column not in row:
                 raise DataError(f"{where} has no {data.messages_column!r} (keys: "
@@ -209,11 +279,19 @@ def row_examples(rows: list[tuple[int, dict[str, Any]]], data: Any, fmt: str, *,
         else:
             prompt = system + [{"role": "user", "content": str(row.get(data.prompt_column, ""))}]
             response = row.get(data.completion_column)
-        if is_empty(response):
-            if on_bad_rows == "error":
-                raise DataError(f"{where}: the response is empty; fill it in, or set "
-                                f"data.on_bad_rows: skip to leave such rows out")
+        bad = _bad_row(prompt, response, fmt)
+        if bad is not None:
+            found.skipped.setdefault(bad, []).append(number)
             continue
-        examples.append(SftExample(prompt, str(response), where, row))
-        numbers.append(number)
-    return examples, numbers
+        found.examples.append(SftExample(prompt, str(response), where, row))
+        found.numbers.append(number)
+    column = (None if fmt == "messages" else data.response_column if fmt == "template"
+              else data.completion_column)
+    lines = [_bad_rows_line(f"{key}: {name}", kind, numbers, unit, column)
+             for kind, numbers in found.skipped.items()]
+    if lines and on_bad_rows == "error":
+        raise DataError("; ".join(lines) + "; or set data.on_bad_rows: skip to leave such "
+                        f"{unit}s out")
+    for line in lines:
+        log.warning("%s (skipped: data.on_bad_rows: skip; the data report lists them)", line)
+    return found

@@ -14,8 +14,15 @@ from typing import Any
 import numpy as np
 
 from entrena.errors import ConfigError, DataError
-from entrena.tasks.llm_sft.chats import SftExample, data_format, read_rows, row_examples
-from entrena.tasks.llm_sft.tokens import render_prompt, tokenize_example
+from entrena.tasks.llm_sft.chats import (
+    BAD_ROWS,
+    REPORTED_ROWS,
+    SftExample,
+    chat_rows,
+    data_format,
+    read_rows,
+)
+from entrena.tasks.llm_sft.tokens import fit_example, render_prompt
 
 __all__ = ["SftSplit", "SftSplits", "PreparedSft", "prepare_sft"]
 
@@ -139,40 +146,65 @@ def _refuse_unsupported(loaded: Any) -> None:
             raise ConfigError(f"data.{name} does not apply to task llm-sft ({why}); remove it")
 
 
+@dataclass
+class _ReadSplit:
+    """One split's files as read: the examples, their row numbers, the rows read and the bad
+    rows skipped (kind → row numbers, ``file:row`` when the split has several files)."""
+
+    examples: list[SftExample]
+    numbers: list[int]
+    read: int
+    skipped: dict[str, list[Any]]
+
+
 def _read_split(loaded: Any, files: list[Any], role: str, fmt: str | None
-                ) -> tuple[str, list[SftExample], list[int], int]:
+                ) -> tuple[str, _ReadSplit]:
     data = loaded.config.data
     key = f"data.{role}"
-    examples: list[SftExample] = []
-    numbers: list[int] = []
-    read = 0
+    found = _ReadSplit([], [], 0, {})
     for file in files:
         rows = read_rows(file.path, file.name, file.format, key=key,
                          encoding=file.scan.encoding, delimiter=file.delimiter)
-        read += len(rows)
+        found.read += len(rows)
         if fmt is None:
             fmt = data_format(data, rows[0][1] if rows else None)
-        got, got_numbers = row_examples(rows, data, fmt, name=file.name, key=key,
-                                        on_bad_rows=data.on_bad_rows)
-        examples += got
-        numbers += got_numbers
+        got = chat_rows(rows, data, fmt, name=file.name, key=key,
+                        on_bad_rows=data.on_bad_rows)
+        found.examples += got.examples
+        found.numbers += got.numbers
+        for kind, numbers in got.skipped.items():
+            found.skipped.setdefault(kind, []).extend(
+                numbers if len(files) == 1 else [f"{file.name}:{n}" for n in numbers])
     assert fmt is not None
-    return fmt, examples, numbers, read
+    return fmt, found
+
+
+def _skipped_entry(found: _ReadSplit) -> dict[str, Any]:
+    """The data report's count of each kind of bad row and ``skipped_rows``: their row
+    numbers, at most :data:`REPORTED_ROWS` a kind."""
+    return {**{kind: len(found.skipped.get(kind, [])) for kind in BAD_ROWS},
+            "skipped_rows": {kind: rows[:REPORTED_ROWS] for kind, rows in found.skipped.items()}}
 
 
 def _tokenize_split(tokenizer: Any, examples: list[SftExample], numbers: list[int],
-                    max_length: int, template: str | None) -> SftSplit:
+                    max_length: int, template: str | None) -> tuple[SftSplit, dict[str, int]]:
+    """The split as ids, and how many examples were made to fit each way
+    (:func:`~entrena.tasks.llm_sft.tokens.fit_example`): ``turns_dropped_rows`` lost
+    earlier turns, ``prompt_cut_rows`` had the question cut inside (a row can be both)."""
     prompts, ids, prompt_lengths, truncated = [], [], [], []
+    cuts = {"turns_dropped_rows": 0, "prompt_cut_rows": 0}
     for example in examples:
-        prompt, tokens, prompt_length, cut = tokenize_example(tokenizer, example, max_length,
-                                                              template=template)
-        prompts.append(prompt)
-        ids.append(tokens)
-        prompt_lengths.append(prompt_length)
-        truncated.append(cut)
-    return SftSplit(prompts, [e.response for e in examples], ids,
-                    np.array(prompt_lengths, dtype=np.int64), np.array(numbers, dtype=np.int64),
-                    np.array(truncated, dtype=bool))
+        fitted = fit_example(tokenizer, example, max_length, template=template)
+        prompts.append(fitted.prompt)
+        ids.append(fitted.ids)
+        prompt_lengths.append(fitted.prompt_length)
+        truncated.append(fitted.truncated)
+        cuts["turns_dropped_rows"] += fitted.turns_dropped > 0
+        cuts["prompt_cut_rows"] += fitted.prompt_cut
+    split = SftSplit(prompts, [e.response for e in examples], ids,
+                     np.array(prompt_lengths, dtype=np.int64),
+                     np.array(numbers, dtype=np.int64), np.array(truncated, dtype=bool))
+    return split, cuts
 
 
 def _subsample(index: np.ndarray, limit: int | None, seed: int) -> np.ndarray:
@@ -248,15 +280,18 @@ def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
 
     Returns:
         The prepared data; ``report`` has ``splits.<role>`` (``rows_read``, ``rows_kept``,
-        ``exact_duplicates``, ``leaked_rows``, ``truncated_rows``, token lengths),
+        the bad rows skipped by kind and ``skipped_rows`` (their numbers),
+        ``exact_duplicates``, ``leaked_rows``, ``truncated_rows`` (any cut),
+        ``turns_dropped_rows`` (earlier turns dropped whole) and ``prompt_cut_rows`` (the
+        question or a template field cut inside; a row can be both), token lengths),
         ``checks``, ``encoding`` and ``fingerprint``.
 
     Raises:
         ConfigError: A shared data key the task cannot honour, or a tokenizer without a chat
             template.
         DataError: A file cannot be read, a column or template field is missing, a
-            conversation is malformed, a response does not fit ``model.max_length``, or a
-            split is empty.
+            conversation is malformed, bad rows under ``data.on_bad_rows: error``, a
+            response does not fit ``model.max_length``, or a split is empty.
     """
     import hashlib
 
@@ -272,15 +307,15 @@ def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
     fmt, raw = None, {}
     for role in ("train", "validation", "test"):
         if role in files:
-            fmt, examples, numbers, read = _read_split(loaded, files[role], role, fmt)
-            raw[role] = (examples, numbers, read)
+            fmt, found = _read_split(loaded, files[role], role, fmt)
+            raw[role] = (found.examples, found.numbers, found)
     assert fmt is not None
     template = data.prompt_template if fmt == "template" else None
     report: dict[str, Any] = {"task": "llm-sft", "format": fmt, "labels": [], "checks": [],
                               "splits": {}}
-    for role, (examples, _, read) in raw.items():
-        report["splits"][role] = {"file": specs[role], "rows_read": read,
-                                  "empty_response": read - len(examples)}
+    for role, (_, _, found) in raw.items():
+        report["splits"][role] = {"file": specs[role], "rows_read": found.read,
+                                  **_skipped_entry(found)}
     rendered = {role: [render_prompt(tokenizer, e.messages) for e in examples]
                 for role, (examples, _, _) in raw.items()}
     train_examples = raw["train"][0]
@@ -297,18 +332,23 @@ def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
             raise DataError(f"data.{role}: no example left after the checks; check the data")
         examples, numbers, _ = raw[role]
         log.info("tokenizing %d %s examples", len(index[role]), role)
-        splits[role] = _tokenize_split(tokenizer, [examples[i] for i in index[role]],
-                                       [numbers[i] for i in index[role]], max_length, template)
-        entry = report["splits"].setdefault(role, {"file": None, "rows_read": 0})
-        entry.update(rows_kept=len(splits[role]), **_split_counts(splits[role]))
+        splits[role], cuts = _tokenize_split(tokenizer, [examples[i] for i in index[role]],
+                                             [numbers[i] for i in index[role]], max_length,
+                                             template)
+        entry = report["splits"].setdefault(  # a validation split carved from training
+            role, {"file": None, "rows_read": 0, **{kind: 0 for kind in BAD_ROWS}})
+        entry.update(rows_kept=len(splits[role]), **_split_counts(splits[role]), **cuts)
     train = splits["train"]
     configured = cfg.model.max_new_tokens
     max_new = int(train.response_lengths.max()) if configured == "auto" else int(configured)
     share = report["splits"]["train"]["truncated_fraction"]
+    entry = report["splits"]["train"]
+    how = (f": {entry['turns_dropped_rows']} lost earlier turns, {entry['prompt_cut_rows']} "
+           f"had the question cut" if entry["turns_dropped_rows"] else "")
     report["checks"].append(check_record(
         "truncation", share, checks.truncation,
         f"{share:.1%} of training prompts were cut to fit model.max_length {max_length} "
-        f"tokens (limit {checks.max_truncated_fraction:.0%})",
+        f"tokens{how} (limit {checks.max_truncated_fraction:.0%})",
         failing=share > checks.max_truncated_fraction))
     report["encoding"] = {"tokenizer": sources["tokenizer"], "max_length": max_length,
                           "max_length_from": "model.max_length",

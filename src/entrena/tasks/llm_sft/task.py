@@ -6,8 +6,11 @@ ids for evaluation (:mod:`entrena.tasks.llm_sft.batches`). The model
 (:class:`~entrena.tasks.llm_sft.model.SftModel`) returns per-example summed losses and
 target counts, so :meth:`LlmSftTask.loss` is ``(sum of the batch's target-token NLL, its
 target tokens)``: the loop divides by the target tokens of the whole optimizer step under
-gradient accumulation (:meth:`SftBatches.target_count`). The baseline is the base model
-zero-shot on the same prompts.
+gradient accumulation (:meth:`SftBatches.target_count`). The baselines are the base model
+zero-shot on the same prompts, generating as many new tokens as the tuned model, and, when
+the responses are a small set of labels, the majority answer
+(:func:`~entrena.tasks.llm_sft.evaluation.majority_answer_baseline`); the verdict compares
+the model with the better of them.
 """
 
 from __future__ import annotations
@@ -61,7 +64,8 @@ class LlmSftTask:
     chat completion schema, the run's chat template and stop token)."""
     higher_is_better = SFT_HIGHER_IS_BETTER
     comparison_metric = "exact_match"
-    """The metric the model and its zero-shot baseline are compared on."""
+    """The metric the model and its best baseline (zero-shot, majority answer) are compared
+    on."""
 
     def model_sources(self, loaded: Any) -> dict[str, str]:
         """``{"tokenizer": …}`` and, for pretrained weights, ``"weights"``: folders, hub ids
@@ -169,8 +173,32 @@ class LlmSftTask:
         return match_rows(outputs, targets, tokenizer, int(tokenizer.eos_token_id))
 
     def baselines(self, loaded: Any, prepared: PreparedSft) -> dict[str, dict[str, Any]]:
-        """The base model zero-shot: greedy generations from the same prompts, scored as the
-        model is, on the split the verdict reads (test, else validation).
+        """The base model zero-shot and, when the training responses are labels, the
+        majority answer (:func:`~entrena.tasks.llm_sft.evaluation.majority_answer_baseline`,
+        on validation and test, every row).
+
+        Returns:
+            ``{"zero_shot": …, "majority_answer": {"answer", <split>: {"exact_match"},
+            "time_s"}}`` (``majority_answer`` only for labels).
+        """
+        from entrena.tasks.llm_sft.evaluation import majority_answer_baseline
+
+        found = self._zero_shot(loaded, prepared)
+        started = time.perf_counter()
+        majority = majority_answer_baseline(
+            prepared.splits.train.responses,
+            {role: split.responses for role, split in prepared.splits.roles()
+             if role != "train"})
+        if majority is not None:
+            found["majority_answer"] = {**majority, "time_s": time.perf_counter() - started}
+            log.info("the responses are labels: the majority answer %r is a baseline",
+                     majority["answer"])
+        return found
+
+    def _zero_shot(self, loaded: Any, prepared: PreparedSft) -> dict[str, dict[str, Any]]:
+        """The base model zero-shot: greedy generations from the same prompts, as many new
+        tokens as the tuned model generates (``max_new_tokens``), scored as the model is, on
+        the split the verdict reads (test, else validation).
 
         Proportionate: the prompts are drawn in a seeded random order, a batch at a time,
         until the 95% Wilson interval of the exact match is at most
@@ -178,7 +206,7 @@ class LlmSftTask:
         split is used up: a base model that never answers in the trained form (exact match
         0) is settled after ~48 prompts instead of the whole split. Returns
         ``{"zero_shot": {<split>: {"exact_match", "eos_share", "prompts",
-        "exact_match_ci95"}, "time_s"}}``.
+        "exact_match_ci95"}, "max_new_tokens", "time_s"}}``.
         """
         import numpy as np
         import torch
@@ -240,7 +268,8 @@ class LlmSftTask:
             log.info("zero-shot baseline: %d of %d %s prompts (exact match %.3f, 95%% "
                      "interval %.3f-%.3f: settled)", len(generated), len(split), role,
                      result["exact_match"], *result["exact_match_ci95"])
-        return {"zero_shot": {role: result, "time_s": time.perf_counter() - started}}
+        return {"zero_shot": {role: result, "max_new_tokens": prepared.max_new_tokens,
+                              "time_s": time.perf_counter() - started}}
 
     @staticmethod
     def forward_share(model: Any) -> float:
