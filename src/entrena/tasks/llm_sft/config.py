@@ -59,6 +59,13 @@ class LlmDataConfig(DataConfig):
     system_prompt: str | None = None
     """A system turn put before every prompt of the `prompt_completion` and `template`
     formats (default: none; the chat template may add its own)."""
+    chat_template: str | None = None
+    """The chat template (Jinja over `messages`, with `add_generation_prompt`) that writes
+    the prompts, instead of the tokenizer's own: its text, or the path of a file ending in
+    `.jinja` or `.j2` (relative to the config file). Needed for a model whose tokenizer has
+    none (a base model); saved with the model, so `predict`, `chat` and exports use it. The
+    token written right after an assistant's answer (`<|eot_id|>`, `<end_of_turn>`,
+    `<|end|>` …) becomes the stop token."""
 
 
 class LoraSettings(StrictModel):

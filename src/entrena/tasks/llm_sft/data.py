@@ -263,12 +263,14 @@ def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
     from entrena.data.hygiene import check_record
     from entrena.data.tables import open_config_sources
     from entrena.tasks.llm_sft.model import build_tokenizer
+    from entrena.tasks.llm_sft.sources import chat_template_of
 
     _refuse_unsupported(loaded)
     cfg = loaded.config
     data, seed, max_length = cfg.data, cfg.train.seed, cfg.model.max_length
     specs, files, _ = open_config_sources(loaded)
-    tokenizer = build_tokenizer(sources["tokenizer"])
+    tokenizer = build_tokenizer(sources["tokenizer"], chat_template_of(loaded),
+                                "model.tokenizer" if cfg.model.tokenizer else "model.name")
     fmt, raw = None, {}
     for role in ("train", "validation", "test"):
         if role in files:

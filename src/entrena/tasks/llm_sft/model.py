@@ -56,25 +56,57 @@ def _quiet_transformers() -> None:
         pass
 
 
-def build_tokenizer(source: str) -> Any:
-    """The tokenizer of a model folder or hub id, padding on the right.
+def build_tokenizer(source: str, chat_template: str | None = None,
+                    key: str = "model.name") -> Any:
+    """The tokenizer of a model folder or hub id, padding on the right, whose EOS is the
+    token that ends an assistant turn in its chat template
+    (:func:`~entrena.tasks.llm_sft.tokens.turn_end_token`; the tokenizer's own EOS when the
+    template writes none), so that training, generation, the saved folder and its exports
+    all stop where the template ends a turn.
+
+    Args:
+        source: A folder or hub id.
+        chat_template: A Jinja chat template (``data.chat_template``) used instead of the
+            tokenizer's own.
+        key: The config key ``source`` came from, for messages.
 
     Raises:
-        ConfigError: It has no chat template or no EOS token.
+        ConfigError: It has no chat template and none is given, the given one does not
+            render a chat, or there is no EOS token.
     """
     from transformers import AutoTokenizer
 
     from entrena.errors import ConfigError
+    from entrena.tasks.llm_sft.tokens import turn_end_token
 
     _quiet_transformers()
     tokenizer = AutoTokenizer.from_pretrained(source)
+    if chat_template:
+        tokenizer.chat_template = chat_template
+        try:
+            tokenizer.apply_chat_template([{"role": "user", "content": "Hello"}],
+                                          tokenize=False, add_generation_prompt=True)
+        except Exception as exc:  # noqa: BLE001 - jinja's errors, a template's raise_exception
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise ConfigError(f"data.chat_template: the template does not render a one-turn "
+                              f"chat ({type(exc).__name__}: {first}); give a Jinja chat "
+                              f"template over `messages` with `add_generation_prompt`, such "
+                              f"as the model family's published one") from None
     if not getattr(tokenizer, "chat_template", None):
-        raise ConfigError(f"model.tokenizer: {source} has no chat template, so prompts cannot "
-                          "be written as chats; use an instruct (chat) model such as "
-                          "smollm2-135m")
+        raise ConfigError(f"{key}: the tokenizer of {source} has no chat template, so prompts "
+                          f"cannot be written as chats; set data.chat_template to the model "
+                          f"family's template (Jinja text, or a .jinja file), or use an "
+                          f"instruct (chat) model such as smollm2-135m")
+    stop = turn_end_token(tokenizer)
+    if stop is not None and stop != tokenizer.eos_token:
+        log.info("stop token: %s ends an assistant turn in the chat template (the tokenizer's "
+                 "EOS is %s): responses end with it, generation stops at it, and the saved "
+                 "tokenizer names it as EOS", stop, tokenizer.eos_token)
+        tokenizer.eos_token = stop
     if tokenizer.eos_token_id is None:
-        raise ConfigError(f"model.tokenizer: {source} has no EOS token; use a chat model's "
-                          "tokenizer")
+        raise ConfigError(f"{key}: the tokenizer of {source} has no EOS token and its chat "
+                          f"template ends no turn with a special token; use a chat model's "
+                          f"tokenizer")
     tokenizer.padding_side = "right"
     return tokenizer
 
@@ -225,6 +257,9 @@ class SftModel(nn.Module):
         else:
             rows, cols = targets.nonzero(as_tuple=True)
         logits = lm.get_output_embeddings()(hidden[rows, cols])  # (K, V), K target tokens
+        cap = _final_softcap(lm)
+        if cap:  # Gemma 2: the head's logits go through cap·tanh(x / cap), as its forward does
+            logits = torch.tanh(logits / cap) * cap
         nll = nn.functional.cross_entropy(logits.float(), input_ids[rows, cols + 1],
                                           reduction="none")  # (K,)
         sums = torch.zeros(input_ids.shape[0], dtype=torch.float32, device=nll.device)
@@ -286,6 +321,16 @@ class SftModel(nn.Module):
             raise RuntimeError(f"adapter weights do not match: missing {missing[:5]}, "
                                f"unexpected {list(result.unexpected_keys)[:5]}")
         return result
+
+
+def _final_softcap(lm: Any) -> float | None:
+    """The output logits' soft-cap of a model that has one (Gemma 2's
+    ``final_logit_softcapping``, 30), else ``None``: its own forward caps the logits, so the
+    loss computed here from the head must too."""
+    config = lm.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    cap = getattr(text, "final_logit_softcapping", None)
+    return float(cap) if cap else None
 
 
 def _checkpointing(lm: Any) -> bool:

@@ -3,6 +3,13 @@
 the response's tokens and the EOS token, so the model learns to stop. Ids per example:
 ``prompt + response + [EOS]`` (at most ``model.max_length``), with the prompt's length kept
 to mask the loss.
+
+"EOS" here is the token that ends an assistant turn in the chat template
+(:func:`turn_end_token`: ``<|im_end|>`` for ChatML, ``<|eot_id|>`` for Llama 3,
+``<end_of_turn>`` for Gemma, ``<|end|>`` for Phi-3, ``</s>`` for Mistral), which is not
+always the tokenizer's own EOS (Gemma's is ``<eos>``, Phi-3's ``<|endoftext|>``, a Llama 3
+base's ``<|end_of_text|>``): a model taught to end with the tokenizer's EOS would write a
+turn end the template never shows, and a runtime stopping at the turn end would never see it.
 """
 
 from __future__ import annotations
@@ -14,11 +21,41 @@ import numpy as np
 from entrena.errors import DataError
 from entrena.tasks.llm_sft.chats import SftExample, is_empty, template_fields
 
-__all__ = ["render_prompt", "tokenize_example"]
+__all__ = ["render_prompt", "tokenize_example", "turn_end_token"]
 
 _CUT_MARGIN = 4
 """Extra tokens cut from a too-long prompt text (decoding and re-encoding a cut text can
 merge or split a token at the cut)."""
+
+
+_ANSWER = "entrena0answer0probe"
+"""A response no template changes (no spaces to trim, no markup), to find what follows it."""
+
+
+def turn_end_token(tokenizer: Any) -> str | None:
+    """The special token the chat template writes right after an assistant's answer, or
+    ``None`` when it writes none there (the tokenizer's EOS then ends a response).
+
+    A two-turn chat (user, assistant) is rendered without a generation prompt, and the
+    text after the answer is matched against the tokenizer's special and added tokens
+    (longest first); whitespace before the token is skipped (``[/INST] answer </s>``).
+    """
+    messages = [{"role": "user", "content": "Hello"},
+                {"role": "assistant", "content": _ANSWER}]
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False,
+                                             add_generation_prompt=False)
+    except Exception:  # noqa: BLE001 - a template that refuses this chat names no turn end
+        return None
+    if not isinstance(text, str) or _ANSWER not in text:
+        return None
+    after = text[text.index(_ANSWER) + len(_ANSWER):].lstrip(" ")
+    specials = {str(t) for t in tokenizer.all_special_tokens}
+    specials |= {str(t) for t in tokenizer.get_added_vocab()}
+    for token in sorted(specials, key=len, reverse=True):
+        if token and after.startswith(token) and len(_encode(tokenizer, token)) == 1:
+            return token
+    return None
 
 
 def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
