@@ -168,7 +168,9 @@ FAMILIES: dict[str, Family] = {
         ("down_proj", "gate_up_proj", "o_proj", "qkv_proj"),
         sentencepiece={"tokenizer_class": "LlamaTokenizer", "unk_id": 0, "bos_id": 1,
                        "eos_id": 2, "pad_id": -1, "bos_piece": "<s>", "eos_piece": "</s>",
-                       "add_dummy_prefix": True}),
+                       "add_dummy_prefix": True, "legacy": True,
+                       "rstrip": ["<|system|>", "<|user|>", "<|assistant|>", "<|end|>",
+                                  "</s>"]}),
     "smollm": Family(  # SmolLM2 as published: a tied Llama with its own tokenizer
         "LlamaConfig", {"tie_word_embeddings": True}, "", "<|im_end|>",
         {"bos": None, "eos": None, "pad": None, "extra": []}, _UNFUSED, tied=True),
@@ -208,6 +210,8 @@ def _sentencepiece_tokenizer(family: Family, work: Path) -> Any:
 
     spec = dict(family.sentencepiece)
     tokenizer_class = spec.pop("tokenizer_class")
+    legacy = spec.pop("legacy", False)
+    spec.pop("rstrip", None)
     work.mkdir(parents=True, exist_ok=True)
     pieces = {spec[k] for k in ("bos_piece", "eos_piece", "pad_piece") if k in spec}
     extra = [t for t in family.tokens["extra"] + [family.tokens["eos"]] if t not in pieces]
@@ -221,7 +225,7 @@ def _sentencepiece_tokenizer(family: Family, work: Path) -> Any:
     settings = {"tokenizer_class": tokenizer_class, "unk_token": "<unk>",
                 "bos_token": family.tokens["bos"], "eos_token": family.tokens["eos"],
                 "pad_token": family.tokens["pad"], "add_bos_token": True,
-                "add_eos_token": False, "legacy": False}
+                "add_eos_token": False, "legacy": legacy}
     (work / "tokenizer_config.json").write_text(json.dumps(settings), encoding="utf-8")
     return AutoTokenizer.from_pretrained(str(work), use_fast=True)
 
@@ -242,11 +246,19 @@ def _bpe_tokenizer(family: Family, tokenizer_dir: str) -> Any:
     return tokenizer
 
 
-def _mark_special(tokenizer: Any, config_file: Path) -> None:
+def _mark_special(tokenizer: Any, folder: Path, rstrip: list[str]) -> None:
     """List the special tokens under ``added_tokens_decoder`` in ``tokenizer_config.json``,
     as the published folders (saved by transformers 4) do: llama.cpp's converter types a
     sentencepiece vocabulary's tokens from it (control tokens: never text), and transformers
-    5 no longer writes it."""
+    5 no longer writes it. Tokens of ``rstrip`` eat the whitespace after them (Phi-3's turn
+    markers, as in its published tokenizer.json and as llama.cpp reads any Phi-3's)."""
+    tokens_file = folder / "tokenizer.json"
+    backend = json.loads(tokens_file.read_text(encoding="utf-8"))
+    for added in backend["added_tokens"]:
+        if added["content"] in rstrip:
+            added["rstrip"] = True
+    tokens_file.write_text(json.dumps(backend, ensure_ascii=False), encoding="utf-8")
+    config_file = folder / "tokenizer_config.json"
     settings = json.loads(config_file.read_text(encoding="utf-8"))
     special = dict.fromkeys([*tokenizer.all_special_tokens, *FAMILY_SPECIALS])
     decoder = {}
@@ -254,7 +266,8 @@ def _mark_special(tokenizer: Any, config_file: Path) -> None:
         index = tokenizer.convert_tokens_to_ids(token)
         if isinstance(index, int) and index != tokenizer.unk_token_id or token == "<unk>":
             decoder[str(index)] = {"content": token, "lstrip": False, "normalized": False,
-                                   "rstrip": False, "single_word": False, "special": True}
+                                   "rstrip": token in rstrip, "single_word": False,
+                                   "special": True}
     settings["added_tokens_decoder"] = decoder
     config_file.write_text(json.dumps(settings, indent=2), encoding="utf-8")
 
@@ -307,7 +320,7 @@ def family_folder(family: str, directory: Path, tokenizer_dir: str, *, seed: int
     tokenizer.save_pretrained(tmp)
     if spec.sentencepiece:
         shutil.copy(work / "tokenizer.model", tmp / "tokenizer.model")
-        _mark_special(tokenizer, tmp / "tokenizer_config.json")
+        _mark_special(tokenizer, tmp, spec.sentencepiece.get("rstrip", []))
     shutil.rmtree(work, ignore_errors=True)
     tmp.rename(folder)
     return folder

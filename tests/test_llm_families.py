@@ -169,6 +169,48 @@ def test_lora_adapts_the_familys_projections_as_the_planner_counts_them(family, 
         shape.lora_parameters(4, tuple(wrong))
 
 
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_a_packed_batch_gives_the_familys_padded_loss_and_gradients(family, families,
+                                                                     tmp_path):
+    """Packed rows (restarting positions, no padding mask) give each example its padded
+    loss and gradients: transformers builds the block-diagonal mask for every family's
+    attention layers, sliding-window ones included."""
+    from entrena.tasks.llm_sft.model import build_sft_model
+    from entrena.tasks.registry import get_task, load_config
+    from test_llm_packing import _mixed_lengths
+
+    def loss_and_grads(batch):
+        model.zero_grad()
+        out = model(**{k: v for k, v in batch.items() if k != "labels"})
+        loss = out[:, 0].sum() / out[:, 1].sum()
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+                               if p.requires_grad}
+
+    write_jsonl(tmp_path / "train.jsonl", _mixed_lengths(12))
+    loaded = load_config(family_config(tmp_path, families(family), data={
+        "packing": True, "validation_fraction": 0.2}, model={"max_length": 160}))
+    task = get_task("llm-sft")
+    prepared = task.prepare(loaded, task.model_sources(loaded))
+    source = task.batches(loaded, prepared, "train", batch_size=6, shuffle=True)
+    indices = source.plan(0)[0]
+    packed = source.collate(indices)
+    source.pack = False
+    padded = source.collate(indices)
+    assert packed["input_ids"].shape[0] < padded["input_ids"].shape[0]  # rows were combined
+    torch.manual_seed(0)
+    model = build_sft_model(pretrained=str(families(family)), architecture=None,
+                            tokenizer=prepared.tokenizer, finetuning="lora",
+                            lora=dict(LORA, dropout=0.0, target_modules="all-linear"),
+                            dropout=0.0, max_new_tokens=2, gradient_checkpointing=False)
+    model.lm.base_model.model.requires_grad_(True)  # every weight's gradient compared
+    loss_packed, grads_packed = loss_and_grads(packed)
+    loss_padded, grads_padded = loss_and_grads(padded)
+    torch.testing.assert_close(loss_packed, loss_padded, rtol=1e-5, atol=1e-5)
+    for name, grad in grads_padded.items():
+        torch.testing.assert_close(grads_packed[name], grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
 def test_gemma2_runs_the_unfused_attention_and_refuses_sdpa(families):
     """Gemma 2 soft-caps its attention scores, which PyTorch's fused kernel cannot: ``auto``
     runs transformers' eager attention, ``sdpa`` is refused with the reason."""
@@ -230,6 +272,28 @@ def test_full_finetuning_trains_every_weight_of_the_family(family, families, tmp
     before = load_file(str(folder / "model.safetensors"))
     changed = [k for k in before if k in trained and not torch.equal(before[k], trained[k])]
     assert len(changed) >= len(before) // 2
+
+
+def test_a_crashed_gemma2_run_resumes_to_the_same_adapter_weights(families, tmp_path):
+    """Gemma 2 (eager soft-capped attention, capped logits, sliding windows) crashed after
+    step 3 resumes from its step-2 checkpoint to the weights of the run that never
+    stopped."""
+    import entrena
+    from test_llm_sft import _adapter, _Crash
+
+    write_jsonl(tmp_path / "train.jsonl", chats(24))
+    cfg = family_config(tmp_path, families("gemma2"), model={"lora": dict(LORA, dropout=0.1)},
+                        train={"max_epochs": 2, "gradient_accumulation_steps": 2,
+                               "checkpoint": {"every_steps": 2}})
+    entrena.train(cfg, run_dir=tmp_path / "straight")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        entrena.train(cfg, run_dir=tmp_path / "crashed", callbacks=[_Crash(at=3)])
+    resumed = entrena.train(cfg, run_dir=tmp_path / "crashed")
+    assert resumed.resumed_from_step == 2
+    straight, again = _adapter(tmp_path / "straight"), _adapter(tmp_path / "crashed")
+    assert straight.keys() == again.keys()
+    for key in straight:
+        assert torch.equal(straight[key], again[key]), key
 
 
 @pytest.mark.slow
@@ -327,6 +391,24 @@ def test_a_folder_that_is_not_a_chat_ready_causal_lm_exits_2_with_one_line(
     lines = [line for line in result.stderr.splitlines() if line.startswith("error")]
     assert len(lines) == 1 and re.search(message, lines[0]), result.stderr[-2000:]
     assert not (tmp_path / "run" / "model").exists()
+
+
+def test_a_conversation_the_template_refuses_is_named_with_its_line(families, tmp_path):
+    """Mistral's template raises on a system turn: the row is named, not an internal
+    error."""
+    from entrena.errors import DataError
+    from entrena.tasks.registry import get_task, load_config
+
+    rows = chats(8)
+    rows[2]["messages"].insert(0, {"role": "system", "content": "Answer in one word."})
+    write_jsonl(tmp_path / "train.jsonl", rows)
+
+    loaded = load_config(family_config(tmp_path, families("mistral")))
+    task = get_task("llm-sft")
+    with pytest.raises(DataError, match=r"train.jsonl: line 3: the model's chat template refuses "
+                                        r"this conversation \(system/user\): Conversation "
+                                        r"roles must alternate"):
+        task.prepare(loaded, task.model_sources(loaded))
 
 
 def test_a_base_model_takes_the_chat_template_of_the_config(families, tmp_path):

@@ -283,7 +283,7 @@ def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
     for role, (examples, _, read) in raw.items():
         report["splits"][role] = {"file": specs[role], "rows_read": read,
                                   "empty_response": read - len(examples)}
-    rendered = {role: [render_prompt(tokenizer, e.messages) for e in examples]
+    rendered = {role: [render_prompt(tokenizer, e.messages, e.where) for e in examples]
                 for role, (examples, _, _) in raw.items()}
     train_examples = raw["train"][0]
     if not train_examples:

@@ -58,9 +58,31 @@ def turn_end_token(tokenizer: Any) -> str | None:
     return None
 
 
-def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-    """The prompt as the model sees it: the chat template with the assistant header."""
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+def render_prompt(tokenizer: Any, messages: list[dict[str, str]],
+                  where: str | None = None) -> str:
+    """The prompt as the model sees it: the chat template with the assistant header.
+
+    Args:
+        tokenizer: The tokenizer with the chat template.
+        messages: The prompt's turns.
+        where: The example's place (``file:line``), for the error.
+
+    Raises:
+        DataError: The template refuses the conversation (Mistral's and Gemma 2's refuse a
+            system turn; roles that do not alternate).
+    """
+    from jinja2 import TemplateError
+
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False,
+                                             add_generation_prompt=True)
+    except TemplateError as exc:
+        roles = "/".join(m["role"] for m in messages)
+        raise DataError(f"{where or 'a conversation'}: the model's chat template refuses "
+                        f"this conversation ({roles}): {exc}; write the conversations as the "
+                        f"template takes them (a system turn folded into the first user turn, "
+                        f"no data.system_prompt, alternating turns) or set "
+                        f"data.chat_template") from None
 
 
 def _encode(tokenizer: Any, text: str) -> list[int]:
@@ -83,7 +105,7 @@ def tokenize_example(tokenizer: Any, example: SftExample, max_length: int, *,
     row = dict(example.row)
     truncated = False
     for _ in range(3):
-        prompt = render_prompt(tokenizer, messages)
+        prompt = render_prompt(tokenizer, messages, example.where)
         prompt_ids = _encode(tokenizer, prompt)
         over = len(prompt_ids) + len(response) - max_length
         if over <= 0:
