@@ -233,9 +233,10 @@ def test_gemma2_runs_the_unfused_attention_and_refuses_sdpa(families):
 def test_each_family_trains_with_lora_from_its_folder(family, families, tmp_path):
     """A few LoRA steps on packed batches: the adapters train on the family's projections,
     the saved folder keeps the family's template with the turn end as EOS."""
-    import entrena
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
+
+    import entrena
 
     folder = families(family)
     write_jsonl(tmp_path / "train.jsonl", chats(16))
@@ -258,10 +259,11 @@ def test_each_family_trains_with_lora_from_its_folder(family, families, tmp_path
         v.numel() for v in adapter.values())
 
 
-@pytest.mark.parametrize("family", ["gemma2", "phi3", "qwen3"])
+@pytest.mark.parametrize("family", list(FAMILIES))
 def test_full_finetuning_trains_every_weight_of_the_family(family, families, tmp_path):
-    import entrena
     from safetensors.torch import load_file
+
+    import entrena
 
     folder = families(family)
     write_jsonl(tmp_path / "train.jsonl", chats(12))
@@ -426,7 +428,8 @@ def test_a_base_model_takes_the_chat_template_of_the_config(families, tmp_path):
         _prepared(tmp_path, folder, data={"chat_template": "{% for m in messages %}"})
     # Gemma's turn markers are plain text to a Llama 3 vocabulary: no special token ends the
     # answer, so the tokenizer's EOS does
-    _, _, _, prepared = _prepared(tmp_path, folder, data={"chat_template": str(tmp_path / "gemma.jinja")})
+    template_file = str(tmp_path / "gemma.jinja")
+    _, _, _, prepared = _prepared(tmp_path, folder, data={"chat_template": template_file})
     assert prepared.tokenizer.eos_token == "<|end_of_text|>"
     assert prepared.tokenizer.chat_template == GEMMA_TEMPLATE
     llama = FAMILIES["llama"].template
