@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,8 @@ from torch import nn
 from entrena.errors import ConfigError
 
 __all__ = ["SftModel", "build_tokenizer", "build_language_model", "build_sft_model",
-           "greedy_generate", "save_sft_model", "load_sft_model", "META_FILE", "ADAPTER_DIR",
-           "BASE_DIR", "shared_prefix_length"]
+           "greedy_generate", "save_sft_model", "save_tokenizer", "load_sft_model", "META_FILE",
+           "ADAPTER_DIR", "BASE_DIR", "shared_prefix_length"]
 
 log = logging.getLogger("entrena")
 
@@ -533,8 +534,46 @@ def save_sft_model(model: SftModel, tokenizer: Any, directory: Path,
             # save_pretrained of the base under PEFT writes the adapted layers' names;
             # the adapter is applied again on load, so the plain base is what is needed.
             meta["base_model"] = BASE_DIR
-    tokenizer.save_pretrained(directory)
+    save_tokenizer(tokenizer, directory)
     (directory / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
+SENTENCEPIECE_FILE = "tokenizer.model"
+"""A sentencepiece tokenizer's model file (Gemma, Phi-3, Mistral v0.1-v0.3, Llama 2)."""
+
+
+def save_tokenizer(tokenizer: Any, directory: Path) -> None:
+    """``tokenizer.save_pretrained(directory)`` plus what llama.cpp's converter reads and
+    transformers 5 no longer writes: the sentencepiece model file (``tokenizer.model``,
+    copied from the folder the tokenizer was read from; the converter's Gemma 2 and Phi-3
+    classes read the vocabulary from it) and ``added_tokens_decoder`` in
+    ``tokenizer_config.json`` (which special tokens are control tokens: without it a
+    sentencepiece GGUF tokenizes ``<start_of_turn>`` as text).
+
+    Args:
+        tokenizer: A transformers tokenizer.
+        directory: The folder to write (created if missing).
+    """
+    directory = Path(directory)
+    tokenizer.save_pretrained(directory)
+    target = directory / SENTENCEPIECE_FILE
+    vocab_file = tokenizer.init_kwargs.get("vocab_file")
+    for source in (Path(str(tokenizer.name_or_path)) / SENTENCEPIECE_FILE,
+                   Path(vocab_file) if isinstance(vocab_file, str) else None):
+        if (source is not None and source.is_file() and not target.exists()
+                and source.resolve() != target.resolve()):
+            shutil.copyfile(source, target)
+    config_file = directory / "tokenizer_config.json"
+    settings = json.loads(config_file.read_text(encoding="utf-8"))
+    if "added_tokens_decoder" not in settings:
+        settings["added_tokens_decoder"] = {
+            str(index): {"content": str(token.content), "lstrip": bool(token.lstrip),
+                         "normalized": bool(token.normalized), "rstrip": bool(token.rstrip),
+                         "single_word": bool(token.single_word),
+                         "special": bool(token.special)}
+            for index, token in sorted(tokenizer.added_tokens_decoder.items())}
+        config_file.write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n",
+                               encoding="utf-8")
 
 
 def load_sft_model(directory: str | Path) -> tuple[SftModel, Any, dict[str, Any]]:
