@@ -211,6 +211,49 @@ def test_a_packed_batch_gives_the_familys_padded_loss_and_gradients(family, fami
         torch.testing.assert_close(grads_packed[name], grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
+def test_a_multimodal_gemma3_adapts_its_text_decoder_only(families, tmp_path):
+    """Gemma 3 4B+ folders hold a vision tower beside the text decoder
+    (``Gemma3ForConditionalGeneration``): LoRA adapts the text decoder's projections only
+    (PEFT's own all-linear would adapt the tower too), as the planner counts them, also with
+    ``model.lora.layers``, and the loss is the model's own."""
+    from transformers import AutoModelForCausalLM, Gemma3Config
+
+    from entrena.planning.llm import load_llm_shape
+    from entrena.tasks.llm_sft.model import build_sft_model, build_tokenizer
+
+    tokenizer = build_tokenizer(str(families("gemma3_text")))
+    config = Gemma3Config(
+        text_config=dict(FAMILIES["gemma3_text"].config, hidden_size=64,
+                         intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=len(tokenizer)),
+        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                       "num_attention_heads": 2, "image_size": 28, "patch_size": 14},
+        mm_tokens_per_image=4)
+    torch.manual_seed(0)
+    folder = tmp_path / "gemma3"
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    shape = load_llm_shape(folder)
+    input_ids, mask, target = _batch(tokenizer)
+    for layers in (None, 1):
+        model = build_sft_model(pretrained=str(folder), architecture=None,
+                                tokenizer=tokenizer, finetuning="lora", lora=dict(
+                                    LORA, dropout=0.0, target_modules="all-linear",
+                                    layers=layers),
+                                dropout=0.0, max_new_tokens=2, gradient_checkpointing=False)
+        adapted = [n for n, p in model.named_parameters() if p.requires_grad]
+        assert adapted and all(".language_model.layers." in n for n in adapted)
+        assert sum(p.numel() for n, p in model.named_parameters() if p.requires_grad) == \
+            shape.lora_parameters(LORA["r"]) * (layers or shape.layers) // shape.layers
+    out = model(input_ids, mask, target)
+    with torch.no_grad():
+        logits = model.causal_lm(input_ids=input_ids, attention_mask=mask).logits
+    nll = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), input_ids[:, 1:],
+                                            reduction="none")
+    torch.testing.assert_close(out[:, 0].detach(), (nll * target[:, 1:]).sum(1), rtol=1e-4,
+                               atol=1e-4)
+
+
 def test_gemma2_runs_the_unfused_attention_and_refuses_sdpa(families):
     """Gemma 2 soft-caps its attention scores, which PyTorch's fused kernel cannot: ``auto``
     runs transformers' eager attention, ``sdpa`` is refused with the reason."""

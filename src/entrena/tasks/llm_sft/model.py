@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 from collections import OrderedDict
 from pathlib import Path
@@ -145,11 +146,27 @@ def build_language_model(*, pretrained: str | None, architecture: dict[str, Any]
     return model
 
 
+def _decoder_path(lm: Any) -> str:
+    """The module path of the text decoder (``model``; ``model.language_model`` inside a
+    multimodal model such as Gemma 3 4B+), whose layers LoRA adapts."""
+    decoder = lm.get_decoder()
+    return next((name for name, module in lm.named_modules() if module is decoder), "")
+
+
+def _linear_layers(lm: Any) -> list[str]:
+    """Full names of the ``nn.Linear`` modules inside any ``layers`` list of ``lm`` (the text
+    decoder's, and a vision tower's in a multimodal model)."""
+    return [name for name, module in lm.named_modules()
+            if isinstance(module, nn.Linear) and ".layers." in name]
+
+
 def projection_names(lm: Any) -> list[str]:
-    """The names of the decoder layers' linear projections (``q_proj`` … ``down_proj``): what
-    ``all-linear`` stands for, without the output head."""
-    return sorted({name.rsplit(".", 1)[-1] for name, module in lm.named_modules()
-                   if isinstance(module, nn.Linear) and ".layers." in name})
+    """The names of the text decoder layers' linear projections (``q_proj`` …
+    ``down_proj``; Phi-3's ``qkv_proj``, ``gate_up_proj``): what ``all-linear`` stands for,
+    without the output head and without a vision tower's layers."""
+    prefix = _decoder_path(lm) + "."
+    return sorted({name.rsplit(".", 1)[-1] for name in _linear_layers(lm)
+                   if name.startswith(prefix)})
 
 
 def lora_config(settings: dict[str, Any], lm: Any = None) -> Any:
@@ -157,6 +174,9 @@ def lora_config(settings: dict[str, Any], lm: Any = None) -> Any:
 
     With ``layers`` (the last N decoder layers only) ``lm`` is needed: its depth, and the
     names ``all-linear`` stands for (PEFT takes a layer subset with a list of names only).
+    In a multimodal model (a vision tower beside the text decoder: Gemma 3 4B+) the targets
+    become a pattern over the text decoder's layers, so that the vision tower gets no
+    adapters (PEFT's ``all-linear`` would adapt it too).
 
     Raises:
         ConfigError: ``layers`` exceeds the model's decoder layers.
@@ -165,19 +185,32 @@ def lora_config(settings: dict[str, Any], lm: Any = None) -> Any:
 
     targets, subset = settings["target_modules"], {}
     top = settings.get("layers")
-    if top is not None and lm is not None:
-        depth = int(lm.config.num_hidden_layers)
-        if top > depth:
+    if lm is not None and (top is not None or _has_other_layers(lm)):
+        depth = int(lm.config.get_text_config().num_hidden_layers)
+        if top is not None and top > depth:
             raise ConfigError(f"model.lora.layers: {top} layers, but the model has {depth} "
                               f"decoder layers; set model.lora.layers to at most {depth} "
                               f"(or null for all)")
         if targets == "all-linear":
             targets = projection_names(lm)
-        subset = {"layers_to_transform": list(range(depth - top, depth)),
-                  "layers_pattern": "layers"}
+        if _has_other_layers(lm):
+            indices = range(depth - (top or depth), depth)
+            targets = (rf"{re.escape(_decoder_path(lm))}\.layers\."
+                       rf"({'|'.join(map(str, indices))})\.(.*\.)?"
+                       rf"({'|'.join(map(re.escape, targets))})")
+        else:
+            subset = {"layers_to_transform": list(range(depth - top, depth)),
+                      "layers_pattern": "layers"}
     return LoraConfig(r=int(settings["r"]), lora_alpha=float(settings["alpha"]),
                       lora_dropout=float(settings["dropout"]), target_modules=targets,
                       bias="none", task_type="CAUSAL_LM", **subset)
+
+
+def _has_other_layers(lm: Any) -> bool:
+    """Whether ``lm`` has linear layers in a ``layers`` list outside its text decoder (a
+    vision tower)."""
+    prefix = _decoder_path(lm) + "."
+    return any(not name.startswith(prefix) for name in _linear_layers(lm))
 
 
 class SftModel(nn.Module):
