@@ -168,7 +168,7 @@ FAMILIES: dict[str, Family] = {
         ("down_proj", "gate_up_proj", "o_proj", "qkv_proj"),
         sentencepiece={"tokenizer_class": "LlamaTokenizer", "unk_id": 0, "bos_id": 1,
                        "eos_id": 2, "pad_id": -1, "bos_piece": "<s>", "eos_piece": "</s>",
-                       "add_dummy_prefix": True, "legacy": True,
+                       "add_dummy_prefix": True, "legacy": True, "add_bos_token": False,
                        "rstrip": ["<|system|>", "<|user|>", "<|assistant|>", "<|end|>",
                                   "</s>"]}),
     "smollm": Family(  # SmolLM2 as published: a tied Llama with its own tokenizer
@@ -210,7 +210,7 @@ def _sentencepiece_tokenizer(family: Family, work: Path) -> Any:
 
     spec = dict(family.sentencepiece)
     tokenizer_class = spec.pop("tokenizer_class")
-    legacy = spec.pop("legacy", False)
+    legacy, add_bos = spec.pop("legacy", False), spec.pop("add_bos_token", True)
     spec.pop("rstrip", None)
     work.mkdir(parents=True, exist_ok=True)
     pieces = {spec[k] for k in ("bos_piece", "eos_piece", "pad_piece") if k in spec}
@@ -224,7 +224,7 @@ def _sentencepiece_tokenizer(family: Family, work: Path) -> Any:
         num_threads=1, minloglevel=2, **spec)
     settings = {"tokenizer_class": tokenizer_class, "unk_token": "<unk>",
                 "bos_token": family.tokens["bos"], "eos_token": family.tokens["eos"],
-                "pad_token": family.tokens["pad"], "add_bos_token": True,
+                "pad_token": family.tokens["pad"], "add_bos_token": add_bos,
                 "add_eos_token": False, "legacy": legacy}
     (work / "tokenizer_config.json").write_text(json.dumps(settings), encoding="utf-8")
     return AutoTokenizer.from_pretrained(str(work), use_fast=True)
@@ -269,6 +269,8 @@ def _mark_special(tokenizer: Any, folder: Path, rstrip: list[str]) -> None:
                                    "rstrip": token in rstrip, "single_word": False,
                                    "special": True}
     settings["added_tokens_decoder"] = decoder
+    settings["add_bos_token"] = bool(tokenizer.add_bos_token)
+    settings["add_eos_token"] = False
     config_file.write_text(json.dumps(settings, indent=2), encoding="utf-8")
 
 

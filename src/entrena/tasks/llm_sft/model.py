@@ -579,9 +579,11 @@ def save_tokenizer(tokenizer: Any, directory: Path) -> None:
     """``tokenizer.save_pretrained(directory)`` plus what llama.cpp's converter reads and
     transformers 5 no longer writes: the sentencepiece model file (``tokenizer.model``,
     copied from the folder the tokenizer was read from; the converter's Gemma 2 and Phi-3
-    classes read the vocabulary from it) and ``added_tokens_decoder`` in
-    ``tokenizer_config.json`` (which special tokens are control tokens: without it a
-    sentencepiece GGUF tokenizes ``<start_of_turn>`` as text).
+    classes read the vocabulary from it), and in ``tokenizer_config.json``
+    ``added_tokens_decoder`` (which special tokens are control tokens: without it a
+    sentencepiece GGUF tokenizes ``<start_of_turn>`` as text) and ``add_bos_token`` /
+    ``add_eos_token`` (without them a sentencepiece GGUF whose tokenizer adds no BOS, as
+    Phi-3's, gets llama.cpp's default, which adds one).
 
     Args:
         tokenizer: A transformers tokenizer.
@@ -598,15 +600,17 @@ def save_tokenizer(tokenizer: Any, directory: Path) -> None:
             shutil.copyfile(source, target)
     config_file = directory / "tokenizer_config.json"
     settings = json.loads(config_file.read_text(encoding="utf-8"))
-    if "added_tokens_decoder" not in settings:
-        settings["added_tokens_decoder"] = {
-            str(index): {"content": str(token.content), "lstrip": bool(token.lstrip),
-                         "normalized": bool(token.normalized), "rstrip": bool(token.rstrip),
-                         "single_word": bool(token.single_word),
-                         "special": bool(token.special)}
-            for index, token in sorted(tokenizer.added_tokens_decoder.items())}
-        config_file.write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n",
-                               encoding="utf-8")
+    settings.setdefault("added_tokens_decoder", {
+        str(index): {"content": str(token.content), "lstrip": bool(token.lstrip),
+                     "normalized": bool(token.normalized), "rstrip": bool(token.rstrip),
+                     "single_word": bool(token.single_word), "special": bool(token.special)}
+        for index, token in sorted(tokenizer.added_tokens_decoder.items())})
+    for key in ("add_bos_token", "add_eos_token"):
+        value = getattr(tokenizer, key, None)
+        if isinstance(value, bool):
+            settings.setdefault(key, value)
+    config_file.write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n",
+                           encoding="utf-8")
 
 
 def load_sft_model(directory: str | Path) -> tuple[SftModel, Any, dict[str, Any]]:
