@@ -83,6 +83,25 @@ def test_responses_end_with_the_token_that_ends_a_turn_in_the_template(family, f
     assert prepared.report["encoding"]["eos_token"] == stop
 
 
+@pytest.mark.parametrize("family, bos", [("gemma2", True), ("phi3", False), ("llama", False)])
+def test_a_saved_tokenizer_keeps_what_llama_cpps_converter_reads(family, bos, families,
+                                                                 tmp_path):
+    """transformers 5 drops tokenizer.model, added_tokens_decoder and add_bos_token; the
+    converter reads the vocabulary of Gemma 2 and Phi-3 from the first, types control
+    tokens from the second and defaults to adding a BOS without the third."""
+    from entrena.tasks.llm_sft.model import build_tokenizer, save_tokenizer
+
+    folder = families(family)
+    save_tokenizer(build_tokenizer(str(folder)), tmp_path / "saved")
+    assert (tmp_path / "saved" / "tokenizer.model").is_file() == (
+        bool(FAMILIES[family].sentencepiece))
+    settings = json.loads((tmp_path / "saved" / "tokenizer_config.json").read_text())
+    assert settings["eos_token"] == FAMILIES[family].stop
+    assert settings["add_bos_token"] is bos
+    special = {t["content"] for t in settings["added_tokens_decoder"].values() if t["special"]}
+    assert FAMILIES[family].stop in special
+
+
 # --- the model: loss, shared prefix, LoRA targets, planner shape -----------------------------
 
 def _batch(tokenizer, n: int = 3):

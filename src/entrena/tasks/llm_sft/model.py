@@ -605,10 +605,13 @@ def save_tokenizer(tokenizer: Any, directory: Path) -> None:
                      "normalized": bool(token.normalized), "rstrip": bool(token.rstrip),
                      "single_word": bool(token.single_word), "special": bool(token.special)}
         for index, token in sorted(tokenizer.added_tokens_decoder.items())})
-    for key in ("add_bos_token", "add_eos_token"):
-        value = getattr(tokenizer, key, None)
-        if isinstance(value, bool):
-            settings.setdefault(key, value)
+    # What encoding adds, read from behaviour: transformers 5's add_bos_token attribute says
+    # False for a Gemma tokenizer whose post-processor adds <bos>.
+    plain = list(tokenizer("a", add_special_tokens=False)["input_ids"])
+    full = list(tokenizer("a", add_special_tokens=True)["input_ids"])
+    added = len(full) > len(plain)
+    settings.setdefault("add_bos_token", added and full[0] == tokenizer.bos_token_id)
+    settings.setdefault("add_eos_token", added and full[-1] != plain[-1])
     config_file.write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n",
                            encoding="utf-8")
 
