@@ -7,8 +7,17 @@ SmolLM2's byte-level BPE vocabulary (``tokenizer_dir``, the only real tokenizer 
 the family's turn markers added as special tokens, or, for Gemma 2 and Phi-3, whose
 llama.cpp converter classes read a sentencepiece ``tokenizer.model``, a small sentencepiece
 BPE model trained here on the tests' chat text (needs the ``sentencepiece`` package; the
-folder holds ``tokenizer.model`` too). Every model is 64 wide, 2 layers, 4 heads, 2
-key/value heads (grouped-query attention), seeded: the same folder every time.
+folder holds ``tokenizer.model`` too, and ``tokenizer_config.json`` lists the special tokens
+under ``added_tokens_decoder`` as the published folders do). Phi-3's is laid out as
+published: ``<s>``/``</s>`` pieces, a leading-space (legacy) pre-tokenizer, no BOS added, and
+turn markers that eat the whitespace after them (llama.cpp does the same for a model whose
+``general.name`` holds "phi3" or "phi-3", so a converted folder tokenizes prompts alike only
+under such a name). Every model is 64 wide, 2 layers, 4 heads, 2 key/value heads
+(grouped-query attention), seeded: the same folder every time. With the converter of
+llama-cpp-python 0.3.36's vendored tree, every family but ``qwen2`` converts to GGUF and
+tokenizes and answers 4 prompts as transformers does; ``qwen2``'s tokenizer loads as
+``Qwen2Tokenizer`` (its own pre-tokenizer over SmolLM2's vocabulary), whose hash the converter
+does not know.
 
 The chat templates are the families' published ones, cut to what the tests render (no tool
 calls): Llama 3 (``<|eot_id|>``), ChatML (Qwen 2.5, Qwen 3, SmolLM2: ``<|im_end|>``), Mistral
