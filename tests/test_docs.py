@@ -162,8 +162,8 @@ def test_each_task_lists_the_keys_it_adds():
         "llm-sft": {
             "task", "data.format", "data.messages_column", "data.prompt_column",
             "data.completion_column", "data.prompt_template", "data.response_column",
-            "data.system_prompt", "data.packing", "data.pad_to_multiple_of", "model.name",
-            "model.architecture",
+            "data.system_prompt", "data.chat_template", "data.packing",
+            "data.pad_to_multiple_of", "model.name", "model.architecture",
             "model.architecture.num_hidden_layers", "model.architecture.hidden_size",
             "model.architecture.num_attention_heads", "model.architecture.num_key_value_heads",
             "model.architecture.intermediate_size", "model.architecture.max_position_embeddings",

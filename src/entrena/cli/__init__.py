@@ -558,7 +558,7 @@ def plan(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = None,
              "copy of each adapted input is kept).")] = False,
          lora_targets: Annotated[str, typer.Option(
              "--lora-targets", help="--llm: all-linear or projection names, comma-separated "
-             "(q_proj,v_proj).")] = "all-linear",
+             "(q_proj,v_proj; Phi-3 fuses them: qkv_proj,gate_up_proj).")] = "all-linear",
          lora_layers: Annotated[int | None, typer.Option(
              "--lora-layers", help="--llm: LoRA on the last N decoder layers only (default: "
              "all); backward stops below them.", show_default=False)] = None,

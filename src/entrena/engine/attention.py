@@ -22,6 +22,10 @@ ones and for every pass without gradients (evaluation, prediction). Off a CPU, `
 the memory kept for the backward pass (the unfused path keeps the (B, heads, T, T)
 probabilities: the plan's memory probe measures a batch at that length too), differ.
 
+A model that caps its attention scores (Gemma 2's ``attn_logit_softcapping``) runs
+transformers' ``eager`` under ``auto``, since the fused kernel has no soft-cap, and refuses
+``sdpa`` (a ``ConfigError``: its scores would not be capped).
+
 The choice lives in the model's config (``config._attn_implementation``, which transformers
 does not save): a saved model loads with transformers' default everywhere.
 """
@@ -31,6 +35,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Any
+
+from entrena.errors import ConfigError
 
 __all__ = ["ATTENTION_NAME", "EAGER_MARGIN", "PROBE_LENGTHS", "PROBE_MAX_BATCH",
            "apply_attention", "eager_attention", "eager_up_to", "measure_eager_up_to",
@@ -265,6 +271,14 @@ def _encoders(model: Any) -> list[Any]:
     return found
 
 
+def _softcap(config: Any) -> float | None:
+    """The attention scores' soft-cap of a model that has one (Gemma 2:
+    ``attn_logit_softcapping``, 50), which only the unfused products apply."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    cap = getattr(text, "attn_logit_softcapping", None)
+    return float(cap) if cap else None
+
+
 def _head_shape(config: Any) -> tuple[int, int, int]:
     """(heads, key/value heads, features per head) of a Hugging Face model config (0s if
     it names none)."""
@@ -302,6 +316,21 @@ def apply_attention(model: Any, setting: str, *, device: str, precision: str, ba
     encoders = _encoders(model)
     if not encoders:
         return None
+    capped = [e for e in encoders if _softcap(e.config)]
+    if capped and setting == "sdpa":
+        config = capped[0].config
+        raise ConfigError(f"model.attn_implementation = 'sdpa': this {config.model_type} model "
+                          f"caps its attention scores (attn_logit_softcapping = "
+                          f"{_softcap(config)}), which PyTorch's fused kernel cannot do; use "
+                          f"auto or eager")
+    if capped:
+        for encoder in capped:
+            encoder.set_attn_implementation("eager")
+        encoders = [e for e in encoders if e not in capped]
+        note = ("attention: eager (the model caps its attention scores, "
+                "attn_logit_softcapping, which the fused kernel cannot)")
+        if not encoders:
+            return note
     if setting in ("sdpa", "eager"):
         for encoder in encoders:
             encoder.set_attn_implementation(setting)

@@ -159,13 +159,14 @@ _UNSUPPORTED = re.compile(r"Model (\S+) is not supported")
 
 
 def convert_hf_folder(folder: Path, outfile: Path, *, outtype: str = "f16",
-                      tree: Path | None = None) -> float:
+                      model_name: str | None = None, tree: Path | None = None) -> float:
     """Convert the Hugging Face causal-LM folder ``folder`` (weights, ``config.json``, the
     tokenizer files with the chat template) into the GGUF file ``outfile`` with llama.cpp's
     converter, in a child interpreter (the converter's ``gguf-py`` first on its path).
 
     Args:
         outtype: The converter's ``--outtype`` (``f16``, ``bf16``, ``f32``, ``q8_0``).
+        model_name: ``general.name`` in the file (default the folder's name).
         tree: The llama.cpp tree (default :func:`converter_tree`).
 
     Returns:
@@ -183,7 +184,8 @@ def convert_hf_folder(folder: Path, outfile: Path, *, outtype: str = "f16",
     env.pop("NO_LOCAL_GGUF", None)
     started = time.perf_counter()
     done = subprocess.run([sys.executable, str(tree / "convert_hf_to_gguf.py"), str(folder),
-                           "--outfile", str(outfile), "--outtype", outtype],
+                           "--outfile", str(outfile), "--outtype", outtype,
+                           *(["--model-name", model_name] if model_name else [])],
                           capture_output=True, text=True, env=env)
     if done.returncode == 0 and outfile.is_file():
         return time.perf_counter() - started

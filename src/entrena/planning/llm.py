@@ -16,7 +16,8 @@ V the vocabulary, p the bytes of an activation (2 in 16-bit, 4 in fp32):
   weights and AdamW moments: ``(2 + 2 + 12)·P``, Rajbhandari et al. 2019, ZeRO §3.1; in fp32
   4 + 4 + 8); LoRA/QLoRA the same 16 B per adapter parameter (fp32 adapters, their gradients
   and AdamW moments), ``r·(d_in + d_out)`` per adapted projection (Hu et al. 2021), on the
-  projections ``lora_targets`` names (``all-linear``: q, k, v, o, gate, up, down);
+  projections ``lora_targets`` names (``all-linear``: q, k, v, o, gate, up, down; Phi-3's
+  fused qkv, o, gate_up, down, so fewer, wider adapters: ``r·(h + (a + 2k)·d)`` for qkv);
 - training activations of one layer: the accounting of Korthikanti et al. 2022 without the
   ``a·s²`` term (FlashAttention / SDPA keeps no attention matrix), redone for grouped keys
   and values and a gated MLP: ``(10·h + 2·k·d + 4·i)·s·b·p`` (in 16-bit:
@@ -60,7 +61,8 @@ from entrena.errors import ConfigError, closest_choice
 
 __all__ = ["LlmShape", "LlmMemory", "load_llm_shape", "shape_from_config",
             "llm_memory", "llm_step_flops", "adapted_layers",
-           "llm_step_time_s", "KNOWN_LLMS_FILE", "MODES", "QUANTIZATIONS", "LORA_TARGETS"]
+           "llm_step_time_s", "KNOWN_LLMS_FILE", "MODES", "QUANTIZATIONS", "LORA_TARGETS",
+           "FUSED_LORA_TARGETS"]
 
 KNOWN_LLMS_FILE = Path(__file__).resolve().parents[1] / "hardware" / "llm_configs.yaml"
 """Shipped shapes of well-known models (``llama-3-8b``, ``mistral-7b`` …), with sources."""
@@ -69,10 +71,21 @@ MODES = ("inference", "lora", "qlora", "full")
 QUANTIZATIONS = ("fp16", "int8", "int4")
 _REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
              "vocab_size")
-_GATED = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "olmo2"}
+_GATED = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3",
+          "gemma3_text", "phi3", "olmo2", "smollm3", "granite", "cohere", "cohere2"}
+"""Families with a gated MLP (SwiGLU, GeGLU: three projections)."""
+_FUSED = {"phi3"}
+"""Families whose decoder fuses q, k, v into ``qkv_proj`` and gate, up into ``gate_up_proj``
+(Phi-3): one adapter on each fused projection, ``r·(d_in + d_out)`` with the summed outputs."""
+_TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text"}
+"""Families whose config class ties the output head to the embeddings by default, so that a
+``config.json`` may leave ``tie_word_embeddings`` out (transformers writes only what differs
+from the defaults)."""
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 """The projections LoRA can adapt (``all-linear`` is all of them; a model without a gated
 MLP has no ``gate_proj``)."""
+FUSED_LORA_TARGETS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+"""Phi-3's projections (``all-linear`` there)."""
 _GROUP = 64
 """Quantisation group size: one fp16 scale and zero per 64 weights."""
 
@@ -89,6 +102,8 @@ class LlmShape:
         tied_embeddings: The output head shares the embedding matrix.
         attention_bias: The q, k, v projections have biases (Qwen2).
         source: Where the shape comes from.
+        fused_projections: q, k, v are one ``qkv_proj`` and gate, up one ``gate_up_proj``
+            (Phi-3): the same weights, fewer and wider adapters.
     """
 
     name: str
@@ -103,6 +118,7 @@ class LlmShape:
     tied_embeddings: bool
     attention_bias: bool
     source: str
+    fused_projections: bool = False
 
     def parameter_counts(self) -> tuple[int, int]:
         """(linear-layer parameters of the blocks, everything else: embeddings, head, norms)."""
@@ -123,6 +139,11 @@ class LlmShape:
     def projections(self) -> dict[str, tuple[int, int]]:
         """``{name: (d_in, d_out)}`` of one layer's linear projections."""
         h, i, d = self.hidden_size, self.intermediate_size, self.head_dim
+        if self.fused_projections:
+            return {"qkv_proj": (h, (self.heads + 2 * self.kv_heads) * d),
+                    "o_proj": (self.heads * d, h),
+                    "gate_up_proj": (h, (2 if self.gated_mlp else 1) * i),
+                    "down_proj": (i, h)}
         shapes = {"q_proj": (h, self.heads * d), "k_proj": (h, self.kv_heads * d),
                   "v_proj": (h, self.kv_heads * d), "o_proj": (self.heads * d, h),
                   "up_proj": (h, i), "down_proj": (i, h)}
@@ -133,7 +154,8 @@ class LlmShape:
     def lora_parameters(self, rank: int, targets: str | tuple[str, ...] = "all-linear"
                         ) -> int:
         """Adapter parameters of rank ``rank`` on ``targets`` (``all-linear``, or names
-        from :data:`LORA_TARGETS`), ``r·(d_in + d_out)`` each, over all layers."""
+        from :data:`LORA_TARGETS`, or :data:`FUSED_LORA_TARGETS` for Phi-3),
+        ``r·(d_in + d_out)`` each, over all layers."""
         return self.layers * sum(rank * (d_in + d_out) for d_in, d_out
                                  in self._targets(targets).values())
 
@@ -142,10 +164,12 @@ class LlmShape:
         if targets == "all-linear":
             return shapes
         names = (targets,) if isinstance(targets, str) else tuple(targets)
-        unknown = [n for n in names if n not in LORA_TARGETS]
+        known = FUSED_LORA_TARGETS if self.fused_projections else LORA_TARGETS
+        unknown = [n for n in names if n not in known]
         if unknown:
             raise ConfigError(f"LoRA targets {unknown} are not projections of a decoder "
-                              f"layer; use all-linear or names from {', '.join(LORA_TARGETS)}")
+                              f"layer of {self.name}; use all-linear or names from "
+                              f"{', '.join(known)}")
         return {n: shapes[n] for n in names if n in shapes}
 
 
@@ -199,6 +223,7 @@ def shape_from_config(config: Any, name: str, source: str) -> LlmShape:
                           f"numbers needed by the planner: {', '.join(_REQUIRED)}); "
                           "num_key_value_heads and head_dim are optional")
     heads = int(config["num_attention_heads"])
+    model_type = str(config.get("model_type", "")).lower()
     return LlmShape(
         name=name, hidden_size=int(config["hidden_size"]),
         intermediate_size=int(config["intermediate_size"]),
@@ -206,12 +231,10 @@ def shape_from_config(config: Any, name: str, source: str) -> LlmShape:
         kv_heads=int(config.get("num_key_value_heads") or heads),
         head_dim=int(config.get("head_dim") or config["hidden_size"] // heads),
         vocab_size=int(config["vocab_size"]),
-        gated_mlp=str(config.get("model_type", "")).lower() in _GATED
-        or config.get("hidden_act") in ("silu", "swiglu"),
-        tied_embeddings=bool(config.get("tie_word_embeddings", False)),
-        attention_bias=bool(config.get("attention_bias",
-                                       str(config.get("model_type")) == "qwen2")),
-        source=source)
+        gated_mlp=model_type in _GATED or config.get("hidden_act") in ("silu", "swiglu"),
+        tied_embeddings=bool(config.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT)),
+        attention_bias=bool(config.get("attention_bias", model_type == "qwen2")),
+        source=source, fused_projections=model_type in _FUSED)
 
 
 @dataclass(frozen=True)

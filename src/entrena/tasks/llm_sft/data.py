@@ -298,12 +298,14 @@ def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
     from entrena.data.hygiene import check_record
     from entrena.data.tables import open_config_sources
     from entrena.tasks.llm_sft.model import build_tokenizer
+    from entrena.tasks.llm_sft.sources import chat_template_of
 
     _refuse_unsupported(loaded)
     cfg = loaded.config
     data, seed, max_length = cfg.data, cfg.train.seed, cfg.model.max_length
     specs, files, _ = open_config_sources(loaded)
-    tokenizer = build_tokenizer(sources["tokenizer"])
+    tokenizer = build_tokenizer(sources["tokenizer"], chat_template_of(loaded),
+                                "model.tokenizer" if cfg.model.tokenizer else "model.name")
     fmt, raw = None, {}
     for role in ("train", "validation", "test"):
         if role in files:
@@ -316,7 +318,7 @@ def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
     for role, (_, _, found) in raw.items():
         report["splits"][role] = {"file": specs[role], "rows_read": found.read,
                                   **_skipped_entry(found)}
-    rendered = {role: [render_prompt(tokenizer, e.messages) for e in examples]
+    rendered = {role: [render_prompt(tokenizer, e.messages, e.where) for e in examples]
                 for role, (examples, _, _) in raw.items()}
     train_examples = raw["train"][0]
     if not train_examples:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import shutil
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -29,8 +31,8 @@ from torch import nn
 from entrena.errors import ConfigError
 
 __all__ = ["SftModel", "build_tokenizer", "build_language_model", "build_sft_model",
-           "greedy_generate", "save_sft_model", "load_sft_model", "META_FILE", "ADAPTER_DIR",
-           "BASE_DIR", "shared_prefix_length"]
+           "greedy_generate", "save_sft_model", "save_tokenizer", "load_sft_model", "META_FILE",
+           "ADAPTER_DIR", "BASE_DIR", "shared_prefix_length"]
 
 log = logging.getLogger("entrena")
 
@@ -56,25 +58,57 @@ def _quiet_transformers() -> None:
         pass
 
 
-def build_tokenizer(source: str) -> Any:
-    """The tokenizer of a model folder or hub id, padding on the right.
+def build_tokenizer(source: str, chat_template: str | None = None,
+                    key: str = "model.name") -> Any:
+    """The tokenizer of a model folder or hub id, padding on the right, whose EOS is the
+    token that ends an assistant turn in its chat template
+    (:func:`~entrena.tasks.llm_sft.tokens.turn_end_token`; the tokenizer's own EOS when the
+    template writes none), so that training, generation, the saved folder and its exports
+    all stop where the template ends a turn.
+
+    Args:
+        source: A folder or hub id.
+        chat_template: A Jinja chat template (``data.chat_template``) used instead of the
+            tokenizer's own.
+        key: The config key ``source`` came from, for messages.
 
     Raises:
-        ConfigError: It has no chat template or no EOS token.
+        ConfigError: It has no chat template and none is given, the given one does not
+            render a chat, or there is no EOS token.
     """
     from transformers import AutoTokenizer
 
     from entrena.errors import ConfigError
+    from entrena.tasks.llm_sft.tokens import turn_end_token
 
     _quiet_transformers()
     tokenizer = AutoTokenizer.from_pretrained(source)
+    if chat_template:
+        tokenizer.chat_template = chat_template
+        try:
+            tokenizer.apply_chat_template([{"role": "user", "content": "Hello"}],
+                                          tokenize=False, add_generation_prompt=True)
+        except Exception as exc:  # noqa: BLE001 - jinja's errors, a template's raise_exception
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise ConfigError(f"data.chat_template: the template does not render a one-turn "
+                              f"chat ({type(exc).__name__}: {first}); give a Jinja chat "
+                              f"template over `messages` with `add_generation_prompt`, such "
+                              f"as the model family's published one") from None
     if not getattr(tokenizer, "chat_template", None):
-        raise ConfigError(f"model.tokenizer: {source} has no chat template, so prompts cannot "
-                          "be written as chats; use an instruct (chat) model such as "
-                          "smollm2-135m")
+        raise ConfigError(f"{key}: the tokenizer of {source} has no chat template, so prompts "
+                          f"cannot be written as chats; set data.chat_template to the model "
+                          f"family's template (Jinja text, or a .jinja file), or use an "
+                          f"instruct (chat) model such as smollm2-135m")
+    stop = turn_end_token(tokenizer)
+    if stop is not None and stop != tokenizer.eos_token:
+        log.info("stop token: %s ends an assistant turn in the chat template (the tokenizer's "
+                 "EOS is %s): responses end with it, generation stops at it, and the saved "
+                 "tokenizer names it as EOS", stop, tokenizer.eos_token)
+        tokenizer.eos_token = stop
     if tokenizer.eos_token_id is None:
-        raise ConfigError(f"model.tokenizer: {source} has no EOS token; use a chat model's "
-                          "tokenizer")
+        raise ConfigError(f"{key}: the tokenizer of {source} has no EOS token and its chat "
+                          f"template ends no turn with a special token; use a chat model's "
+                          f"tokenizer")
     tokenizer.padding_side = "right"
     return tokenizer
 
@@ -112,11 +146,27 @@ def build_language_model(*, pretrained: str | None, architecture: dict[str, Any]
     return model
 
 
+def _decoder_path(lm: Any) -> str:
+    """The module path of the text decoder (``model``; ``model.language_model`` inside a
+    multimodal model such as Gemma 3 4B+), whose layers LoRA adapts."""
+    decoder = lm.get_decoder()
+    return next((name for name, module in lm.named_modules() if module is decoder), "")
+
+
+def _linear_layers(lm: Any) -> list[str]:
+    """Full names of the ``nn.Linear`` modules inside any ``layers`` list of ``lm`` (the text
+    decoder's, and a vision tower's in a multimodal model)."""
+    return [name for name, module in lm.named_modules()
+            if isinstance(module, nn.Linear) and ".layers." in name]
+
+
 def projection_names(lm: Any) -> list[str]:
-    """The names of the decoder layers' linear projections (``q_proj`` … ``down_proj``): what
-    ``all-linear`` stands for, without the output head."""
-    return sorted({name.rsplit(".", 1)[-1] for name, module in lm.named_modules()
-                   if isinstance(module, nn.Linear) and ".layers." in name})
+    """The names of the text decoder layers' linear projections (``q_proj`` …
+    ``down_proj``; Phi-3's ``qkv_proj``, ``gate_up_proj``): what ``all-linear`` stands for,
+    without the output head and without a vision tower's layers."""
+    prefix = _decoder_path(lm) + "."
+    return sorted({name.rsplit(".", 1)[-1] for name in _linear_layers(lm)
+                   if name.startswith(prefix)})
 
 
 def lora_config(settings: dict[str, Any], lm: Any = None) -> Any:
@@ -124,6 +174,9 @@ def lora_config(settings: dict[str, Any], lm: Any = None) -> Any:
 
     With ``layers`` (the last N decoder layers only) ``lm`` is needed: its depth, and the
     names ``all-linear`` stands for (PEFT takes a layer subset with a list of names only).
+    In a multimodal model (a vision tower beside the text decoder: Gemma 3 4B+) the targets
+    become a pattern over the text decoder's layers, so that the vision tower gets no
+    adapters (PEFT's ``all-linear`` would adapt it too).
 
     Raises:
         ConfigError: ``layers`` exceeds the model's decoder layers.
@@ -132,19 +185,32 @@ def lora_config(settings: dict[str, Any], lm: Any = None) -> Any:
 
     targets, subset = settings["target_modules"], {}
     top = settings.get("layers")
-    if top is not None and lm is not None:
-        depth = int(lm.config.num_hidden_layers)
-        if top > depth:
+    if lm is not None and (top is not None or _has_other_layers(lm)):
+        depth = int(lm.config.get_text_config().num_hidden_layers)
+        if top is not None and top > depth:
             raise ConfigError(f"model.lora.layers: {top} layers, but the model has {depth} "
                               f"decoder layers; set model.lora.layers to at most {depth} "
                               f"(or null for all)")
         if targets == "all-linear":
             targets = projection_names(lm)
-        subset = {"layers_to_transform": list(range(depth - top, depth)),
-                  "layers_pattern": "layers"}
+        if _has_other_layers(lm):
+            indices = range(depth - (top or depth), depth)
+            targets = (rf"{re.escape(_decoder_path(lm))}\.layers\."
+                       rf"({'|'.join(map(str, indices))})\.(.*\.)?"
+                       rf"({'|'.join(map(re.escape, targets))})")
+        else:
+            subset = {"layers_to_transform": list(range(depth - top, depth)),
+                      "layers_pattern": "layers"}
     return LoraConfig(r=int(settings["r"]), lora_alpha=float(settings["alpha"]),
                       lora_dropout=float(settings["dropout"]), target_modules=targets,
                       bias="none", task_type="CAUSAL_LM", **subset)
+
+
+def _has_other_layers(lm: Any) -> bool:
+    """Whether ``lm`` has linear layers in a ``layers`` list outside its text decoder (a
+    vision tower)."""
+    prefix = _decoder_path(lm) + "."
+    return any(not name.startswith(prefix) for name in _linear_layers(lm))
 
 
 class SftModel(nn.Module):
@@ -225,6 +291,9 @@ class SftModel(nn.Module):
         else:
             rows, cols = targets.nonzero(as_tuple=True)
         logits = lm.get_output_embeddings()(hidden[rows, cols])  # (K, V), K target tokens
+        cap = _final_softcap(lm)
+        if cap:  # Gemma 2: the head's logits go through cap·tanh(x / cap), as its forward does
+            logits = torch.tanh(logits / cap) * cap
         nll = nn.functional.cross_entropy(logits.float(), input_ids[rows, cols + 1],
                                           reduction="none")  # (K,)
         sums = torch.zeros(input_ids.shape[0], dtype=torch.float32, device=nll.device)
@@ -286,6 +355,16 @@ class SftModel(nn.Module):
             raise RuntimeError(f"adapter weights do not match: missing {missing[:5]}, "
                                f"unexpected {list(result.unexpected_keys)[:5]}")
         return result
+
+
+def _final_softcap(lm: Any) -> float | None:
+    """The output logits' soft-cap of a model that has one (Gemma 2's
+    ``final_logit_softcapping``, 30), else ``None``: its own forward caps the logits, so the
+    loss computed here from the head must too."""
+    config = lm.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    cap = getattr(text, "final_logit_softcapping", None)
+    return float(cap) if cap else None
 
 
 def _checkpointing(lm: Any) -> bool:
@@ -488,8 +567,53 @@ def save_sft_model(model: SftModel, tokenizer: Any, directory: Path,
             # save_pretrained of the base under PEFT writes the adapted layers' names;
             # the adapter is applied again on load, so the plain base is what is needed.
             meta["base_model"] = BASE_DIR
-    tokenizer.save_pretrained(directory)
+    save_tokenizer(tokenizer, directory)
     (directory / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
+SENTENCEPIECE_FILE = "tokenizer.model"
+"""A sentencepiece tokenizer's model file (Gemma, Phi-3, Mistral v0.1-v0.3, Llama 2)."""
+
+
+def save_tokenizer(tokenizer: Any, directory: Path) -> None:
+    """``tokenizer.save_pretrained(directory)`` plus what llama.cpp's converter reads and
+    transformers 5 no longer writes: the sentencepiece model file (``tokenizer.model``,
+    copied from the folder the tokenizer was read from; the converter's Gemma 2 and Phi-3
+    classes read the vocabulary from it), and in ``tokenizer_config.json``
+    ``added_tokens_decoder`` (which special tokens are control tokens: without it a
+    sentencepiece GGUF tokenizes ``<start_of_turn>`` as text) and ``add_bos_token`` /
+    ``add_eos_token`` (without them a sentencepiece GGUF whose tokenizer adds no BOS, as
+    Phi-3's, gets llama.cpp's default, which adds one).
+
+    Args:
+        tokenizer: A transformers tokenizer.
+        directory: The folder to write (created if missing).
+    """
+    directory = Path(directory)
+    tokenizer.save_pretrained(directory)
+    target = directory / SENTENCEPIECE_FILE
+    vocab_file = tokenizer.init_kwargs.get("vocab_file")
+    for source in (Path(str(tokenizer.name_or_path)) / SENTENCEPIECE_FILE,
+                   Path(vocab_file) if isinstance(vocab_file, str) else None):
+        if (source is not None and source.is_file() and not target.exists()
+                and source.resolve() != target.resolve()):
+            shutil.copyfile(source, target)
+    config_file = directory / "tokenizer_config.json"
+    settings = json.loads(config_file.read_text(encoding="utf-8"))
+    settings.setdefault("added_tokens_decoder", {
+        str(index): {"content": str(token.content), "lstrip": bool(token.lstrip),
+                     "normalized": bool(token.normalized), "rstrip": bool(token.rstrip),
+                     "single_word": bool(token.single_word), "special": bool(token.special)}
+        for index, token in sorted(tokenizer.added_tokens_decoder.items())})
+    # What encoding adds, read from behaviour: transformers 5's add_bos_token attribute says
+    # False for a Gemma tokenizer whose post-processor adds <bos>.
+    plain = list(tokenizer("a", add_special_tokens=False)["input_ids"])
+    full = list(tokenizer("a", add_special_tokens=True)["input_ids"])
+    added = len(full) > len(plain)
+    settings.setdefault("add_bos_token", added and full[0] == tokenizer.bos_token_id)
+    settings.setdefault("add_eos_token", added and full[-1] != plain[-1])
+    config_file.write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n",
+                           encoding="utf-8")
 
 
 def load_sft_model(directory: str | Path) -> tuple[SftModel, Any, dict[str, Any]]:

@@ -24,7 +24,7 @@ from typing import Any
 from entrena.errors import ConfigError
 
 __all__ = ["check_llm_source", "resolve_llm_source", "converted_dir", "file_digest",
-           "tokenizer_source", "weights_source"]
+           "tokenizer_source", "weights_source", "chat_template_of"]
 
 log = logging.getLogger("entrena")
 
@@ -118,7 +118,45 @@ def check_llm_source(name: str, base_dir: Path | None, key: str = "model.name", 
         folder = base_dir / folder
     if tokenizer_only and (folder / "tokenizer_config.json").is_file():
         return str(folder.resolve())
-    return resolve_model_name(name, base_dir, key, kind="causal-lm")
+    resolved = resolve_model_name(name, base_dir, key, kind="causal-lm")
+    if not tokenizer_only and Path(resolved).is_dir():
+        check_causal_lm(Path(resolved), name, key)
+    return resolved
+
+
+def check_causal_lm(folder: Path, name: str, key: str = "model.name") -> None:
+    """Refuse a model folder that is not a decoder-only causal LM, from its ``config.json``
+    (nothing loaded): an encoder-decoder (T5, BART), or a model whose architectures name no
+    causal-LM head (a BERT fill-mask or classification folder).
+
+    Raises:
+        ConfigError: Not a causal LM, or an unreadable ``config.json``.
+    """
+    import json
+
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    path = folder / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{key} = {name!r}: {path} is not readable JSON ({exc}); point to a "
+                          f"Hugging Face model folder") from None
+    model_type = str(config.get("model_type") or "?")
+    architectures = [str(a) for a in config.get("architectures") or []]
+    what = f"{', '.join(architectures) or model_type} (model_type {model_type})"
+    fix = ("task: llm-sft trains decoder-only causal language models (Llama, Qwen, Mistral, "
+           "Gemma, Phi-3, SmolLM …): point model.name to such a model's folder")
+    if config.get("is_encoder_decoder"):
+        raise ConfigError(f"{key} = {name!r}: {folder} holds an encoder-decoder model, {what}; "
+                          f"{fix}")
+    head = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    causal = [a for a in architectures if a == head or a.endswith(("ForCausalLM",
+                                                                   "LMHeadModel"))]
+    if head is None or (architectures and not causal) or (
+            not architectures and not head.endswith("ForCausalLM")):
+        raise ConfigError(f"{key} = {name!r}: {folder} holds {what}, not a causal language "
+                          f"model; {fix}")
 
 
 def resolve_llm_source(name: str, base_dir: Path | None, cache_root: Path,
@@ -170,3 +208,26 @@ def weights_source(loaded: Any, sources: dict[str, str]) -> str | None:
     if "weights" not in sources:
         return None
     return resolve_llm_source(sources["weights"], loaded.base_dir, _cache_root(loaded))
+
+
+TEMPLATE_SUFFIXES = (".jinja", ".j2")
+"""``data.chat_template`` values ending so are files to read."""
+
+
+def chat_template_of(loaded: Any) -> str | None:
+    """``data.chat_template`` as template text (a ``.jinja``/``.j2`` file read, relative to
+    the config file), or ``None``.
+
+    Raises:
+        ConfigError: The file cannot be read.
+    """
+    value = loaded.config.data.chat_template
+    if not value or not value.strip().endswith(TEMPLATE_SUFFIXES) or "{" in value:
+        return value or None
+    path = loaded.resolve_path(value.strip())
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"data.chat_template = {value!r}: cannot read {path} "
+                          f"({type(exc).__name__}); give the path of a Jinja template file "
+                          f"(relative to the config file) or the template's text") from None

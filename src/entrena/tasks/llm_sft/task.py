@@ -282,7 +282,9 @@ class LlmSftTask:
         docs/benchmarks.md, bench:lora-layers), and the fit times its own first evaluation.
         """
         lm = getattr(model, "lm", model)
-        depth = int(getattr(getattr(lm, "config", None), "num_hidden_layers", 0) or 0)
+        config = getattr(lm, "config", None)
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        depth = int(getattr(text, "num_hidden_layers", 0) or 0)
         layers = {name.split(".layers.", 1)[1].split(".", 1)[0]
                   for name, p in lm.named_parameters() if p.requires_grad and ".layers." in name}
         if not depth or not layers:

@@ -15,6 +15,13 @@ An example over ``model.max_length`` is made to fit in two steps (:func:`fit_exa
 
 The response is never cut (a cut response teaches the model not to stop): when it does not
 fit beside the prompt's fixed part, the example is refused with both sizes.
+
+"EOS" here is the token that ends an assistant turn in the chat template
+(:func:`turn_end_token`: ``<|im_end|>`` for ChatML, ``<|eot_id|>`` for Llama 3,
+``<end_of_turn>`` for Gemma, ``<|end|>`` for Phi-3, ``</s>`` for Mistral), which is not
+always the tokenizer's own EOS (Gemma's is ``<eos>``, Phi-3's ``<|endoftext|>``, a Llama 3
+base's ``<|end_of_text|>``): a model taught to end with the tokenizer's EOS would write a
+turn end the template never shows, and a runtime stopping at the turn end would never see it.
 """
 
 from __future__ import annotations
@@ -28,16 +35,69 @@ import numpy as np
 from entrena.errors import DataError
 from entrena.tasks.llm_sft.chats import SftExample, is_empty, template_fields
 
-__all__ = ["render_prompt", "history_cuts", "Fitted", "fit_example", "tokenize_example"]
+__all__ = ["render_prompt", "history_cuts", "Fitted", "fit_example", "tokenize_example",
+           "turn_end_token"]
 
 _CUT_MARGIN = 4
 """Extra tokens cut from a too-long prompt text (decoding and re-encoding a cut text can
 merge or split a token at the cut)."""
 
 
-def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-    """The prompt as the model sees it: the chat template with the assistant header."""
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+_ANSWER = "entrena0answer0probe"
+"""A response no template changes (no spaces to trim, no markup), to find what follows it."""
+
+
+def turn_end_token(tokenizer: Any) -> str | None:
+    """The special token the chat template writes right after an assistant's answer, or
+    ``None`` when it writes none there (the tokenizer's EOS then ends a response).
+
+    A two-turn chat (user, assistant) is rendered without a generation prompt, and the
+    text after the answer is matched against the tokenizer's special and added tokens
+    (longest first); whitespace before the token is skipped (``[/INST] answer </s>``).
+    """
+    messages = [{"role": "user", "content": "Hello"},
+                {"role": "assistant", "content": _ANSWER}]
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False,
+                                             add_generation_prompt=False)
+    except Exception:  # noqa: BLE001 - a template that refuses this chat names no turn end
+        return None
+    if not isinstance(text, str) or _ANSWER not in text:
+        return None
+    after = text[text.index(_ANSWER) + len(_ANSWER):].lstrip(" ")
+    specials = {str(t) for t in tokenizer.all_special_tokens}
+    specials |= {str(t) for t in tokenizer.get_added_vocab()}
+    for token in sorted(specials, key=len, reverse=True):
+        if token and after.startswith(token) and len(_encode(tokenizer, token)) == 1:
+            return token
+    return None
+
+
+def render_prompt(tokenizer: Any, messages: list[dict[str, str]],
+                  where: str | None = None) -> str:
+    """The prompt as the model sees it: the chat template with the assistant header.
+
+    Args:
+        tokenizer: The tokenizer with the chat template.
+        messages: The prompt's turns.
+        where: The example's place (``file:line``), for the error.
+
+    Raises:
+        DataError: The template refuses the conversation (Mistral's and Gemma 2's refuse a
+            system turn; roles that do not alternate).
+    """
+    from jinja2 import TemplateError
+
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False,
+                                             add_generation_prompt=True)
+    except TemplateError as exc:
+        roles = "/".join(m["role"] for m in messages)
+        raise DataError(f"{where or 'a conversation'}: the model's chat template refuses "
+                        f"this conversation ({roles}): {exc}; write the conversations as the "
+                        f"template takes them (a system turn folded into the first user turn, "
+                        f"no data.system_prompt, alternating turns) or set "
+                        f"data.chat_template") from None
 
 
 def _encode(tokenizer: Any, text: str) -> list[int]:
@@ -121,7 +181,7 @@ def fit_example(tokenizer: Any, example: SftExample, max_length: int, *,
     response = _encode(tokenizer, example.response) + [int(tokenizer.eos_token_id)]
 
     def over(turns: list[dict[str, str]]) -> tuple[str, list[int], int]:
-        prompt = render_prompt(tokenizer, turns)
+        prompt = render_prompt(tokenizer, turns, example.where)
         prompt_ids = _encode(tokenizer, prompt)
         return prompt, prompt_ids, len(prompt_ids) + len(response) - max_length
 
