@@ -28,14 +28,14 @@ __all__ = ["BUILTIN_TASKS", "DEFAULT_TASK", "ENTRY_POINT_GROUP", "TASKS", "regis
            "builtin_config_schemas", "SCHEMAS", "load_config"]
 
 BUILTIN_TASKS: dict[str, tuple[str, str]] = {
-    "text-classification": ("entrena.tasks.text_classification.task:TextClassificationTask",
-                            "entrena.tasks.text_classification.config:TextClassificationConfig"),
+    "text-classification": ("entrena.tasks.text.task:TextClassificationTask",
+                            "entrena.tasks.text.config:TextClassificationConfig"),
     "image-classification": (
         "entrena.tasks.image_classification.task:ImageClassificationTask",
         "entrena.tasks.image_classification.config:ImageClassificationConfig"),
     "tabular-classification": (
-        "entrena.tasks.tabular_classification.task:TabularClassificationTask",
-        "entrena.tasks.tabular_classification.config:TabularClassificationConfig"),
+        "entrena.tasks.tabular.task:TabularClassificationTask",
+        "entrena.tasks.tabular.config:TabularClassificationConfig"),
     "tabular-regression": (
         "entrena.tasks.tabular_regression.task:TabularRegressionTask",
         "entrena.tasks.tabular_regression.config:TabularRegressionConfig"),

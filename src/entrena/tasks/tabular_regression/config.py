@@ -13,7 +13,7 @@ from entrena.tasks.regression_config import (
     RegressionTuneConfig,
     TargetConfig,
 )
-from entrena.tasks.tabular_classification.config import TabularDataConfig, TabularModelConfig
+from entrena.tasks.tabular.config import TabularDataConfig, TabularModelConfig
 
 __all__ = ["TabularRegressionDataConfig", "TabularRegressionConfig"]
 

@@ -1,7 +1,7 @@
 """``task: tabular-regression`` behind the :class:`~entrena.tasks.base.Task` protocol.
 
 Input: ``features`` (B, F) float32, the rows after the preprocessing fitted on the training
-split (as ``tabular-classification``: :mod:`entrena.tasks.tabular_classification.data` reads,
+split (as ``tabular-classification``: :mod:`entrena.tasks.tabular.data` reads,
 checks and preprocesses the table, with the target checked as a number by
 :mod:`entrena.data.targets`). The model is the same MLP with one output, trained on the
 standardised target (:mod:`entrena.tasks.regression`); the baselines are the training mean
@@ -29,8 +29,8 @@ from entrena.tasks.regression import (
     regression_rows,
     value_table,
 )
-from entrena.tasks.tabular_classification.data import prepare_table
-from entrena.tasks.tabular_classification.task import FeatureBatches
+from entrena.tasks.tabular.data import prepare_table
+from entrena.tasks.tabular.task import FeatureBatches
 from entrena.tasks.tabular_regression.config import TabularRegressionConfig
 
 __all__ = ["TabularRegressionTask"]
@@ -71,8 +71,8 @@ class TabularRegressionTask:
 
     def build_model(self, loaded: Any, sources: dict[str, str],
                     prepared: WithTarget) -> Any:
-        """A :class:`~entrena.tasks.tabular_classification.model.TabularMLP` with one output."""
-        from entrena.tasks.tabular_classification.model import TabularMLP
+        """A :class:`~entrena.tasks.tabular.model.TabularMLP` with one output."""
+        from entrena.tasks.tabular.model import TabularMLP
 
         cfg = loaded.config
         width = int(prepared.preprocessing["width"])
@@ -112,7 +112,7 @@ class TabularRegressionTask:
     def save_model(self, model: Any, prepared: WithTarget, directory: Path) -> None:
         """Weights, ``preprocessing.json`` and ``entrena_model.json`` (with ``target``: the
         scaling)."""
-        from entrena.tasks.tabular_classification.model import save_mlp
+        from entrena.tasks.tabular.model import save_mlp
 
         table = prepared.prepared
         save_mlp(model, directory, labels=[], preprocessing=table.preprocessing,
@@ -122,7 +122,7 @@ class TabularRegressionTask:
     def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:
         """``(MLP in eval mode, meta)``: the network's standardised output; ``meta["target"]``
         holds the scaling."""
-        from entrena.tasks.tabular_classification.model import load_mlp
+        from entrena.tasks.tabular.model import load_mlp
 
         return load_mlp(directory)
 
@@ -148,14 +148,14 @@ class TabularRegressionTask:
 
     def predict(self, location: Any, data: Path, output: Path, options: Any) -> dict[str, Any]:
         """Predict ``data`` into ``output`` (a ``predicted_value`` column); the summary."""
-        from entrena.tasks.tabular_classification.predict import predict_table
+        from entrena.tasks.tabular.predict import predict_table
 
         return predict_table(location, data, output, options)
 
     def frame_predictor(self, location: Any, options: Any) -> Any:
         """The model and its preprocessing loaded once, answering DataFrames in memory
-        (:func:`~entrena.tasks.tabular_classification.predict.table_frame_predictor`)."""
-        from entrena.tasks.tabular_classification.predict import table_frame_predictor
+        (:func:`~entrena.tasks.tabular.predict.table_frame_predictor`)."""
+        from entrena.tasks.tabular.predict import table_frame_predictor
 
         return table_frame_predictor(location, options)
 

@@ -13,7 +13,7 @@ from entrena.tasks.regression_config import (
     RegressionTuneConfig,
     TargetConfig,
 )
-from entrena.tasks.text_classification.config import TextDataConfig, TextModelConfig
+from entrena.tasks.text.config import TextDataConfig, TextModelConfig
 
 __all__ = ["TextRegressionDataConfig", "TextRegressionConfig"]
 

@@ -2,7 +2,7 @@
 
 Inputs: ``input_ids`` (B, T) int64 and ``attention_mask`` (B, T) int64, as
 ``text-classification``: the texts are read, checked, split and tokenised by
-:mod:`entrena.tasks.text_classification.data` (with the target checked as a number by
+:mod:`entrena.tasks.text.data` (with the target checked as a number by
 :mod:`entrena.data.targets`, through the same cache), and the model is the same encoder with a
 one-output linear head, trained on the standardised target (:mod:`entrena.tasks.regression`).
 Batches' ``labels`` are the standardised targets (B,) float32; metrics, predictions and
@@ -24,59 +24,16 @@ from entrena.tasks.regression import (
     TargetScaler,
     WithTarget,
     evaluate_regression,
-    mean_baseline,
-    median_baseline,
     mse_loss,
     regression_rows,
-    score_baseline,
     value_table,
 )
-from entrena.tasks.text_classification.task import (
-    TextClassificationTask,
-    build_text_model,
-    text_planning,
-)
+from entrena.tasks.text.planning import text_planning
+from entrena.tasks.text.task import TextClassificationTask, build_text_model
+from entrena.tasks.text_regression.baselines import text_regression_baselines
 from entrena.tasks.text_regression.config import TextRegressionConfig
 
-__all__ = ["TextRegressionTask", "text_regression_baselines"]
-
-
-def text_regression_baselines(train_texts: Any, train_targets: np.ndarray,
-                              evaluation: dict[str, tuple[Any, np.ndarray]],
-                              scaler: TargetScaler, *, seed: int = 0) -> dict[str, Any]:
-    """The training mean, and TF-IDF (word 1-2 grams, sublinear TF) + ridge regression
-    (alpha 1) fitted on the transformed training target, scored in the target's units.
-
-    Args:
-        train_texts: Training texts (N,).
-        train_targets: Their targets (N,) in the target's units.
-        evaluation: ``{split: (texts, targets)}``.
-        scaler: The target's transform (the ridge learns it, as the network does).
-        seed: Unused by ridge (kept for the baselines' common signature).
-
-    Returns:
-        ``{"mean": {...}, "tfidf_ridge": {...}}`` with per-split metrics and ``time_s``.
-    """
-    import time
-
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import Ridge
-    from sklearn.pipeline import make_pipeline
-
-    result = {"mean": mean_baseline(train_targets, evaluation),
-              "median": median_baseline(train_targets, evaluation)}
-    started = time.perf_counter()
-    pipeline = make_pipeline(
-        TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, max_features=200_000),
-        Ridge(alpha=1.0))
-    pipeline.fit(list(train_texts), scaler.to_model(train_targets))
-    fitted_s = time.perf_counter() - started
-    scores = score_baseline("tfidf_ridge",
-                            lambda texts: scaler.from_model(pipeline.predict(list(texts))),
-                            evaluation)
-    scores["time_s"] += fitted_s
-    result["tfidf_ridge"] = scores
-    return result
+__all__ = ["TextRegressionTask"]
 
 
 class TextRegressionTask:
@@ -107,7 +64,7 @@ class TextRegressionTask:
     def prepare(self, loaded: Any, sources: dict[str, str]) -> WithTarget:
         """Texts read, checked (the target as a number), split and tokenised, and the target
         scaling fitted on the training rows."""
-        from entrena.tasks.text_classification.data import prepare_texts
+        from entrena.tasks.text.data import prepare_texts
 
         prepared = prepare_texts(loaded, sources, numeric_target=True)
         scaler = TargetScaler.fit(np.asarray(prepared.splits.train.labels),
@@ -154,7 +111,7 @@ class TextRegressionTask:
 
     def save_model(self, model: Any, prepared: WithTarget, directory: Path) -> None:
         """Encoder, tokenizer, head and ``entrena_model.json`` (with ``target``)."""
-        from entrena.tasks.text_classification.model import save_classifier
+        from entrena.tasks.text.model import save_classifier
 
         save_classifier(model, prepared.tokenizer, directory, labels=[],
                         max_length=prepared.max_length, task=self.name,

@@ -145,7 +145,7 @@ class TextPredictor:
     def __init__(self, location: ModelLocation, preprocessing: Preprocessing,
                  text_column: str | list[str], threads: int | None = None,
                  markers: list[str] | None = None):
-        from entrena.tasks.text_classification.model import (
+        from entrena.tasks.text.model import (
             build_tokenizer,
             load_classifier,
             model_length_limit,

@@ -28,7 +28,7 @@ from entrena.exporting.inference import (
     softmax,
 )
 from entrena.exporting.prediction import FramePredictor, ModelLocation, PredictOptions
-from entrena.tasks.tabular_classification.export import PREPROCESSING_FILE, feature_columns_of
+from entrena.tasks.tabular.export import PREPROCESSING_FILE, feature_columns_of
 
 __all__ = ["SKIPPED_EMPTY_ROW", "TablePredictor", "predict_table", "table_frame_predictor"]
 
@@ -107,7 +107,7 @@ class TablePredictor:
     def __init__(self, folder: Path, kind: str, manifest: dict[str, Any] | None = None,
                  threads: int | None = None, source: str = "input"):
         if kind == "run":
-            from entrena.tasks.tabular_classification.model import load_mlp
+            from entrena.tasks.tabular.model import load_mlp
 
             if threads:
                 import torch

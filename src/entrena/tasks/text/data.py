@@ -86,7 +86,7 @@ class PreparedData:
         """The Hugging Face tokenizer the texts were encoded with, built on first use (a run
         from the cache needs it only to save the model, after training)."""
         if self.built_tokenizer is None:
-            from entrena.tasks.text_classification.model import build_tokenizer
+            from entrena.tasks.text.model import build_tokenizer
 
             self.built_tokenizer = build_tokenizer(self.tokenizer_source)
         return self.built_tokenizer
@@ -162,7 +162,7 @@ def _length_limit(loaded: LoadedConfig, sources: dict[str, str], facts: Tokenize
         from transformers import AutoConfig
 
         encoder_config = AutoConfig.from_pretrained(sources["weights"])
-    from entrena.tasks.text_classification.model import model_length_limit
+    from entrena.tasks.text.model import model_length_limit
 
     return model_length_limit(encoder_config,
                               SimpleNamespace(model_max_length=facts.model_max_length))
@@ -214,7 +214,7 @@ def prepare_texts(loaded: LoadedConfig, sources: dict[str, str], *,
     data = cfg.data
     specs, files, cache_root = open_config_sources(loaded)
 
-    from entrena.tasks.text_classification.model import build_tokenizer
+    from entrena.tasks.text.model import build_tokenizer
 
     source = sources["tokenizer"]
     facts, tokenizer = tokenizer_facts(source, build_tokenizer, cache_root / "tokenizers")

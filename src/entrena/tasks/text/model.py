@@ -191,7 +191,7 @@ def meta_classifier(*, num_labels: int, pretrained: str | None,
         attention_dropout: As :func:`build_classifier`'s.
 
     Returns:
-        A :class:`~entrena.tasks.text_classification.model.TextClassifier` on ``meta``, in
+        A :class:`~entrena.tasks.text.model.TextClassifier` on ``meta``, in
         train mode.
     """
     from transformers import AutoModel

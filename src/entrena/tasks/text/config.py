@@ -5,14 +5,15 @@ Pydantic only (no torch): the registry imports it when a config is loaded.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Protocol
 
 from pydantic import Field, field_validator, model_validator
 
-from entrena.config.schema import Config, DataConfig, ModelConfig, StrictModel
+from entrena.config.schema import Config, DataConfig, ModelConfig, StrictModel, TrainConfig
 
-__all__ = ["ArchitectureConfig", "MultiLabelConfig", "TextDataConfig",
-           "TextClassificationDataConfig", "TextModelConfig", "TextClassificationConfig"]
+__all__ = ["ArchitectureConfig", "MultiLabelConfig", "TextConfig", "TextDataConfig",
+           "TextClassificationDataConfig", "TextModelConfig", "TextClassificationConfig",
+           "resolve_attention_dropout"]
 
 
 class MultiLabelConfig(StrictModel):
@@ -154,3 +155,30 @@ class TextClassificationConfig(Config):
     """Data section."""
     model: TextModelConfig = TextModelConfig()
     """Model section."""
+
+
+class TextConfig(Protocol):
+    """What the text data path, model and planning read of a text task's config: the config
+    of ``text-classification`` and of ``text-regression`` alike."""
+
+    @property
+    def data(self) -> TextDataConfig: ...
+    @property
+    def model(self) -> TextModelConfig: ...
+    @property
+    def train(self) -> TrainConfig: ...
+
+
+def resolve_attention_dropout(cfg: TextConfig) -> float | None:
+    """``model.attention_dropout`` as a number, or ``None`` for the checkpoint's own value
+    (``auto`` off a CPU).
+
+    Raises:
+        ResourceError: ``train.accelerator`` names a device that is not available.
+    """
+    from entrena.hardware.detection import resolve_accelerator
+
+    value = cfg.model.attention_dropout
+    if value != "auto":
+        return float(value)
+    return 0.0 if resolve_accelerator(cfg.train.accelerator) == "cpu" else None

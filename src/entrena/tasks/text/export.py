@@ -23,7 +23,7 @@ from entrena.exporting.bundle import META_FILE, ExportRequest, RunModel, parity_
 from entrena.exporting.checks import MAX_PARITY_EXAMPLES, label_index
 from entrena.exporting.inference import TextEncoder, batch_inputs
 from entrena.exporting.sequence_bundle import SequenceInputExport, write_sequence_input_bundle
-from entrena.tasks.text_classification.card import text_card
+from entrena.tasks.text.card import text_card
 
 __all__ = ["ParityExamples", "parity_examples", "write_bundle", "EXAMPLE_TEXTS"]
 
@@ -118,7 +118,7 @@ def write_bundle(run: RunModel, request: ExportRequest,
     """
     import torch
 
-    from entrena.tasks.text_classification.model import load_classifier, model_length_limit
+    from entrena.tasks.text.model import load_classifier, model_length_limit
 
     if request.threads:
         torch.set_num_threads(request.threads)

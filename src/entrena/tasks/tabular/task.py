@@ -2,10 +2,10 @@
 
 Input: ``features`` (B, F) float32, the rows after the preprocessing fitted on the training
 split (:mod:`entrena.data.preprocessing`). The data is prepared by
-:mod:`entrena.tasks.tabular_classification.data`, the model is
-:class:`~entrena.tasks.tabular_classification.model.TabularMLP`
+:mod:`entrena.tasks.tabular.data`, the model is
+:class:`~entrena.tasks.tabular.model.TabularMLP`
 (``model.hidden_sizes``, ``model.dropout``), and the baselines are the majority class and
-gradient-boosted trees (:mod:`entrena.tasks.tabular_classification.baselines`).
+gradient-boosted trees (:mod:`entrena.tasks.tabular.baselines`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from entrena.tasks.metrics import (
     cross_entropy_loss,
     evaluate_classification,
 )
-from entrena.tasks.tabular_classification.baselines import TIE_MARGIN, tabular_baselines
-from entrena.tasks.tabular_classification.config import TabularClassificationConfig
-from entrena.tasks.tabular_classification.data import PreparedTable, prepare_table
+from entrena.tasks.tabular.baselines import TIE_MARGIN, tabular_baselines
+from entrena.tasks.tabular.config import TabularClassificationConfig
+from entrena.tasks.tabular.data import PreparedTable, prepare_table
 
 __all__ = ["TabularClassificationTask", "FeatureBatches"]
 
@@ -104,9 +104,9 @@ class TabularClassificationTask:
         return prepare_table(loaded)
 
     def build_model(self, loaded: Any, sources: dict[str, str], prepared: PreparedTable) -> Any:
-        """A :class:`~entrena.tasks.tabular_classification.model.TabularMLP` of
+        """A :class:`~entrena.tasks.tabular.model.TabularMLP` of
         ``model.hidden_sizes``."""
-        from entrena.tasks.tabular_classification.model import TabularMLP
+        from entrena.tasks.tabular.model import TabularMLP
 
         cfg = loaded.config
         width = int(prepared.preprocessing["width"])
@@ -143,7 +143,7 @@ class TabularClassificationTask:
 
     def save_model(self, model: Any, prepared: PreparedTable, directory: Path) -> None:
         """Weights, ``preprocessing.json`` and ``entrena_model.json``."""
-        from entrena.tasks.tabular_classification.model import save_mlp
+        from entrena.tasks.tabular.model import save_mlp
 
         save_mlp(model, directory, labels=prepared.splits.labels,
                  preprocessing=prepared.preprocessing,
@@ -152,7 +152,7 @@ class TabularClassificationTask:
     def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:
         """``(MLP in eval mode, meta)``; ``meta["preprocessing"]`` holds the fitted
         parameters."""
-        from entrena.tasks.tabular_classification.model import load_mlp
+        from entrena.tasks.tabular.model import load_mlp
 
         return load_mlp(directory)
 
@@ -173,20 +173,20 @@ class TabularClassificationTask:
     def write_bundle(self, run: Any, request: Any) -> dict[str, Any]:
         """Export ``run``'s model as ``request`` asks, check parity and latency, and return
         ``export.json``'s content (:class:`~entrena.exporting.bundle.ExportRequest`)."""
-        from entrena.tasks.tabular_classification.export import table_rows, write_table_bundle
+        from entrena.tasks.tabular.export import table_rows, write_table_bundle
 
         return write_table_bundle(run, request, table_rows(run, request.parity_data))
 
     def predict(self, location: Any, data: Path, output: Path, options: Any) -> dict[str, Any]:
         """Predict ``data`` with the model at ``location`` into ``output``; the summary."""
-        from entrena.tasks.tabular_classification.predict import predict_table
+        from entrena.tasks.tabular.predict import predict_table
 
         return predict_table(location, data, output, options)
 
     def frame_predictor(self, location: Any, options: Any) -> Any:
         """The model and its preprocessing loaded once, answering DataFrames in memory
-        (:func:`~entrena.tasks.tabular_classification.predict.table_frame_predictor`)."""
-        from entrena.tasks.tabular_classification.predict import table_frame_predictor
+        (:func:`~entrena.tasks.tabular.predict.table_frame_predictor`)."""
+        from entrena.tasks.tabular.predict import table_frame_predictor
 
         return table_frame_predictor(location, options)
 
