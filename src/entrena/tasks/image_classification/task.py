@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from entrena.errors import ConfigError
 from entrena.tasks.base import PlanningSpec, fixed_input_planning
@@ -27,6 +27,11 @@ from entrena.tasks.metrics import (
     cross_entropy_loss,
     evaluate_classification,
 )
+
+if TYPE_CHECKING:
+    from entrena.config.loading import LoadedConfig
+    from entrena.exporting.bundle import ExportRequest, RunModel
+    from entrena.exporting.prediction import FramePredictor, ModelLocation, PredictOptions
 
 __all__ = ["ImageClassificationTask"]
 
@@ -42,19 +47,19 @@ class ImageClassificationTask:
     """Train a timm model or a small CNN on image folders (see the module docstring)."""
 
     name = "image-classification"
-    input_names = ("pixel_values",)
-    config_model = ImageClassificationConfig
+    input_names: tuple[str, ...] = ("pixel_values",)
+    config_model: type[ImageClassificationConfig] = ImageClassificationConfig
     """The config class (the common sections plus this task's keys)."""
-    model_files = ("model.safetensors", "entrena_model.json")
+    model_files: tuple[str, ...] = ("model.safetensors", "entrena_model.json")
     """The files a saved model folder holds (``entrena export``/``predict`` check them)."""
-    export_formats = ("onnx",)
+    export_formats: tuple[str, ...] = ("onnx",)
     """The ``entrena export --format`` values this task writes."""
     loss = staticmethod(cross_entropy_loss)
     evaluate = staticmethod(evaluate_classification)
     comparison_rows = staticmethod(classification_rows)
     higher_is_better = CLASSIFICATION_HIGHER_IS_BETTER
 
-    def model_sources(self, loaded: Any) -> dict[str, str]:
+    def model_sources(self, loaded: LoadedConfig[ImageClassificationConfig]) -> dict[str, str]:
         """``{"model": checked name}`` and, for a local weights file, ``"weights_file"``.
 
         Raises:
@@ -81,11 +86,12 @@ class ImageClassificationTask:
             sources["weights_file"] = str(path)
         return sources
 
-    def prepare(self, loaded: Any, sources: dict[str, str]) -> PreparedImages:
+    def prepare(self, loaded: LoadedConfig[ImageClassificationConfig],
+                sources: dict[str, str]) -> PreparedImages:
         """Images listed, checked, split and (for small ones) decoded, through the cache."""
         return prepare_images(loaded, sources)
 
-    def build_model(self, loaded: Any, sources: dict[str, str],
+    def build_model(self, loaded: LoadedConfig[ImageClassificationConfig], sources: dict[str, str],
                     prepared: PreparedImages) -> Any:
         """An :class:`~entrena.tasks.image_classification.model.ImageClassifier`; channels-last
         when it will
@@ -108,8 +114,8 @@ class ImageClassificationTask:
                  len(prepared.splits.labels))
         return model.train()
 
-    def batches(self, loaded: Any, prepared: PreparedImages, role: str, *, batch_size: int,
-                shuffle: bool) -> Any:
+    def batches(self, loaded: LoadedConfig[ImageClassificationConfig], prepared: PreparedImages,
+                role: str, *, batch_size: int, shuffle: bool) -> Any:
         """:class:`~entrena.data.image_batches.ImageBatches` of split ``role``: shuffled and
         augmented (seeded by ``train.seed``) when ``shuffle``, file order otherwise."""
         from entrena.data.image_batches import ImageBatches
@@ -120,7 +126,8 @@ class ImageClassificationTask:
                             seed=loaded.config.train.seed, decoded=prepared.decoded.get(role),
                             num_workers=prepared.num_workers)
 
-    def baselines(self, loaded: Any, prepared: PreparedImages) -> dict[str, dict[str, Any]]:
+    def baselines(self, loaded: LoadedConfig[ImageClassificationConfig],
+                  prepared: PreparedImages) -> dict[str, dict[str, Any]]:
         """Majority class and logistic regression on 8 × 8 thumbnails (train split only)."""
         features = {role: thumbnail_features(prepared, role) for role, _ in
                     prepared.splits.roles()}
@@ -128,8 +135,8 @@ class ImageClassificationTask:
         return image_baselines(features, labels, prepared.splits.labels,
                                seed=loaded.config.train.seed)
 
-    def prediction_table(self, loaded: Any, prepared: PreparedImages, role: str, outputs: Any,
-                         targets: Any) -> Any:
+    def prediction_table(self, loaded: LoadedConfig[ImageClassificationConfig],
+                         prepared: PreparedImages, role: str, outputs: Any, targets: Any) -> Any:
         """Split ``role``'s images (their paths, under ``data.image_column``'s name) with their
         predictions (:func:`~entrena.tasks.predictions.classification_table`; ``row`` is the
         image's position in its listing, 1-based)."""
@@ -156,8 +163,7 @@ class ImageClassificationTask:
 
         return load_image_classifier(directory)
 
-    def example_inputs(self, model: Any, meta: dict[str, Any],
-                       batch_size: int) -> dict[str, Any]:
+    def example_inputs(self, model: Any, meta: dict[str, Any], batch_size: int) -> dict[str, Any]:
         """Standard-normal ``pixel_values`` (``batch_size``, C, S, S), seeded."""
         import torch
 
@@ -166,11 +172,12 @@ class ImageClassificationTask:
         shape = (batch_size, int(t["channels"]), int(t["size"]), int(t["size"]))
         return {"pixel_values": torch.randn(shape, generator=generator)}
 
-    def planning(self, loaded: Any, sources: dict[str, str], prepared: Any) -> PlanningSpec:
+    def planning(self, loaded: LoadedConfig[ImageClassificationConfig], sources: dict[str, str],
+                 prepared: PreparedImages) -> PlanningSpec:
         """Fixed-size inputs: one "token" per example (:func:`fixed_input_planning`)."""
         return fixed_input_planning(self, loaded, prepared, str(loaded.config.model.name))
 
-    def write_bundle(self, run: Any, request: Any) -> dict[str, Any]:
+    def write_bundle(self, run: RunModel, request: ExportRequest) -> dict[str, Any]:
         """Export ``run``'s model as ``request`` asks, check parity and latency, and return
         ``export.json``'s content (:class:`~entrena.exporting.bundle.ExportRequest`)."""
         from entrena.tasks.image_classification.export import (
@@ -180,13 +187,14 @@ class ImageClassificationTask:
 
         return write_image_bundle(run, request, image_examples(run, request.parity_data))
 
-    def predict(self, location: Any, data: Path, output: Path, options: Any) -> dict[str, Any]:
+    def predict(self, location: ModelLocation, data: Path, output: Path,
+                options: PredictOptions) -> dict[str, Any]:
         """Predict ``data`` with the model at ``location`` into ``output``; the summary."""
         from entrena.tasks.image_classification.predict import predict_images
 
         return predict_images(location, data, output, options)
 
-    def frame_predictor(self, location: Any, options: Any) -> Any:
+    def frame_predictor(self, location: ModelLocation, options: PredictOptions) -> FramePredictor:
         """The model at ``location`` loaded once, answering DataFrames of image paths
         (:func:`~entrena.tasks.image_classification.predict.image_frame_predictor`)."""
         from entrena.tasks.image_classification.predict import image_frame_predictor

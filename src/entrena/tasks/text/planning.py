@@ -4,16 +4,20 @@ on the meta device, the probe's batches."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from entrena.tasks.base import PlanningSpec
 from entrena.tasks.text.config import resolve_attention_dropout
 
+if TYPE_CHECKING:
+    from entrena.tasks.regression import WithTarget
+    from entrena.tasks.text.data import PreparedData, TextLoaded
+
 __all__ = ["text_planning"]
 
 
-def text_planning(loaded: Any, sources: dict[str, str], prepared: Any,
-                  outputs: int) -> PlanningSpec:
+def text_planning(loaded: TextLoaded, sources: dict[str, str],
+                  prepared: PreparedData | WithTarget, outputs: int) -> PlanningSpec:
     """The :class:`PlanningSpec` of a text encoder with ``outputs`` outputs (the classes; 1
     for a regressor): token lengths per split at ``max_length``; the model profiled on the
     meta device at three lengths; probed on the median-length and the longest batch of

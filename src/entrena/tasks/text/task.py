@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from entrena.tasks.base import PlanningSpec
 from entrena.tasks.metrics import (
@@ -29,12 +29,21 @@ from entrena.tasks.text.data import (
 )
 from entrena.tasks.text.planning import text_planning
 
+if TYPE_CHECKING:
+    from entrena.config.loading import LoadedConfig
+    from entrena.exporting.bundle import ExportRequest, RunModel
+    from entrena.exporting.prediction import FramePredictor, ModelLocation, PredictOptions
+    from entrena.tasks.regression import WithTarget
+    from entrena.tasks.text.data import TextLoaded
+    from entrena.tasks.text.model import TextClassifier
+
 __all__ = ["TextClassificationTask", "build_text_model"]
 
 log = logging.getLogger("entrena")
 
 
-def build_text_model(loaded: Any, sources: dict[str, str], prepared: Any, outputs: int) -> Any:
+def build_text_model(loaded: TextLoaded, sources: dict[str, str],
+                     prepared: PreparedData | WithTarget, outputs: int) -> TextClassifier:
     """A :class:`~entrena.tasks.text.model.TextClassifier` with ``outputs``
     outputs (the classes; 1 for a regressor): the pretrained encoder, or random weights of
     ``model.architecture``, and a linear head."""
@@ -63,19 +72,20 @@ class TextClassificationTask:
     """Fine-tune a text encoder with a linear head (see the module docstring)."""
 
     name = "text-classification"
-    input_names = ("input_ids", "attention_mask")
-    config_model = TextClassificationConfig
+    input_names: tuple[str, ...] = ("input_ids", "attention_mask")
+    config_model: type[TextClassificationConfig] = TextClassificationConfig
     """The config class (the common sections plus this task's keys)."""
-    model_files = ("config.json", "model.safetensors", "head.safetensors", "entrena_model.json")
+    model_files: tuple[str, ...] = ("config.json", "model.safetensors", "head.safetensors",
+                                    "entrena_model.json")
     """The files a saved model folder holds (``entrena export``/``predict`` check them)."""
-    export_formats = ("onnx", "torchscript")
+    export_formats: tuple[str, ...] = ("onnx", "torchscript")
     """The ``entrena export --format`` values this task writes."""
     loss = staticmethod(classification_loss)
     evaluate = staticmethod(evaluate_classification)
     comparison_rows = staticmethod(classification_rows)
     higher_is_better = CLASSIFICATION_HIGHER_IS_BETTER
 
-    def model_sources(self, loaded: Any) -> dict[str, str]:
+    def model_sources(self, loaded: LoadedConfig[TextClassificationConfig]) -> dict[str, str]:
         """``{"tokenizer": dir or hub id}`` and, for pretrained weights, ``"weights"``.
 
         Raises:
@@ -84,17 +94,19 @@ class TextClassificationTask:
         """
         return resolve_model_sources(loaded)
 
-    def prepare(self, loaded: Any, sources: dict[str, str]) -> PreparedData:
+    def prepare(self, loaded: LoadedConfig[TextClassificationConfig],
+                sources: dict[str, str]) -> PreparedData:
         """Texts read, checked, split and tokenized (through the cache)."""
         return prepare_texts(loaded, sources)
 
-    def build_model(self, loaded: Any, sources: dict[str, str], prepared: PreparedData) -> Any:
+    def build_model(self, loaded: LoadedConfig[TextClassificationConfig], sources: dict[str, str],
+                    prepared: PreparedData) -> Any:
         """A :class:`~entrena.tasks.text.model.TextClassifier` (pretrained encoder,
         or random weights of ``model.architecture``)."""
         return build_text_model(loaded, sources, prepared, len(prepared.tags))
 
-    def batches(self, loaded: Any, prepared: PreparedData, role: str, *, batch_size: int,
-                shuffle: bool) -> Any:
+    def batches(self, loaded: LoadedConfig[TextClassificationConfig], prepared: PreparedData,
+                role: str, *, batch_size: int, shuffle: bool) -> Any:
         """:class:`~entrena.data.loaders.TextBatches` of split ``role``: length-grouped and
         seeded by ``train.seed`` when ``shuffle``, sorted by length otherwise."""
         from entrena.data.loaders import TextBatches
@@ -107,7 +119,8 @@ class TextClassificationTask:
                            seed=tcfg.seed,
                            pad_to_multiple_of=loaded.config.data.pad_to_multiple_of)
 
-    def baselines(self, loaded: Any, prepared: PreparedData) -> dict[str, dict[str, Any]]:
+    def baselines(self, loaded: LoadedConfig[TextClassificationConfig],
+                  prepared: PreparedData) -> dict[str, dict[str, Any]]:
         """Majority class and TF-IDF + logistic regression, fitted on the training texts."""
         splits = prepared.splits
         evaluation = {role: (split.texts, prepared.targets(role))
@@ -119,8 +132,8 @@ class TextClassificationTask:
         return text_baselines(splits.train.texts, splits.train.labels, evaluation,
                               splits.labels, seed=loaded.config.train.seed)
 
-    def prediction_table(self, loaded: Any, prepared: PreparedData, role: str, outputs: Any,
-                         targets: Any) -> Any:
+    def prediction_table(self, loaded: LoadedConfig[TextClassificationConfig],
+                         prepared: PreparedData, role: str, outputs: Any, targets: Any) -> Any:
         """Split ``role``'s rows with their predictions
         (:func:`~entrena.tasks.predictions.classification_table`); the input column is the
         text column, or ``text`` (``joined_text`` if a column is called ``text``) holding the
@@ -159,8 +172,7 @@ class TextClassificationTask:
         model, tokenizer, meta = load_classifier(directory)
         return model, {**meta, "tokenizer": tokenizer}
 
-    def example_inputs(self, model: Any, meta: dict[str, Any],
-                       batch_size: int) -> dict[str, Any]:
+    def example_inputs(self, model: Any, meta: dict[str, Any], batch_size: int) -> dict[str, Any]:
         """Token ids 1..T (no padding), (``batch_size``, T) with T = min(8, max_length)."""
         import torch
 
@@ -168,26 +180,27 @@ class TextClassificationTask:
         ids = torch.arange(1, length + 1, dtype=torch.int64).repeat(batch_size, 1)
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
-    def planning(self, loaded: Any, sources: dict[str, str],
+    def planning(self, loaded: LoadedConfig[TextClassificationConfig], sources: dict[str, str],
                  prepared: PreparedData) -> PlanningSpec:
         """Token lengths per split at ``max_length``; the model profiled on the meta device at
         three lengths; probed on the median-length and the longest batch of epoch 0."""
         return text_planning(loaded, sources, prepared, len(prepared.tags))
 
-    def write_bundle(self, run: Any, request: Any) -> dict[str, Any]:
+    def write_bundle(self, run: RunModel, request: ExportRequest) -> dict[str, Any]:
         """Export ``run``'s model as ``request`` asks, check parity and latency, and return
         ``export.json``'s content (:class:`~entrena.exporting.bundle.ExportRequest`)."""
         from entrena.tasks.text.export import parity_examples, write_bundle
 
         return write_bundle(run, request, parity_examples(run, request.parity_data))
 
-    def predict(self, location: Any, data: Path, output: Path, options: Any) -> dict[str, Any]:
+    def predict(self, location: ModelLocation, data: Path, output: Path,
+                options: PredictOptions) -> dict[str, Any]:
         """Predict ``data`` with the model at ``location`` into ``output``; the summary."""
         from entrena.tasks.text.predict import predict_texts
 
         return predict_texts(location, data, output, options)
 
-    def frame_predictor(self, location: Any, options: Any) -> Any:
+    def frame_predictor(self, location: ModelLocation, options: PredictOptions) -> FramePredictor:
         """The model at ``location`` loaded once, answering DataFrames in memory
         (:func:`~entrena.tasks.text.predict.text_frame_predictor`)."""
         from entrena.tasks.text.predict import text_frame_predictor

@@ -13,7 +13,7 @@ regression.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,11 @@ from entrena.tasks.text.task import TextClassificationTask, build_text_model
 from entrena.tasks.text_regression.baselines import text_regression_baselines
 from entrena.tasks.text_regression.config import TextRegressionConfig
 
+if TYPE_CHECKING:
+    from entrena.config.loading import LoadedConfig
+    from entrena.exporting.bundle import ExportRequest, RunModel
+    from entrena.exporting.prediction import FramePredictor, ModelLocation, PredictOptions
+
 __all__ = ["TextRegressionTask"]
 
 
@@ -40,12 +45,12 @@ class TextRegressionTask:
     """Fine-tune a text encoder to predict a number (see the module docstring)."""
 
     name = "text-regression"
-    input_names = ("input_ids", "attention_mask")
-    config_model = TextRegressionConfig
+    input_names: tuple[str, ...] = ("input_ids", "attention_mask")
+    config_model: type[TextRegressionConfig] = TextRegressionConfig
     """The config class (the common sections plus this task's keys)."""
-    model_files = TextClassificationTask.model_files
+    model_files: tuple[str, ...] = TextClassificationTask.model_files
     """The files a saved model folder holds (``entrena export``/``predict`` check them)."""
-    export_formats = TextClassificationTask.export_formats
+    export_formats: tuple[str, ...] = TextClassificationTask.export_formats
     """The ``entrena export --format`` values this task writes."""
     loss = staticmethod(mse_loss)
     evaluate = staticmethod(evaluate_regression)
@@ -57,11 +62,14 @@ class TextRegressionTask:
     def __init__(self) -> None:
         self._text = TextClassificationTask()  # what does not depend on the target
 
-    def model_sources(self, loaded: Any) -> dict[str, str]:
+    def model_sources(self, loaded: LoadedConfig[TextRegressionConfig]) -> dict[str, str]:
         """As ``text-classification``: the tokenizer and, for pretrained weights, the model."""
-        return self._text.model_sources(loaded)
+        from entrena.tasks.text.data import resolve_model_sources
 
-    def prepare(self, loaded: Any, sources: dict[str, str]) -> WithTarget:
+        return resolve_model_sources(loaded)
+
+    def prepare(self, loaded: LoadedConfig[TextRegressionConfig],
+                sources: dict[str, str]) -> WithTarget:
         """Texts read, checked (the target as a number), split and tokenised, and the target
         scaling fitted on the training rows."""
         from entrena.tasks.text.data import prepare_texts
@@ -72,12 +80,13 @@ class TextRegressionTask:
         prepared.report["target_scaling"] = scaler.as_dict()
         return WithTarget(prepared, scaler)
 
-    def build_model(self, loaded: Any, sources: dict[str, str], prepared: WithTarget) -> Any:
+    def build_model(self, loaded: LoadedConfig[TextRegressionConfig], sources: dict[str, str],
+                    prepared: WithTarget) -> Any:
         """The encoder with a one-output head."""
         return build_text_model(loaded, sources, prepared, 1)
 
-    def batches(self, loaded: Any, prepared: WithTarget, role: str, *, batch_size: int,
-                shuffle: bool) -> Any:
+    def batches(self, loaded: LoadedConfig[TextRegressionConfig], prepared: WithTarget, role: str,
+                *, batch_size: int, shuffle: bool) -> Any:
         """:class:`~entrena.data.loaders.TextBatches` of split ``role`` with the standardised
         targets as ``labels``."""
         from entrena.data.loaders import TextBatches
@@ -90,7 +99,8 @@ class TextRegressionTask:
                            group_by_length=tcfg.group_by_length, seed=tcfg.seed,
                            pad_to_multiple_of=loaded.config.data.pad_to_multiple_of)
 
-    def baselines(self, loaded: Any, prepared: WithTarget) -> dict[str, dict[str, Any]]:
+    def baselines(self, loaded: LoadedConfig[TextRegressionConfig],
+                  prepared: WithTarget) -> dict[str, dict[str, Any]]:
         """The training mean and TF-IDF + ridge, fitted on the training texts."""
         splits = prepared.splits
         evaluation = {role: (split.texts, np.asarray(split.labels))
@@ -99,8 +109,8 @@ class TextRegressionTask:
                                          evaluation, prepared.target_scaler,
                                          seed=loaded.config.train.seed)
 
-    def prediction_table(self, loaded: Any, prepared: WithTarget, role: str, outputs: Any,
-                         targets: Any) -> Any:
+    def prediction_table(self, loaded: LoadedConfig[TextRegressionConfig], prepared: WithTarget,
+                         role: str, outputs: Any, targets: Any) -> Any:
         """Split ``role``'s texts with ``target``, ``predicted_value`` and ``residual``
         (:func:`~entrena.tasks.regression.value_table`)."""
         from entrena.data.text_fields import joined_column_name
@@ -122,23 +132,24 @@ class TextRegressionTask:
         ``meta["target"]`` holds the scaling."""
         return self._text.load_model(directory)
 
-    def example_inputs(self, model: Any, meta: dict[str, Any],
-                       batch_size: int) -> dict[str, Any]:
+    def example_inputs(self, model: Any, meta: dict[str, Any], batch_size: int) -> dict[str, Any]:
         """As ``text-classification``."""
         return self._text.example_inputs(model, meta, batch_size)
 
-    def planning(self, loaded: Any, sources: dict[str, str], prepared: Any) -> PlanningSpec:
+    def planning(self, loaded: LoadedConfig[TextRegressionConfig], sources: dict[str, str],
+                 prepared: WithTarget) -> PlanningSpec:
         """As ``text-classification``, with one output."""
         return text_planning(loaded, sources, prepared, 1)
 
-    def write_bundle(self, run: Any, request: Any) -> dict[str, Any]:
+    def write_bundle(self, run: RunModel, request: ExportRequest) -> dict[str, Any]:
         """Export ``run``'s model answering in the target's units, with value parity."""
         return self._text.write_bundle(run, request)
 
-    def predict(self, location: Any, data: Path, output: Path, options: Any) -> dict[str, Any]:
+    def predict(self, location: ModelLocation, data: Path, output: Path,
+                options: PredictOptions) -> dict[str, Any]:
         """Predict ``data`` into ``output`` (a ``predicted_value`` column); the summary."""
         return self._text.predict(location, data, output, options)
 
-    def frame_predictor(self, location: Any, options: Any) -> Any:
+    def frame_predictor(self, location: ModelLocation, options: PredictOptions) -> FramePredictor:
         """The model loaded once, answering DataFrames with ``predicted_value``."""
         return self._text.frame_predictor(location, options)
