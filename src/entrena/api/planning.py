@@ -208,7 +208,7 @@ def _what_budget_buys(options: list[Option], budget: Budget, loaded: LoadedConfi
 
 def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Any, task: Any,
                     spec: PlanningSpec, profile: Any, machine: Machine,
-                    catalog: Catalog) -> tuple[Calibration, float]:
+                    catalog: Catalog) -> tuple[Calibration, int]:
     """``plan --calibrate``: set up the fit's backend (its imports belong to the base memory),
     measure the base memory, probe a fresh model (weights loaded as ``train`` would) on the
     device and precision the fit would use."""

@@ -433,9 +433,10 @@ def _stop_at_last_good_state(run: _Run, state: TrainState, group: _Group,
     back, to the last state whose loss was sane. Save, and leave."""
     (state.batch_in_epoch, state.samples_seen, state.tokens_seen,
      state.padded_tokens_seen, state.train_time_s) = group.start
-    rolled_back = bad_loss and run.undo is not None and run.undo.taken
-    if rolled_back:
-        _roll_back(state, run.undo)
+    undo = run.undo if bad_loss else None
+    rolled_back = undo is not None and undo.taken
+    if undo is not None and undo.taken:
+        _roll_back(state, undo)
     state.extras["nonfinite"]["resume_step"] = state.step
     state.interrupted = "nonfinite"
     run.hooks.fire(Event.STEP_END, state)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import logging
+from operator import methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ def write_predictions(task: Any, loaded: Any, prepared: Any,
         buffer = io.StringIO()
         frame.to_csv(buffer, index=False)
         data = buffer.getvalue().encode("utf-8")
-        write_atomic(path, lambda handle, data=data: handle.write(data), durable=False)
+        write_atomic(path, methodcaller("write", data), durable=False)
         entry: dict[str, Any] = {"file": f"{folder.name}/{path.name}", "rows": len(frame)}
         if "correct" in frame.columns:
             entry["mistakes"] = int((frame["correct"] == "no").sum())

@@ -35,7 +35,7 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -116,7 +116,8 @@ def build_optimizer(model: torch.nn.Module, learning_rate: float, weight_decay: 
     """AdamW with no weight decay on biases and normalisation weights (1-D tensors), as in
     BERT (Devlin et al., 2019) and the Hugging Face Trainer; ``fused`` as
     :func:`fused_optimizer` decides (the same update and the same ``state_dict``)."""
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for _, param in model.named_parameters():
         if param.requires_grad:
             (no_decay if param.ndim < 2 else decay).append(param)
@@ -144,7 +145,8 @@ def _cpu_features(accelerator: str) -> dict[str, bool] | None:
 
 def _planned_train_s(plan: dict[str, Any] | None) -> float | None:
     """The plan's seconds of training steps on this machine (evaluation excluded)."""
-    local = next((o for o in (plan or {}).get("options", []) if o.get("kind") == "local"), {})
+    local: dict[str, Any] = next((o for o in (plan or {}).get("options", [])
+                                  if o.get("kind") == "local"), {})
     return local.get("total_time_s")
 
 
@@ -386,7 +388,8 @@ def _budget_fit(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Plan
     return build_budget(
         planned.budget_s, started_at, schedule,
         plan=planned.document, steps_per_epoch=steps_per_epoch,
-        cap_steps=min(steps_per_epoch * tcfg.max_epochs, tcfg.max_steps or math.inf),
+        cap_steps=(min(steps_per_epoch * tcfg.max_epochs, tcfg.max_steps) if tcfg.max_steps
+                   else steps_per_epoch * tcfg.max_epochs),
         batch_size=tcfg.batch_size, validation_rows=len(splits.validation),
         test_rows=len(splits.test) if splits.test is not None else 0,
         restore_best_weights=tcfg.restore_best_weights,
@@ -475,13 +478,16 @@ def _callbacks(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Plann
         every_steps=tcfg.log_every_steps, emit=event_log.write,
         peak_memory=lambda: peak_memory_bytes(backend.accelerator),
         memory_now=lambda: memory_in_use_bytes(backend.accelerator))
-    chain = [schedule, *([budget] if budget else []),
-             *([early_stopping] if early_stopping else []), checkpoint,
-             PeriodicCheckpoint(tcfg.checkpoint.every_steps, tcfg.checkpoint.every_minutes),
-             preemption, *([time_limit] if time_limit else []),
-             *([efficiency, event_log, ProgressBar(_console(console))] if leader else []),
-             *([planned.step_timing] if planned.step_timing else []),
-             *trackers, *build_callbacks(tcfg.callbacks), *extra]
+    chain: list[Callback] = [
+        schedule, *([budget] if budget else []),
+        *([early_stopping] if early_stopping else []), checkpoint,
+        PeriodicCheckpoint(tcfg.checkpoint.every_steps, tcfg.checkpoint.every_minutes),
+        preemption, *([time_limit] if time_limit else []),
+        *([efficiency, event_log, ProgressBar(_console(console))] if leader else []),
+        *([planned.step_timing] if planned.step_timing else []),
+        # every tracker is a Callback too (tracking.base.Tracker: what a tracker does
+        # besides reacting to the loop's events)
+        *cast("list[Callback]", trackers), *build_callbacks(tcfg.callbacks), *extra]
     return Callbacks(chain, checkpoint, preemption, budget, efficiency, trackers)
 
 

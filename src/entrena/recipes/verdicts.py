@@ -103,7 +103,8 @@ def _paired(verdict: dict[str, Any], model_rows: Any, rows: dict[str, Any] | Non
         verdict.pop("model_r2_ci", None)
         return
     point = verdict["outcome"]
-    outcome = interval_outcome(*paired["difference_ci"], verdict["higher_is_better"])
+    low, high = paired["difference_ci"]
+    outcome = interval_outcome(low, high, verdict["higher_is_better"])
     verdict.update(paired, outcome=outcome, model_beats_baseline=outcome == "beats",
                    within_noise=outcome == "ties" and point != "ties")
 

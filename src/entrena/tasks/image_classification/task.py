@@ -151,9 +151,16 @@ class ImageClassificationTask:
     def save_model(self, model: Any, prepared: PreparedImages, directory: Path) -> None:
         """``model.safetensors`` and ``entrena_model.json`` (labels, model name, transforms)."""
         from entrena.callbacks.checkpoint import unwrap
-        from entrena.tasks.image_classification.model import save_image_classifier
+        from entrena.tasks.image_classification.model import (
+            ImageClassifier,
+            save_image_classifier,
+        )
 
-        save_image_classifier(unwrap(model), directory, labels=prepared.splits.labels,
+        network = unwrap(model)
+        if not isinstance(network, ImageClassifier):  # build_model made it: a bug if not
+            raise TypeError(f"image-classification saves an ImageClassifier, not "
+                            f"{type(network).__name__}")
+        save_image_classifier(network, directory, labels=prepared.splits.labels,
                               transforms=prepared.transforms.as_dict())
 
     def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from entrena.config import Config, LoadedConfig
+from entrena.config import LoadedConfig
 from entrena.config.models import resolve_model_name
 from entrena.data.cache import CACHE_FORMAT, PreparedCache
 from entrena.data.encoding import (
@@ -44,7 +44,7 @@ from entrena.data.splits import LabelledSplits
 from entrena.data.tables import load_splits, open_config_sources
 from entrena.errors import ConfigError
 from entrena.tasks.regression_config import target_keys
-from entrena.tasks.text.config import TextClassificationDataConfig
+from entrena.tasks.text.config import TextClassificationDataConfig, TextConfig
 
 if TYPE_CHECKING:
     from entrena.tasks.text.config import TextClassificationConfig
@@ -300,7 +300,7 @@ def _max_length(configured: str | int, train: EncodedTexts, limit: int) -> int:
 
 
 def _add_encoding(report: dict[str, Any], encoded: dict[str, EncodedTexts], max_length: int,
-                  limit: int, cfg: Config, tokenizer: str) -> None:
+                  limit: int, cfg: TextConfig, tokenizer: str) -> None:
     """Token lengths, truncation per split and the ``truncation`` check, into ``report``."""
     for role, enc in encoded.items():
         lengths = np.minimum(enc.lengths(), limit)  # limit + 1 marks "longer than the model"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,9 @@ from entrena.exporting.checks import MAX_PARITY_EXAMPLES, label_index
 from entrena.exporting.inference import TextEncoder, batch_inputs
 from entrena.exporting.sequence_bundle import SequenceInputExport, write_sequence_input_bundle
 from entrena.tasks.text.card import text_card
+
+if TYPE_CHECKING:
+    from torch import nn
 
 __all__ = ["ParityExamples", "parity_examples", "write_bundle", "EXAMPLE_TEXTS"]
 
@@ -125,11 +128,12 @@ def write_bundle(run: RunModel, request: ExportRequest,
     model, tokenizer, meta = load_classifier(run.paths.model)
     prep = run.preprocessing(model_length_limit(model.encoder.config, tokenizer))
     values = bool(meta.get("target"))  # a regressor: export it answering in target units
+    network: nn.Module = model
     if values:
         from entrena.tasks.regression import TargetScaler
         from entrena.tasks.target_units import TokensInTargetUnits
 
-        model = TokensInTargetUnits(model, TargetScaler.from_dict(meta["target"])).eval()
+        network = TokensInTargetUnits(model, TargetScaler.from_dict(meta["target"])).eval()
     encoder = TextEncoder(tokenizer, prep)
     if not examples.texts:
         raise DataError(f"no non-empty texts to check parity on ({examples.dataset}); pass "
@@ -142,7 +146,7 @@ def write_bundle(run: RunModel, request: ExportRequest,
                                         encoding="utf-8")
 
     spec = SequenceInputExport(
-        model=model, encoded=encoder.encode(examples.texts), labels=examples.labels,
+        model=network, encoded=encoder.encode(examples.texts), labels=examples.labels,
         dataset=examples.dataset, max_length=prep.max_length, length_limit=prep.length_limit,
         pad_id=encoder.pad_id,
         trace_example=batch_inputs(encoder.encode(EXAMPLE_TEXTS), [0, 1], prep.max_length,
