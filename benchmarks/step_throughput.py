@@ -58,7 +58,7 @@ CLIP_NORM = 1.0
 
 
 class PrebuiltBatches:
-    """A :class:`~entrena.engine.loop.BatchSource` over batches built once, in order."""
+    """A :class:`~entrena.data.batching.BatchSource` over batches built once, in order."""
 
     def __init__(self, batches: list[dict[str, Any]]):
         self.batches = batches

@@ -12,7 +12,7 @@ package); ``docs/adding-a-task.md`` walks through adding one. The verbs (``entre
 is a batch without its ``"labels"``, and the task's ``loss`` it is given.
 
 Model inputs of the shipped tasks (the keyword names of ``model.forward``; the batch keys a
-:class:`~entrena.engine.loop.BatchSource` returns besides ``labels`` (B,) int64):
+:class:`~entrena.data.batching.BatchSource` returns besides ``labels`` (B,) int64):
 
 - text: ``input_ids`` (B, T) int64 and ``attention_mask`` (B, T) int64 (B batch, T tokens;
   1 marks a real token);
@@ -217,7 +217,7 @@ OPTIONAL_BATCH_SOURCE_HOOKS: dict[str, tuple[str, str]] = {
         "target), which the divergence guard also judges a step's loss against. Default: "
         "none."),
 }
-"""Optional members of a :class:`~entrena.engine.loop.BatchSource` (read by the loop)."""
+"""Optional members of a :class:`~entrena.data.batching.BatchSource` (read by the loop)."""
 
 
 @runtime_checkable
