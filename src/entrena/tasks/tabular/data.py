@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -65,10 +65,7 @@ from entrena.data.tabular import (
 from entrena.data.targets import check_and_split_targets
 from entrena.errors import DataError
 from entrena.tasks.regression_config import target_keys
-
-if TYPE_CHECKING:
-    from entrena.tasks.tabular.config import TabularClassificationConfig
-    from entrena.tasks.tabular_regression.config import TabularRegressionConfig
+from entrena.tasks.tabular.config import TabularTaskConfig
 
 __all__ = ["PreparedTable", "prepare_table"]
 
@@ -105,8 +102,8 @@ class PreparedTable:
         return [c for c in self.report.get("checks", []) if c["status"] == "failed"]
 
 
-def prepare_table(loaded: LoadedConfig[TabularClassificationConfig | TabularRegressionConfig],
-                  *, numeric_target: bool = False) -> PreparedTable:
+def prepare_table(loaded: LoadedConfig[TabularTaskConfig], *,
+                  numeric_target: bool = False) -> PreparedTable:
     """Read, check, split and preprocess the config's table (see the module docstring).
 
     Args:

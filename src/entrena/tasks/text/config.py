@@ -5,15 +5,15 @@ Pydantic only (no torch): the registry imports it when a config is loaded.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Protocol
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from entrena.config.schema import Config, DataConfig, ModelConfig, StrictModel, TrainConfig
+from entrena.config.schema import Config, DataConfig, ModelConfig, StrictModel
 
-__all__ = ["ArchitectureConfig", "MultiLabelConfig", "TextConfig", "TextDataConfig",
-           "TextClassificationDataConfig", "TextModelConfig", "TextClassificationConfig",
-           "resolve_attention_dropout"]
+__all__ = ["ArchitectureConfig", "MultiLabelConfig", "TextDataConfig",
+           "TextClassificationDataConfig", "TextModelConfig", "TextTaskConfig",
+           "TextClassificationConfig", "resolve_attention_dropout"]
 
 
 class MultiLabelConfig(StrictModel):
@@ -146,7 +146,18 @@ class TextModelConfig(ModelConfig):
         return self
 
 
-class TextClassificationConfig(Config):
+class TextTaskConfig(Config):
+    """What every text task's config has, which the text data path, model and planning read:
+    the text data and encoder sections (``text-classification`` and ``text-regression``
+    derive their configs from it)."""
+
+    data: TextDataConfig
+    """Data section."""
+    model: TextModelConfig = TextModelConfig()
+    """Model section."""
+
+
+class TextClassificationConfig(TextTaskConfig):
     """A text-classification run: a pretrained encoder (or a built one) with a linear head."""
 
     task: Literal["text-classification"] = "text-classification"
@@ -157,19 +168,7 @@ class TextClassificationConfig(Config):
     """Model section."""
 
 
-class TextConfig(Protocol):
-    """What the text data path, model and planning read of a text task's config: the config
-    of ``text-classification`` and of ``text-regression`` alike."""
-
-    @property
-    def data(self) -> TextDataConfig: ...
-    @property
-    def model(self) -> TextModelConfig: ...
-    @property
-    def train(self) -> TrainConfig: ...
-
-
-def resolve_attention_dropout(cfg: TextConfig) -> float | None:
+def resolve_attention_dropout(cfg: TextTaskConfig) -> float | None:
     """``model.attention_dropout`` as a number, or ``None`` for the checkpoint's own value
     (``auto`` off a CPU).
 

@@ -25,7 +25,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -44,14 +44,10 @@ from entrena.data.splits import LabelledSplits
 from entrena.data.tables import load_splits, open_config_sources
 from entrena.errors import ConfigError
 from entrena.tasks.regression_config import target_keys
-from entrena.tasks.text.config import TextClassificationDataConfig, TextConfig
+from entrena.tasks.text.config import TextClassificationDataConfig, TextTaskConfig
 
-if TYPE_CHECKING:
-    from entrena.tasks.text.config import TextClassificationConfig
-    from entrena.tasks.text_regression.config import TextRegressionConfig
-
-    TextLoaded = LoadedConfig[TextClassificationConfig | TextRegressionConfig]
-    """A loaded config of either text task (the data path reads both)."""
+TextLoaded = LoadedConfig[TextTaskConfig]
+"""A loaded config of either text task (the data path reads both)."""
 
 __all__ = ["PreparedData", "prepare_texts", "resolve_model_sources"]
 
@@ -300,7 +296,7 @@ def _max_length(configured: str | int, train: EncodedTexts, limit: int) -> int:
 
 
 def _add_encoding(report: dict[str, Any], encoded: dict[str, EncodedTexts], max_length: int,
-                  limit: int, cfg: TextConfig, tokenizer: str) -> None:
+                  limit: int, cfg: TextTaskConfig, tokenizer: str) -> None:
     """Token lengths, truncation per split and the ``truncation`` check, into ``report``."""
     for role, enc in encoded.items():
         lengths = np.minimum(enc.lengths(), limit)  # limit + 1 marks "longer than the model"
