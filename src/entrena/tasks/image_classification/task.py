@@ -30,8 +30,10 @@ from entrena.tasks.metrics import (
 
 if TYPE_CHECKING:
     from entrena.config.loading import LoadedConfig
+    from entrena.data.image_batches import ImageBatches
     from entrena.exporting.bundle import ExportRequest, RunModel
     from entrena.exporting.prediction import FramePredictor, ModelLocation, PredictOptions
+    from entrena.tasks.image_classification.model import ImageClassifier
 
 __all__ = ["ImageClassificationTask"]
 
@@ -92,7 +94,7 @@ class ImageClassificationTask:
         return prepare_images(loaded, sources)
 
     def build_model(self, loaded: LoadedConfig[ImageClassificationConfig], sources: dict[str, str],
-                    prepared: PreparedImages) -> Any:
+                    prepared: PreparedImages) -> ImageClassifier:
         """An :class:`~entrena.tasks.image_classification.model.ImageClassifier`; channels-last
         when it will
         run on a CUDA GPU."""
@@ -115,7 +117,7 @@ class ImageClassificationTask:
         return model.train()
 
     def batches(self, loaded: LoadedConfig[ImageClassificationConfig], prepared: PreparedImages,
-                role: str, *, batch_size: int, shuffle: bool) -> Any:
+                role: str, *, batch_size: int, shuffle: bool) -> ImageBatches:
         """:class:`~entrena.data.image_batches.ImageBatches` of split ``role``: shuffled and
         augmented (seeded by ``train.seed``) when ``shuffle``, file order otherwise."""
         from entrena.data.image_batches import ImageBatches
@@ -163,7 +165,7 @@ class ImageClassificationTask:
         save_image_classifier(network, directory, labels=prepared.splits.labels,
                               transforms=prepared.transforms.as_dict())
 
-    def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:
+    def load_model(self, directory: Path) -> tuple[ImageClassifier, dict[str, Any]]:
         """``(classifier in eval mode, meta)``; ``meta["transforms"]`` says how to turn an
         image file into ``pixel_values``."""
         from entrena.tasks.image_classification.model import load_image_classifier

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from entrena.config.loading import LoadedConfig
     from entrena.exporting.bundle import ExportRequest, RunModel
     from entrena.exporting.prediction import FramePredictor, ModelLocation, PredictOptions
+    from entrena.tasks.tabular.model import TabularMLP
 
 __all__ = ["TabularClassificationTask", "FeatureBatches"]
 
@@ -110,7 +111,7 @@ class TabularClassificationTask:
         return prepare_table(loaded)
 
     def build_model(self, loaded: LoadedConfig[TabularClassificationConfig],
-                    sources: dict[str, str], prepared: PreparedTable) -> Any:
+                    sources: dict[str, str], prepared: PreparedTable) -> TabularMLP:
         """A :class:`~entrena.tasks.tabular.model.TabularMLP` of
         ``model.hidden_sizes``."""
         from entrena.tasks.tabular.model import TabularMLP
@@ -157,7 +158,7 @@ class TabularClassificationTask:
                  preprocessing=prepared.preprocessing,
                  columns={"numeric": prepared.numeric, "categorical": prepared.categorical})
 
-    def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:
+    def load_model(self, directory: Path) -> tuple[TabularMLP, dict[str, Any]]:
         """``(MLP in eval mode, meta)``; ``meta["preprocessing"]`` holds the fitted
         parameters."""
         from entrena.tasks.tabular.model import load_mlp

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from entrena.config.loading import LoadedConfig
     from entrena.exporting.bundle import ExportRequest, RunModel
     from entrena.exporting.prediction import FramePredictor, ModelLocation, PredictOptions
+    from entrena.tasks.tabular.model import TabularMLP
 
 __all__ = ["TabularRegressionTask"]
 
@@ -76,7 +77,7 @@ class TabularRegressionTask:
         return WithTarget(table, scaler)
 
     def build_model(self, loaded: LoadedConfig[TabularRegressionConfig], sources: dict[str, str],
-                    prepared: WithTarget) -> Any:
+                    prepared: WithTarget) -> TabularMLP:
         """A :class:`~entrena.tasks.tabular.model.TabularMLP` with one output."""
         from entrena.tasks.tabular.model import TabularMLP
 
@@ -126,7 +127,7 @@ class TabularRegressionTask:
                  columns={"numeric": table.numeric, "categorical": table.categorical},
                  task=self.name, extra={"target": prepared.target_scaler.as_dict()})
 
-    def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:
+    def load_model(self, directory: Path) -> tuple[TabularMLP, dict[str, Any]]:
         """``(MLP in eval mode, meta)``: the network's standardised output; ``meta["target"]``
         holds the scaling."""
         from entrena.tasks.tabular.model import load_mlp

@@ -31,6 +31,7 @@ from entrena.tasks.text.planning import text_planning
 
 if TYPE_CHECKING:
     from entrena.config.loading import LoadedConfig
+    from entrena.data.loaders import TextBatches
     from entrena.exporting.bundle import ExportRequest, RunModel
     from entrena.exporting.prediction import FramePredictor, ModelLocation, PredictOptions
     from entrena.tasks.regression import WithTarget
@@ -100,13 +101,13 @@ class TextClassificationTask:
         return prepare_texts(loaded, sources)
 
     def build_model(self, loaded: LoadedConfig[TextClassificationConfig], sources: dict[str, str],
-                    prepared: PreparedData) -> Any:
+                    prepared: PreparedData) -> TextClassifier:
         """A :class:`~entrena.tasks.text.model.TextClassifier` (pretrained encoder,
         or random weights of ``model.architecture``)."""
         return build_text_model(loaded, sources, prepared, len(prepared.tags))
 
     def batches(self, loaded: LoadedConfig[TextClassificationConfig], prepared: PreparedData,
-                role: str, *, batch_size: int, shuffle: bool) -> Any:
+                role: str, *, batch_size: int, shuffle: bool) -> TextBatches:
         """:class:`~entrena.data.loaders.TextBatches` of split ``role``: length-grouped and
         seeded by ``train.seed`` when ``shuffle``, sorted by length otherwise."""
         from entrena.data.loaders import TextBatches
@@ -165,7 +166,7 @@ class TextClassificationTask:
         save_classifier(model, prepared.tokenizer, directory, labels=prepared.tags,
                         max_length=prepared.max_length, multi_label=multi)
 
-    def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:
+    def load_model(self, directory: Path) -> tuple[TextClassifier, dict[str, Any]]:
         """``(classifier in eval mode, meta)``; ``meta["tokenizer"]`` holds the tokenizer."""
         from entrena.tasks.text.model import load_classifier
 

@@ -35,8 +35,10 @@ from entrena.tasks.text_regression.config import TextRegressionConfig
 
 if TYPE_CHECKING:
     from entrena.config.loading import LoadedConfig
+    from entrena.data.loaders import TextBatches
     from entrena.exporting.bundle import ExportRequest, RunModel
     from entrena.exporting.prediction import FramePredictor, ModelLocation, PredictOptions
+    from entrena.tasks.text.model import TextClassifier
 
 __all__ = ["TextRegressionTask"]
 
@@ -81,12 +83,12 @@ class TextRegressionTask:
         return WithTarget(prepared, scaler)
 
     def build_model(self, loaded: LoadedConfig[TextRegressionConfig], sources: dict[str, str],
-                    prepared: WithTarget) -> Any:
+                    prepared: WithTarget) -> TextClassifier:
         """The encoder with a one-output head."""
         return build_text_model(loaded, sources, prepared, 1)
 
     def batches(self, loaded: LoadedConfig[TextRegressionConfig], prepared: WithTarget, role: str,
-                *, batch_size: int, shuffle: bool) -> Any:
+                *, batch_size: int, shuffle: bool) -> TextBatches:
         """:class:`~entrena.data.loaders.TextBatches` of split ``role`` with the standardised
         targets as ``labels``."""
         from entrena.data.loaders import TextBatches
@@ -127,7 +129,7 @@ class TextRegressionTask:
                         max_length=prepared.max_length, task=self.name,
                         extra={"target": prepared.target_scaler.as_dict()})
 
-    def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:
+    def load_model(self, directory: Path) -> tuple[TextClassifier, dict[str, Any]]:
         """``(network in eval mode, meta)``; the network's output is standardised;
         ``meta["target"]`` holds the scaling."""
         return self._text.load_model(directory)
