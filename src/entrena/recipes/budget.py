@@ -110,7 +110,7 @@ def remembered_tail_s(cache_dir: Path | None, task: str | None,
     return float(value) if isinstance(value, int | float) and value >= 0 else None
 
 
-def remember_tail(cache_dir: Path | None, task: str, tail_s: float,
+def remember_tail(cache_dir: Path | None, task: str | None, tail_s: float,
                   startup_s: float | None = None) -> None:
     """Keep the times this run measured for the next budgeted run (and plan) of ``task``
     here: each the larger of it and the one before decayed by a tenth, so that one quick run

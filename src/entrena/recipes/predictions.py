@@ -15,7 +15,9 @@ from operator import methodcaller
 from pathlib import Path
 from typing import Any
 
+from entrena.config import LoadedConfig
 from entrena.core.files import write_atomic
+from entrena.tasks.base import AnyTask, Prepared
 from entrena.tasks.predictions import most_confident_mistakes
 
 __all__ = ["write_predictions"]
@@ -23,7 +25,7 @@ __all__ = ["write_predictions"]
 log = logging.getLogger("entrena")
 
 
-def write_predictions(task: Any, loaded: Any, prepared: Any,
+def write_predictions(task: AnyTask, loaded: LoadedConfig, prepared: Prepared,
                       scored: dict[str, tuple[Any, Any]], folder: Path) -> dict[str, Any]:
     """Write ``folder/<role>.csv`` for each scored split.
 

@@ -92,6 +92,7 @@ from entrena.recipes.verdicts import (
     no_test_finding,
     one_class_finding,
 )
+from entrena.tasks.base import AnyTask, Prepared, TaskBatches
 from entrena.tasks.registry import get_task
 from entrena.tracking.base import TrackingContext, build_trackers
 from entrena.tracking.events import EventLog
@@ -164,7 +165,7 @@ class Setup:
             inputs).
     """
 
-    task: Any
+    task: AnyTask
     model: Any
     backend: Any
     threads: int
@@ -234,7 +235,7 @@ class Wiring:
 
 
 def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
-            prepared: Any, console: Any = None, *, resume: CheckpointInfo | None = None,
+            prepared: Prepared, console: Any = None, *, resume: CheckpointInfo | None = None,
             config_hash: str = "", callbacks: Sequence[Callback] = (),
             tracking_tags: dict[str, str] | None = None,
             cost_from: tuple[float, HourlyPrice] | None = None,
@@ -289,7 +290,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
 
 # -- 1. setup ------------------------------------------------------------------------------
 
-def _set_up(loaded: LoadedConfig, sources: dict[str, str], prepared: Any) -> Setup:
+def _set_up(loaded: LoadedConfig, sources: dict[str, str], prepared: Prepared) -> Setup:
     """Threads, seed, the task's model, the backend, and the weights as the fit trains
     them: all before the plan, whose memory probe and timed steps measure them."""
     cfg = loaded.config
@@ -329,7 +330,7 @@ def _note(note: str | None) -> None:
 
 # -- 2. plan -------------------------------------------------------------------------------
 
-def _plan(loaded: LoadedConfig, sources: dict[str, str], prepared: Any, setup: Setup,
+def _plan(loaded: LoadedConfig, sources: dict[str, str], prepared: Prepared, setup: Setup,
           paths: RunPaths, *, resumed: bool, price: HourlyPrice) -> Planned:
     """``plan.json`` (rank 0), then what the plan changes: ``train.budget`` caps the planned
     time (and re-plans the fit's steps as it goes: :func:`_budget_fit`), and the planned
@@ -369,7 +370,7 @@ def _plan(loaded: LoadedConfig, sources: dict[str, str], prepared: Any, setup: S
     return Planned(fit_plan, step_timing, budget_s, decision.compile)
 
 
-def _budget_fit(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned, *,
+def _budget_fit(loaded: LoadedConfig, prepared: Prepared, setup: Setup, planned: Planned, *,
                 schedule: LRSchedule, train: Any, started_at: float, resumed: bool,
                 emit: Callable[..., None] | None) -> BudgetFit | None:
     """The budget's re-planning during the fit (``train.budget``; ``None`` without one): the
@@ -402,7 +403,8 @@ def _budget_fit(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Plan
 
 # -- 3. fit --------------------------------------------------------------------------------
 
-def _batches(loaded: LoadedConfig, prepared: Any, setup: Setup, role: str) -> Any:
+def _batches(loaded: LoadedConfig, prepared: Prepared, setup: Setup,
+             role: str) -> TaskBatches:
     """The task's batches of ``role``: shuffled at ``train.batch_size`` for ``train``, else
     in order at the evaluation batch size."""
     tcfg = loaded.config.train
@@ -412,7 +414,7 @@ def _batches(loaded: LoadedConfig, prepared: Any, setup: Setup, role: str) -> An
                               else tcfg.eval_batch_size or 2 * tcfg.batch_size)
 
 
-def _wire(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned,
+def _wire(loaded: LoadedConfig, prepared: Prepared, setup: Setup, planned: Planned,
           paths: RunPaths, *, console: Any, extra: Sequence[Callback], started_at: float,
           resumed: bool) -> Wiring:
     """The batches, AdamW, compilation (in place: ``state_dict`` keys, checkpoints and
@@ -446,7 +448,7 @@ def _wire(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned,
                   chosen)
 
 
-def _callbacks(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned,
+def _callbacks(loaded: LoadedConfig, prepared: Prepared, setup: Setup, planned: Planned,
                paths: RunPaths, train: Any, lengths: Any, *, console: Any,
                extra: Sequence[Callback], started_at: float, resumed: bool) -> Callbacks:
     """The built-in callbacks, the trackers, the named and the caller's callbacks, in the
@@ -515,7 +517,7 @@ def _resume(wiring: Wiring, setup: Setup, resume: CheckpointInfo | None,
     return state, payload["rng"]
 
 
-def _run_loop(loaded: LoadedConfig, prepared: Any, setup: Setup, wiring: Wiring,
+def _run_loop(loaded: LoadedConfig, prepared: Prepared, setup: Setup, wiring: Wiring,
               paths: RunPaths, state: TrainState, rng_state: Any,
               config_hash: str) -> TrainState:
     """The loop, from ``state``; then a stop signal or a non-finite stop ends the run.
@@ -600,7 +602,7 @@ def _checkpoint_saver(loaded: LoadedConfig, setup: Setup, wiring: Wiring, paths:
 
 # -- 4. finish -----------------------------------------------------------------------------
 
-def _finish(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned,
+def _finish(loaded: LoadedConfig, prepared: Prepared, setup: Setup, planned: Planned,
             wiring: Wiring, state: TrainState, paths: RunPaths, *, wall_start: float,
             fit_ended_at: float, cost_from: tuple[float, HourlyPrice]) -> dict[str, Any]:
     """Validation with the restored weights, the test split and the fit figures (every
@@ -626,7 +628,7 @@ def _finish(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned,
     return metrics
 
 
-def _final_evaluation(loaded: LoadedConfig, prepared: Any, setup: Setup, wiring: Wiring,
+def _final_evaluation(loaded: LoadedConfig, prepared: Prepared, setup: Setup, wiring: Wiring,
                       state: TrainState) -> tuple[dict[str, Any], dict[str, tuple[Any, Any]]]:
     """``metrics`` with ``validation`` (the weights kept) and ``test``, and the outputs and
     targets of each split (``scored``, for ``predictions/``)."""
@@ -682,7 +684,7 @@ def _fit_figures(setup: Setup, wiring: Wiring, state: TrainState,
     }
 
 
-def _judge(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned,
+def _judge(loaded: LoadedConfig, prepared: Prepared, setup: Setup, planned: Planned,
            wiring: Wiring, state: TrainState, metrics: dict[str, Any],
            scored: dict[str, tuple[Any, Any]], fit_peak_bytes: int | None) -> None:
     """Add to ``metrics`` the baselines' verdict, the data's sizes, the history, plan
@@ -738,7 +740,7 @@ def _warn(*findings: dict[str, Any] | None) -> None:
             log.warning("%s: %s; %s", found["figure"], found["message"], found["change"])
 
 
-def _save(loaded: LoadedConfig, prepared: Any, setup: Setup, wiring: Wiring,
+def _save(loaded: LoadedConfig, prepared: Prepared, setup: Setup, wiring: Wiring,
           paths: RunPaths, metrics: dict[str, Any], scored: dict[str, tuple[Any, Any]],
           cost_from: tuple[float, HourlyPrice]) -> None:
     """``predictions/``, the model, the cost, ``metrics.json`` (temp file + rename),
@@ -758,7 +760,7 @@ def _save(loaded: LoadedConfig, prepared: Any, setup: Setup, wiring: Wiring,
                        [paths.metrics, paths.config, paths.data_report])
 
 
-def _monitor_mode(task: Any, key: str, mode: str) -> str:
+def _monitor_mode(task: AnyTask, key: str, mode: str) -> str:
     """``min``/``max`` for the monitored ``validation.<metric>``: as configured, or for
     ``auto`` as the task declares it (the metric-key table for metrics it does not name)."""
     if mode != "auto":

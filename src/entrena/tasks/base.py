@@ -46,17 +46,17 @@ from typing_extensions import TypeVar
 
 from entrena.config.loading import LoadedConfig
 from entrena.config.schema import Config
+from entrena.data.batching import BatchSource
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from entrena.data.batching import BatchSource
     from entrena.exporting.bundle import ExportRequest, RunModel
     from entrena.exporting.prediction import ModelLocation, PredictOptions
 
-__all__ = ["OPTIONAL_BATCH_SOURCE_HOOKS", "OPTIONAL_HOOKS", "PlanningSpec", "Prepared",
-           "ConfigT", "PreparedT", "Task", "fixed_input_planning"]
+__all__ = ["OPTIONAL_BATCH_SOURCE_HOOKS", "OPTIONAL_HOOKS", "AnyTask", "ConfigT", "PlanningSpec",
+           "Prepared", "PreparedT", "Task", "TaskBatches", "fixed_input_planning"]
 
 
 @dataclass
@@ -152,6 +152,17 @@ class Prepared(Protocol):
     def from_cache(self) -> bool: ...
 
 
+class TaskBatches(BatchSource, Protocol):
+    """What :meth:`Task.batches` returns: a :class:`~entrena.data.batching.BatchSource` (the
+    loop's ``plan`` and ``collate``) with ``lengths``, which the recipe and the efficiency
+    monitor read."""
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Tokens per example (N,) int64, before padding (ones for fixed-size inputs)."""
+        ...
+
+
 PreparedT = TypeVar("PreparedT", bound=Prepared, default=Any)
 """A task's own prepared data (:class:`Prepared` and what its methods read besides)."""
 ConfigT = TypeVar("ConfigT", bound=Config, default=Config)
@@ -226,7 +237,7 @@ class Task(Protocol, Generic[ConfigT, PreparedT]):
 
     Generic in the task's config class (``loaded.config``) and its prepared data (what
     :meth:`prepare` returns and every later method is given back): a task's methods annotate
-    them with its own classes, and the verbs, which hold any task, see ``Task[Any, Any]``.
+    them with its own classes, and the verbs, which hold any task, see :data:`AnyTask`.
     """
 
     name: str
@@ -255,8 +266,8 @@ class Task(Protocol, Generic[ConfigT, PreparedT]):
         ...
 
     def batches(self, loaded: LoadedConfig[ConfigT], prepared: PreparedT, role: str, *,
-                batch_size: int, shuffle: bool) -> BatchSource:
-        """A ``BatchSource`` of split ``role`` (with ``lengths`` (N,))."""
+                batch_size: int, shuffle: bool) -> TaskBatches:
+        """The batches of split ``role`` (:class:`TaskBatches`)."""
         ...
 
     def loss(self, outputs: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
@@ -310,3 +321,8 @@ class Task(Protocol, Generic[ConfigT, PreparedT]):
         ...
 
     # Optional members: OPTIONAL_HOOKS above.
+
+
+AnyTask = Task[Any, Any]
+"""Any task, as the registry hands it to the verbs: its config class and prepared data are
+known only to the task itself."""
