@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from entrena.errors import ConfigError
-from entrena.tasks.base import PlanningSpec, fixed_input_planning
+from entrena.tasks.base import PlanningSpec, Task, fixed_input_planning
 from entrena.tasks.image_classification.baselines import image_baselines, thumbnail_features
 from entrena.tasks.image_classification.config import ImageClassificationConfig
 from entrena.tasks.image_classification.data import PreparedImages, prepare_images
@@ -209,3 +209,7 @@ class ImageClassificationTask:
         from entrena.tasks.image_classification.predict import image_frame_predictor
 
         return image_frame_predictor(location, options)
+
+
+if TYPE_CHECKING:  # mypy checks the class against the protocol, with its own types
+    _CHECKED: Task[ImageClassificationConfig, PreparedImages] = ImageClassificationTask()

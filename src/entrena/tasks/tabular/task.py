@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from entrena.data.batching import random_batches, reference_loss
-from entrena.tasks.base import PlanningSpec, fixed_input_planning
+from entrena.tasks.base import PlanningSpec, Task, fixed_input_planning
 from entrena.tasks.metrics import (
     CLASSIFICATION_HIGHER_IS_BETTER,
     classification_rows,
@@ -221,3 +221,7 @@ class TabularClassificationTask:
                            f"(fitted in {baselines['boosted_trees']['time_s']:.1f}s)",
                 "change": "a CPU and boosted trees are enough here: use the trees "
                           "(scikit-learn's HistGradientBoostingClassifier), no GPU needed"}
+
+
+if TYPE_CHECKING:  # mypy checks the class against the protocol, with its own types
+    _CHECKED: Task[TabularClassificationConfig, PreparedTable] = TabularClassificationTask()

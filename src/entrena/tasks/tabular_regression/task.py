@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from entrena.tasks.base import PlanningSpec, fixed_input_planning
+from entrena.tasks.base import PlanningSpec, Task, fixed_input_planning
 from entrena.tasks.regression import (
     COMPARISON_METRIC,
     REGRESSION_HIGHER_IS_BETTER,
@@ -184,3 +184,7 @@ class TabularRegressionTask:
                            f"{baselines['boosted_trees']['time_s']:.1f}s)",
                 "change": "a CPU and boosted trees are enough here: use the trees "
                           "(scikit-learn's HistGradientBoostingRegressor), no GPU needed"}
+
+
+if TYPE_CHECKING:  # mypy checks the class against the protocol, with its own types
+    _CHECKED: Task[TabularRegressionConfig, WithTarget] = TabularRegressionTask()

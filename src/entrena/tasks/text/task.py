@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from entrena.tasks.base import PlanningSpec
+from entrena.tasks.base import PlanningSpec, Task
 from entrena.tasks.metrics import (
     CLASSIFICATION_HIGHER_IS_BETTER,
     classification_loss,
@@ -207,3 +207,7 @@ class TextClassificationTask:
         from entrena.tasks.text.predict import text_frame_predictor
 
         return text_frame_predictor(location, options)
+
+
+if TYPE_CHECKING:  # mypy checks the class against the protocol, with its own types
+    _CHECKED: Task[TextClassificationConfig, PreparedData] = TextClassificationTask()

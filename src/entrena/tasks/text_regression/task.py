@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from entrena.tasks.base import PlanningSpec
+from entrena.tasks.base import PlanningSpec, Task
 from entrena.tasks.regression import (
     COMPARISON_METRIC,
     REGRESSION_HIGHER_IS_BETTER,
@@ -155,3 +155,7 @@ class TextRegressionTask:
     def frame_predictor(self, location: ModelLocation, options: PredictOptions) -> FramePredictor:
         """The model loaded once, answering DataFrames with ``predicted_value``."""
         return self._text.frame_predictor(location, options)
+
+
+if TYPE_CHECKING:  # mypy checks the class against the protocol, with its own types
+    _CHECKED: Task[TextRegressionConfig, WithTarget] = TextRegressionTask()
