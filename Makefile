@@ -116,8 +116,11 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
+# `make lint`: ruff over src and tests, then mypy over the packages [tool.mypy] in
+# pyproject.toml names (tasks, api, recipes, engine).
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
+	$(BIN)/mypy
 
 # `make docs`: the site of docs/ (MkDocs + Material, the `docs` extra) into site/; --strict
 # makes any warning (a broken link or anchor, a page missing from the nav) fail the build.

@@ -79,7 +79,7 @@ def run_config(config: dict, catalog) -> dict:
     from entrena.planning.model import profile_model
     from entrena.planning.options import peak_for_precision
     from entrena.recipes.training import build_optimizer
-    from entrena.tasks.text_classification.model import build_classifier, meta_classifier
+    from entrena.tasks.text.model import build_classifier, meta_classifier
 
     started = time.perf_counter()
     architecture = config.get("architecture")
@@ -170,7 +170,7 @@ def shape_churn(catalog) -> dict:
     from entrena.config.models import resolve_model_name
     from entrena.engine.backend import create_backend
     from entrena.recipes.training import build_optimizer
-    from entrena.tasks.text_classification.model import build_classifier
+    from entrena.tasks.text.model import build_classifier
 
     gc.collect()
     torch.cuda.empty_cache()

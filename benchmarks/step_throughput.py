@@ -58,7 +58,7 @@ CLIP_NORM = 1.0
 
 
 class PrebuiltBatches:
-    """A :class:`~entrena.engine.loop.BatchSource` over batches built once, in order."""
+    """A :class:`~entrena.data.batching.BatchSource` over batches built once, in order."""
 
     def __init__(self, batches: list[dict[str, Any]]):
         self.batches = batches
@@ -77,8 +77,8 @@ def build(mode: str, folder: Path) -> dict[str, Any]:
     from entrena.api.preparing import prepare_data, resolve_model_sources
     from entrena.data.loaders import TextBatches
     from entrena.tasks.registry import load_config
-    from entrena.tasks.text_classification.model import build_classifier
-    from entrena.tasks.text_classification.task import resolve_attention_dropout
+    from entrena.tasks.text.model import build_classifier
+    from entrena.tasks.text.config import resolve_attention_dropout
 
     settings = MODES[mode]
     loaded = load_config(CONFIG, {"model.max_length": settings["max_length"],

@@ -21,7 +21,7 @@ from entrena.engine.attention import (
 
 
 def _tiny_classifier():
-    from entrena.tasks.text_classification.model import build_classifier
+    from entrena.tasks.text.model import build_classifier
 
     torch.manual_seed(0)
     return build_classifier(num_labels=2, pretrained=None, architecture=dict(TINY_ARCHITECTURE),

@@ -66,8 +66,8 @@ def test_cli_exit_2_one_line_for_an_infinite_number(tmp_path):
 @pytest.fixture
 def predictor(tmp_path: Path):
     """A TablePredictor over an untrained MLP with preprocessing fitted on a tiny table."""
-    from entrena.tasks.tabular_classification.model import TabularMLP, save_mlp
-    from entrena.tasks.tabular_classification.predict import TablePredictor
+    from entrena.tasks.tabular.model import TabularMLP, save_mlp
+    from entrena.tasks.tabular.predict import TablePredictor
 
     prepared = prepare(table_config(tmp_path / "data", make_table(80, 1), make_table(20, 2)))
     model = TabularMLP(int(prepared.preprocessing["width"]), [4],
@@ -162,7 +162,7 @@ def test_decimal_commas_are_read_and_identifier_columns_are_flagged(tmp_path):
 
 def test_export_parity_data_without_a_feature_column_names_it(tmp_path):
     from entrena.exporting.bundle import RunModel
-    from entrena.tasks.tabular_classification.export import table_rows
+    from entrena.tasks.tabular.export import table_rows
 
     path = tmp_path / "parity.csv"
     make_table(5, 1).drop(columns=["home"]).to_csv(path, index=False)
@@ -272,7 +272,7 @@ def test_test_values_that_are_not_numbers_are_counted_with_their_rows(tmp_path):
 
 def test_export_without_the_runs_test_file_asks_for_parity_data(tmp_path):
     from entrena.exporting.bundle import RunModel
-    from entrena.tasks.tabular_classification.export import table_rows
+    from entrena.tasks.tabular.export import table_rows
 
     gone = tmp_path / "test.csv"
     run = RunModel(None, {"labels": ["bad", "good"], "numeric": ["age"], "categorical": []},

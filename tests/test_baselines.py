@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from entrena.tasks.baselines import compare_with_baseline, text_baselines
+from entrena.tasks.baselines import compare_with_baseline
+from entrena.tasks.text.baselines import text_baselines
 
 
 def test_baselines_fit_on_train_and_score_each_split():
@@ -41,7 +42,7 @@ def test_multi_label_baselines_get_what_the_model_gets():
     tuned on validation: a rare tag the 0.5 cut never predicts is found at a lower one."""
     import numpy as np
 
-    from entrena.tasks.baselines import multi_label_baselines
+    from entrena.tasks.text.baselines import multi_label_baselines
 
     rng = np.random.default_rng(0)
     words = ["alpha", "beta", "gamma", "delta"]

@@ -215,7 +215,7 @@ def test_text_batches_pad_to_a_multiple_up_to_max_length(tokenizer):
 def test_text_batches_padded_to_a_multiple_give_the_same_loss_and_gradients(tokenizer,
                                                                              pooling):
     from conftest import TINY_ARCHITECTURE
-    from entrena.tasks.text_classification.model import build_classifier
+    from entrena.tasks.text.model import build_classifier
 
     texts = [" ".join(["word"] * n) for n in (3, 9, 14, 5)]
     encoded, _ = encode_texts(texts, tokenizer, 512, None)

@@ -131,7 +131,7 @@ def test_model_folder_loads_and_holds_the_best_weights(tiny_run):
     import torch
     from transformers import AutoModel
 
-    from entrena.tasks.text_classification.model import load_classifier
+    from entrena.tasks.text.model import load_classifier
 
     _, run_dir = tiny_run
     model, tokenizer, meta = load_classifier(run_dir / "model")

@@ -121,7 +121,7 @@ def test_onnx_has_dynamic_batch_and_sequence_axes(onnx_bundle, tiny_run):
     import torch
 
     from entrena.exporting.onnx_format import OnnxRunner
-    from entrena.tasks.text_classification.model import load_classifier
+    from entrena.tasks.text.model import load_classifier
 
     graph = onnx.load(str(onnx_bundle.bundle_dir / "model.onnx")).graph
     for value in graph.input:

@@ -118,7 +118,7 @@ def test_detection_of_plain_text_and_empty_columns():
 
 
 def test_the_config_offers_exactly_the_styles():
-    from entrena.tasks.tabular_classification.config import NUMBER_FORMATS
+    from entrena.tasks.tabular.config import NUMBER_FORMATS
 
     assert NUMBER_FORMATS == (*STYLES, "category")
 

@@ -140,7 +140,7 @@ def test_the_fits_peak_is_kept_beside_the_cached_step_memory(tmp_path):
 def tiny_profile():
     from conftest import TINY_ARCHITECTURE
     from entrena.planning.model import profile_model
-    from entrena.tasks.text_classification.model import meta_classifier
+    from entrena.tasks.text.model import meta_classifier
 
     return profile_model(meta_classifier(num_labels=2, pretrained=None,
                                          architecture=TINY_ARCHITECTURE, vocab_size=30522,

@@ -25,7 +25,7 @@ from entrena.planning import (
 from entrena.planning.model import _measure
 from entrena.planning.options import Option
 from entrena.planning.recommend import LONG_RUN_S
-from entrena.tasks.text_classification.model import build_classifier, meta_classifier
+from entrena.tasks.text.model import build_classifier, meta_classifier
 from entrena.units import Budget
 
 GIB = 2**30

@@ -255,7 +255,7 @@ def test_tokenizer_facts_are_rebuilt_when_a_tokenizer_file_changes(tmp_path):
 
     from entrena.config.models import resolve_model_name
     from entrena.data.encoding import tokenizer_facts
-    from entrena.tasks.text_classification.model import build_tokenizer
+    from entrena.tasks.text.model import build_tokenizer
 
     folder = tmp_path / "tok"
     shutil.copytree(resolve_model_name("minilm-l6"), folder,
@@ -365,7 +365,7 @@ def test_fast_tokenizing_gives_the_ids_of_the_tokenizer_call(reviews_data):
 
     from entrena.config.models import resolve_model_name
     from entrena.data.encoding import tokenize_block
-    from entrena.tasks.text_classification.model import build_tokenizer
+    from entrena.tasks.text.model import build_tokenizer
 
     tokenizer = build_tokenizer(resolve_model_name("minilm-l6", Path("."), "model.name"))
     texts = pd.read_csv(reviews_data / "test.csv")["review"].tolist()[:300]

@@ -53,7 +53,7 @@ def table_config(folder: Path, train: pd.DataFrame, test: pd.DataFrame,
 
 
 def prepare(path: Path) -> Any:
-    from entrena.tasks.tabular_classification.data import prepare_table
+    from entrena.tasks.tabular.data import prepare_table
 
     return prepare_table(load_config(path))
 
@@ -162,7 +162,7 @@ def test_the_plan_counts_the_mlp(tmp_path):
 
 
 def test_trees_winning_or_tying_gives_the_cpu_advice():
-    from entrena.tasks.tabular_classification.task import TabularClassificationTask
+    from entrena.tasks.tabular.task import TabularClassificationTask
 
     task = TabularClassificationTask()
     baselines = {"boosted_trees": {"test": {"accuracy": 0.80}, "time_s": 0.2}}

@@ -119,7 +119,7 @@ def test_drop_columns_is_refused_for_text():
 # --- attention dropout (model.attention_dropout) ----------------------------------------------
 
 def _text_config(**model: object) -> object:
-    from entrena.tasks.text_classification.config import TextClassificationConfig
+    from entrena.tasks.text.config import TextClassificationConfig
 
     return TextClassificationConfig.model_validate(
         {"name": "t", "data": {"train": "t.csv", "text_column": "text",
@@ -128,7 +128,7 @@ def _text_config(**model: object) -> object:
 
 def test_attention_dropout_auto_is_zero_on_a_cpu_and_the_checkpoints_elsewhere(monkeypatch):
     import entrena.hardware.detection as detection
-    from entrena.tasks.text_classification.task import resolve_attention_dropout
+    from entrena.tasks.text.config import resolve_attention_dropout
 
     cfg = _text_config()
     assert cfg.model.attention_dropout == "auto"
@@ -144,7 +144,7 @@ def test_attention_dropout_auto_is_zero_on_a_cpu_and_the_checkpoints_elsewhere(m
 def test_attention_dropout_reaches_the_encoders_attention_layers():
     from transformers import DistilBertConfig
 
-    from entrena.tasks.text_classification.model import (
+    from entrena.tasks.text.model import (
         attention_dropout_of,
         build_classifier,
         set_attention_dropout,
@@ -179,7 +179,7 @@ def test_a_saved_model_carries_the_checkpoints_attention_dropout(tmp_path):
     from transformers import AutoConfig, AutoTokenizer
 
     from entrena.config.models import resolve_model_name
-    from entrena.tasks.text_classification.model import (
+    from entrena.tasks.text.model import (
         attention_dropout_of,
         build_classifier,
         save_classifier,

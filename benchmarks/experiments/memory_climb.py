@@ -54,7 +54,7 @@ def worker(mode: str, steps: int, batch_size: int, max_length: int, seed: int) -
         configure_allocator()
     from entrena.config.models import resolve_model_name
     from entrena.data.batching import group_by_length
-    from entrena.tasks.text_classification.model import build_classifier, build_tokenizer
+    from entrena.tasks.text.model import build_classifier, build_tokenizer
 
     torch.manual_seed(seed)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
@@ -105,7 +105,7 @@ def alternate(batch_size: int, tokens: int, pairs: int = 8) -> dict:
     import torch
 
     from entrena.config.models import resolve_model_name
-    from entrena.tasks.text_classification.model import build_classifier
+    from entrena.tasks.text.model import build_classifier
 
     libc = ctypes.CDLL("libc.so.6")
     torch.manual_seed(0)

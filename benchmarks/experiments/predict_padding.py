@@ -39,7 +39,7 @@ def main() -> None:
     from entrena.data.batching import pad_batch, sequential_batches
     from entrena.exporting.bundle import Preprocessing
     from entrena.exporting.inference import TextEncoder, TorchRunner
-    from entrena.tasks.text_classification.model import load_classifier, model_length_limit
+    from entrena.tasks.text.model import load_classifier, model_length_limit
 
     torch.set_num_threads(args.threads)
     model, tokenizer, meta = load_classifier(args.run_dir / "model")

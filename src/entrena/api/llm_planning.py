@@ -126,7 +126,7 @@ def plan_llm(model: str | Path, *, mode: str = "inference", context: int = 4096,
     else:
         entries = [a for a in merged.accelerators.values() if a.kind != "cpu"]
         entries += list(merged.offers.values())
-    options = []
+    options: list[dict[str, Any]] = []
     for entry in entries:
         acc = entry.accelerator if isinstance(entry, Offer) else entry
         count = entry.count if isinstance(entry, Offer) else 1

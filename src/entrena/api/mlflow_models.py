@@ -29,6 +29,7 @@ from typing import Any
 
 import mlflow.pyfunc
 import pandas as pd
+from mlflow.pyfunc.model import ChatModel, PythonModel  # where they are defined (typed)
 
 from entrena.core.rundir import RunPaths
 from entrena.errors import ConfigError
@@ -60,7 +61,7 @@ _RUN_FILES = ("config.yaml", "status.json", "metrics.json", "data_report.json")
 them)."""
 
 
-class EntrenaModel(mlflow.pyfunc.PythonModel):
+class EntrenaModel(PythonModel):
     """The ``pyfunc`` model: the run's model or bundle (the artifact :data:`MODEL_ARTIFACT`)
     loaded once in :meth:`load_context` (:func:`entrena.api.predicting.load_predictor`),
     answering each DataFrame in memory."""
@@ -118,7 +119,7 @@ CHAT_EXAMPLE_TOKENS = 8
 the model (a check that it runs; a short answer keeps that check to a second or two)."""
 
 
-class EntrenaChatModel(mlflow.pyfunc.ChatModel):
+class EntrenaChatModel(ChatModel):
     """The chat model of a chat task's run (or its ``hf`` bundle): MLflow's chat
     conventions (OpenAI's chat completion schema): ``{"messages": [{"role", "content"}…],
     "max_tokens": N}`` in, a ``ChatCompletionResponse`` out, with the run's chat template,
@@ -139,7 +140,10 @@ class EntrenaChatModel(mlflow.pyfunc.ChatModel):
         self.lock = threading.Lock()
         self.name = _run_name(RunPaths(Path(self.source)))  # the run's name: the "model"
 
-    def predict(self, context: Any, messages: list[Any], params: Any) -> Any:
+    # ChatModel.predict's own signature differs from PythonModel.predict's (MLflow's
+    # typing); this one is ChatModel's.
+    def predict(self, context: Any, messages: list[Any],  # type: ignore[override]
+                params: Any) -> Any:
         """The greedy answer to ``messages`` (``params.max_tokens`` caps its length; ``n``
         must be 1).
 
@@ -419,7 +423,8 @@ def log_model(source: str | Path, *, tracking_uri: str, registered_name: str,
             else:
                 info = mlflow.pyfunc.log_model(**kwargs)
         finally:  # the process's MLflow settings as they were
-            mlflow.set_tracking_uri(previous)
+            # None unsets the URI (MLflow's code does so; its annotation omits None)
+            mlflow.set_tracking_uri(previous)  # type: ignore[arg-type]
             if environment is not None:
                 os.environ["MLFLOW_TRACKING_URI"] = environment
     version = info.registered_model_version

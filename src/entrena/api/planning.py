@@ -26,7 +26,7 @@ from entrena.planning.planner import LOCAL, build_plan
 from entrena.planning.recommend import Recommendation
 from entrena.planning.report import render_plan
 from entrena.planning.timing import Calibration
-from entrena.tasks.base import PlanningSpec
+from entrena.tasks.base import AnyTask, PlanningSpec, Prepared
 from entrena.tasks.registry import get_task, load_config
 from entrena.units import Budget, parse_budget
 
@@ -206,9 +206,9 @@ def _what_budget_buys(options: list[Option], budget: Budget, loaded: LoadedConfi
             option.budget["budget_usd"] = budget.usd
 
 
-def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Any, task: Any,
-                    spec: PlanningSpec, profile: Any, machine: Machine,
-                    catalog: Catalog) -> tuple[Calibration, float]:
+def _calibrate_here(loaded: LoadedConfig, sources: dict[str, str], prepared: Prepared,
+                    task: AnyTask, spec: PlanningSpec, profile: Any, machine: Machine,
+                    catalog: Catalog) -> tuple[Calibration, int]:
     """``plan --calibrate``: set up the fit's backend (its imports belong to the base memory),
     measure the base memory, probe a fresh model (weights loaded as ``train`` would) on the
     device and precision the fit would use."""

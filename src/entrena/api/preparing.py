@@ -183,7 +183,7 @@ def report_table(report: dict[str, Any]) -> Any:
     if hidden:
         row(f"{len(hidden)} more labels",
             lambda s: f"{sum(s['label_counts'].get(n, 0) for n in hidden):,}")
-    lines = [table]
+    lines: list[Table | Text] = [table]
     ratio = report.get("imbalance_ratio")
     features = report.get("features")
     notes = [f"imbalance ratio {ratio:.2f}" if ratio else None,

@@ -22,7 +22,7 @@ from entrena.api.preparing import (
     write_report,
 )
 from entrena.api.stopping import StopSignal, stop_signals, stopped_error
-from entrena.config import Config
+from entrena.config import Config, LoadedConfig
 from entrena.config.fingerprint import config_changes, config_hash, format_changes
 from entrena.core.files import write_json_atomic
 from entrena.core.rundir import RunPaths, read_status, resolve_run_dir, write_status
@@ -217,7 +217,7 @@ def _attach_log_file(path: Path) -> logging.Handler:
     return handler
 
 
-def _train_worker(loaded: Any, sources: dict[str, str], paths: RunPaths,
+def _train_worker(loaded: LoadedConfig, sources: dict[str, str], paths: RunPaths,
                   callbacks: list[Any]) -> TrainResult:
     """Rank > 0 of a distributed fit: the checkpoint rank 0 resumes from (chosen and checked
     before it started this process), the cached data, and the fit; no file is written."""
@@ -284,7 +284,7 @@ def train(config: str | Path | dict[str, Any] | Config, *, run_dir: str | Path |
                             where.get("phase", "")) from None
 
 
-def _close_budget(paths: RunPaths, metrics: dict[str, Any], loaded: Any) -> dict[str, Any]:
+def _close_budget(paths: RunPaths, metrics: dict[str, Any], loaded: LoadedConfig) -> dict[str, Any]:
     """Complete ``metrics.json``'s ``budget`` once the run is finished (model registered):
     the time used, the overshoot, the time after the last step, and remember the tail for
     the next budgeted run of the task here; the report is written again to show it."""

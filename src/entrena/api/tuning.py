@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from entrena.config import Config, parse_overrides
+from entrena.config import Config, LoadedConfig, parse_overrides
 from entrena.config.loading import apply_overrides
 from entrena.core.files import write_atomic, write_json_atomic
 from entrena.core.rundir import RunPaths, read_status, resolve_run_dir, write_status
@@ -315,8 +315,8 @@ def _trial_runner(config: Any, cfg: Config, study_dir: Path, fixed: dict[str, An
     return run_trial
 
 
-def _write_best_config(loaded: Any, best: dict[str, Any] | None, study_dir: Path, name: str,
-                       metric: str) -> Path | None:
+def _write_best_config(loaded: LoadedConfig, best: dict[str, Any] | None, study_dir: Path,
+                       name: str, metric: str) -> Path | None:
     """``best_config.yaml``: the config with the best trial's parameters (``None`` when no
     trial completed)."""
     if best is None:

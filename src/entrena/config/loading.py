@@ -9,16 +9,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from typing_extensions import TypeVar
 
 from entrena.config.schema import Config
 from entrena.errors import ConfigError, closest_choice
 
-__all__ = ["LoadedConfig", "TaskSchemas", "load_config", "parse_overrides", "apply_overrides",
-           "validate_config"]
+__all__ = ["ConfigT", "LoadedConfig", "TaskSchemas", "load_config", "parse_overrides",
+           "apply_overrides", "validate_config"]
 
 
 class TaskSchemas(Protocol):
@@ -38,8 +39,15 @@ class TaskSchemas(Protocol):
         ...
 
 
+ConfigT = TypeVar("ConfigT", bound=Config, default=Config, covariant=True)
+"""The config class a :class:`LoadedConfig` holds: a task's own (``LoadedConfig[
+TabularClassificationConfig]``) where a task reads its keys, :class:`Config` where only the
+common sections are read. Covariant: a loaded config is never changed, so a
+``LoadedConfig[TextClassificationConfig]`` is a ``LoadedConfig[Config]``."""
+
+
 @dataclass(frozen=True)
-class LoadedConfig:
+class LoadedConfig(Generic[ConfigT]):
     """A validated config and where it came from.
 
     Attributes:
@@ -50,7 +58,7 @@ class LoadedConfig:
         source: The config file, or ``None`` for a dict given in Python.
     """
 
-    config: Config
+    config: ConfigT
     base_dir: Path
     source: Path | None = None
     lines: dict[tuple[str, ...], int] = field(default_factory=dict, compare=False)

@@ -4,18 +4,45 @@
 decides when it runs (each epoch, seeded by the epoch, so any epoch's plan can be rebuilt on
 resume); ``pad_batch`` pads one batch. ``pack_rows`` packs one batch's sequences into fewer
 rows (no cross-contamination is the model's business: position ids restart per sequence).
+:class:`BatchSource` is what the loop needs of any task's batches (here, below both the engine
+and the tasks, so that each can name it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-__all__ = ["group_by_length", "sequential_batches", "random_batches", "epoch_batches",
-           "reference_loss", "pad_batch", "padded_width", "pack_rows", "padding_fraction",
-           "packed_padding_fraction"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["BatchSource", "group_by_length", "sequential_batches", "random_batches",
+           "epoch_batches", "reference_loss", "pad_batch", "padded_width", "pack_rows",
+           "padding_fraction", "packed_padding_fraction"]
+
+
+class BatchSource(Protocol):
+    """What the loop needs from data: a batch plan per epoch and a way to build a batch."""
+
+    def plan(self, epoch: int) -> list[list[int]]:
+        """Batches of example indices for ``epoch`` (deterministic for a given epoch)."""
+        ...
+
+    def collate(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        """Tensors of one batch: ``labels`` (B,) int64 and the model's keyword inputs (text:
+        ``input_ids`` (B, T), ``attention_mask`` (B, T); image: ``pixel_values``
+        (B, C, H, W); tabular: ``features`` (B, F))."""
+        ...
+
+    # Optional: ``target_count(indices) -> int``, the count the task's loss divides a batch's
+    # sum by (target tokens of a language model), known before the forward pass; with it,
+    # every micro-batch of an optimizer step is divided by the step's total.
+    # Optional: ``reference_loss(indices) -> float | None``, the loss a trivial model gets on
+    # those examples (a standardised regression target: predicting the training mean, i.e.
+    # the targets' mean square); the divergence guard never calls a step diverged below
+    # ``divergence_factor`` times it, so one batch with a large, legitimate target is kept.
 
 
 def group_by_length(lengths: Sequence[int], batch_size: int, seed: int,

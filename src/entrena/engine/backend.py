@@ -155,8 +155,9 @@ def create_backend(*, accelerator: str, devices: int | str, precision: str, seed
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
     _check_devices(resolved, devices)
+    # resolve_precision returns one of Fabric's precision names, typed as a plain str
     fabric = Fabric(accelerator=resolved, devices=devices, num_nodes=num_nodes,
-                    strategy=strategy, precision=chosen)
+                    strategy=strategy, precision=chosen)  # type: ignore[arg-type]
     fabric.launch()
     fabric.seed_everything(seed, workers=True, verbose=False)
     return Backend(fabric=fabric, accelerator=resolved, precision=chosen)

@@ -150,7 +150,7 @@ class CheckpointStore:
 
     def complete(self) -> list[CheckpointInfo]:
         """Checkpoints with a readable completion marker and their file present, newest first."""
-        found = []
+        found: list[CheckpointInfo] = []
         if not self.directory.is_dir():
             return found
         for marker in self.directory.iterdir():

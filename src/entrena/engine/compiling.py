@@ -169,7 +169,8 @@ def compile_decision(setting: str | bool, device: str,
         return CompileDecision(False, "auto: the planned training time is unknown")
     saving = planned_train_s * (1.0 - 1.0 / cost.speedup) if cost.speedup > 1 else 0.0
     pays = saving >= REPAY_MARGIN * cost.compile_s
-    size = f"{parameters / 1e6:.2f} M parameters, " if kind == "cpu-small" else ""
+    size = (f"{parameters / 1e6:.2f} M parameters, "
+            if kind == "cpu-small" and parameters is not None else "")
     return CompileDecision(
         pays, f"auto ({size}{kind}): a {cost.speedup:.2f}x step speed-up would save "
               f"{saving:.0f}s of {planned_train_s:.0f}s planned against "

@@ -1,4 +1,4 @@
-"""Data parallelism over a :class:`~entrena.engine.loop.BatchSource`: each process takes its
+"""Data parallelism over a :class:`~entrena.data.batching.BatchSource`: each process takes its
 share of every global batch, so N processes step like one process with the same global batch.
 """
 

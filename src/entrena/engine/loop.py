@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,6 +21,7 @@ import torch
 from entrena.core.callback import Callback
 from entrena.core.events import Event
 from entrena.core.state import TrainState
+from entrena.data.batching import BatchSource
 from entrena.engine.guard import StepUndo, divergence_threshold, gives_up, record_loss
 from entrena.engine.micro_batches import forward_backward, model_inputs, retry_smaller
 
@@ -28,28 +29,6 @@ __all__ = ["BatchSource", "FitSettings", "LossFn", "SaveCheckpoint", "fit", "pre
            "evaluation_points", "model_inputs", "token_counts"]
 
 log = logging.getLogger("entrena")
-
-
-class BatchSource(Protocol):
-    """What the loop needs from data: a batch plan per epoch and a way to build a batch."""
-
-    def plan(self, epoch: int) -> list[list[int]]:
-        """Batches of example indices for ``epoch`` (deterministic for a given epoch)."""
-        ...
-
-    def collate(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        """Tensors of one batch: ``labels`` (B,) int64 and the model's keyword inputs (text:
-        ``input_ids`` (B, T), ``attention_mask`` (B, T); image: ``pixel_values``
-        (B, C, H, W); tabular: ``features`` (B, F))."""
-        ...
-
-    # Optional: ``target_count(indices) -> int``, the count the task's loss divides a batch's
-    # sum by (target tokens of a language model), known before the forward pass; with it,
-    # every micro-batch of an optimizer step is divided by the step's total.
-    # Optional: ``reference_loss(indices) -> float | None``, the loss a trivial model gets on
-    # those examples (a standardised regression target: predicting the training mean, i.e.
-    # the targets' mean square); the divergence guard never calls a step diverged below
-    # ``divergence_factor`` times it, so one batch with a large, legitimate target is kept.
 
 
 def token_counts(batch: dict[str, torch.Tensor]) -> tuple[int, int]:
@@ -454,9 +433,10 @@ def _stop_at_last_good_state(run: _Run, state: TrainState, group: _Group,
     back, to the last state whose loss was sane. Save, and leave."""
     (state.batch_in_epoch, state.samples_seen, state.tokens_seen,
      state.padded_tokens_seen, state.train_time_s) = group.start
-    rolled_back = bad_loss and run.undo is not None and run.undo.taken
-    if rolled_back:
-        _roll_back(state, run.undo)
+    undo = run.undo if bad_loss else None
+    rolled_back = undo is not None and undo.taken
+    if undo is not None and undo.taken:
+        _roll_back(state, undo)
     state.extras["nonfinite"]["resume_step"] = state.step
     state.interrupted = "nonfinite"
     run.hooks.fire(Event.STEP_END, state)

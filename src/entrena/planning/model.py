@@ -166,7 +166,7 @@ def profile_model(model: Any, max_length: int, *, loss: Any = None) -> ModelProf
     """Count parameters, FLOPs and saved activation bytes of a meta-device classifier.
 
     Args:
-        model: From :func:`entrena.tasks.text_classification.model.meta_classifier`.
+        model: From :func:`entrena.tasks.text.model.meta_classifier`.
         max_length: The longest sequence the run uses (tokens); the three measured lengths
             are it, half of it and a quarter of it (at least 4 apart).
         loss: The task's loss (``(outputs, batch) -> (sum, count)``); default the sum of

@@ -93,11 +93,12 @@ class FinishEstimate:
         return self.eval_passes * eval_s + self.tail_s
 
 
-def _tail_path(cache_dir: Path, task: str) -> Path:
+def _tail_path(cache_dir: Path, task: str | None) -> Path:
     return cache_dir / "budget" / f"tail-{task}.json"
 
 
-def remembered_tail_s(cache_dir: Path | None, task: str, key: str = "tail_s") -> float | None:
+def remembered_tail_s(cache_dir: Path | None, task: str | None,
+                      key: str = "tail_s") -> float | None:
     """What an earlier run of ``task`` measured on this machine, seconds, or ``None``:
     ``tail_s`` (after the test pass) or ``startup_s`` (launch to the first step)."""
     if cache_dir is None:
@@ -109,7 +110,7 @@ def remembered_tail_s(cache_dir: Path | None, task: str, key: str = "tail_s") ->
     return float(value) if isinstance(value, int | float) and value >= 0 else None
 
 
-def remember_tail(cache_dir: Path | None, task: str, tail_s: float,
+def remember_tail(cache_dir: Path | None, task: str | None, tail_s: float,
                   startup_s: float | None = None) -> None:
     """Keep the times this run measured for the next budgeted run (and plan) of ``task``
     here: each the larger of it and the one before decayed by a tenth, so that one quick run
@@ -401,7 +402,8 @@ def build_budget(budget_s: float, started_at: float, schedule: LRSchedule, *,
     """
     from entrena.planning.timing import FORWARD_SHARE
 
-    local = next((o for o in (plan or {}).get("options", []) if o.get("kind") == "local"), {})
+    local: dict[str, Any] = next((o for o in (plan or {}).get("options", [])
+                                  if o.get("kind") == "local"), {})
     epoch_s = local.get("epoch_time_s")
     step_s = epoch_s / max(1, steps_per_epoch) if epoch_s else 1e-6
     share = FORWARD_SHARE if forward_share is None else forward_share

@@ -41,7 +41,7 @@ def device_peak_flops(accelerator: str, precision: str, threads: int,
         name = torch.cuda.get_device_name()
         acc = load_catalog().accelerator_for_device(name)
         peak = peak_for_precision(acc, precision) if acc else None
-        if peak is None:
+        if acc is None or peak is None:
             return None, f"{name}: no catalog peak for {precision}"
         return peak, f"catalog peak of {acc.name} for {precision}"
     return None, f"no peak known for {accelerator}"
@@ -97,7 +97,8 @@ def efficiency_metrics(state: TrainState, monitor: EfficiencyMonitor, *, precisi
     summary = state.extras.get("efficiency") or monitor.summary(state)
     summary = {**summary, "precision": precision}
     epochs = state.epoch + (1 if state.batch_in_epoch else 0)
-    local = next((o for o in (plan or {}).get("options", []) if o.get("kind") == "local"), {})
+    local: dict[str, Any] = next((o for o in (plan or {}).get("options", [])
+                                  if o.get("kind") == "local"), {})
     fit = {"stop_reason": state.stop_reason, "epochs": epochs, "max_epochs": max_epochs,
            "epoch_time_s": state.train_time_s / epochs if epochs else None,
            "usd_per_hour": local.get("usd_per_hour"), "peak_remembered": peak_remembered}

@@ -37,6 +37,7 @@ from entrena.planning.options import local_option
 from entrena.planning.planner import build_plan
 from entrena.planning.recommend import ram_refusal
 from entrena.planning.timing import Calibration
+from entrena.tasks.base import Prepared
 from entrena.tasks.registry import get_task
 
 __all__ = ["FitPlan", "plan_for_fit", "plan_timed", "plan_run", "plan_vs_actual"]
@@ -81,7 +82,7 @@ class FitPlan:
         return self.document
 
 
-def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Any,
+def plan_for_fit(loaded: LoadedConfig, sources: dict[str, str], prepared: Prepared,
                  model: Any, *, device: str, precision: str, max_length: int) -> FitPlan:
     """The plan ``entrena train`` writes to ``plan.json`` before its fit.
 
@@ -183,7 +184,7 @@ def plan_vs_actual(plan_document_: dict[str, Any] | None, *, peak_memory_bytes: 
             "epoch_time_s": {"predicted": local.get("epoch_time_s"), "actual": epoch}}
 
 
-def plan_run(loaded: LoadedConfig, sources: dict[str, str], prepared: Any, model: Any,
+def plan_run(loaded: LoadedConfig, sources: dict[str, str], prepared: Prepared, model: Any,
              plan_path: Path, *, accelerator: str, precision: str, max_length: int,
              resumed: bool) -> FitPlan | None:
     """``entrena train``'s planning step: plan (memory measured on the run's device), write

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import io
 import logging
+from operator import methodcaller
 from pathlib import Path
 from typing import Any
 
+from entrena.config import LoadedConfig
 from entrena.core.files import write_atomic
+from entrena.tasks.base import AnyTask, Prepared
 from entrena.tasks.predictions import most_confident_mistakes
 
 __all__ = ["write_predictions"]
@@ -22,7 +25,7 @@ __all__ = ["write_predictions"]
 log = logging.getLogger("entrena")
 
 
-def write_predictions(task: Any, loaded: Any, prepared: Any,
+def write_predictions(task: AnyTask, loaded: LoadedConfig, prepared: Prepared,
                       scored: dict[str, tuple[Any, Any]], folder: Path) -> dict[str, Any]:
     """Write ``folder/<role>.csv`` for each scored split.
 
@@ -47,7 +50,7 @@ def write_predictions(task: Any, loaded: Any, prepared: Any,
         buffer = io.StringIO()
         frame.to_csv(buffer, index=False)
         data = buffer.getvalue().encode("utf-8")
-        write_atomic(path, lambda handle, data=data: handle.write(data), durable=False)
+        write_atomic(path, methodcaller("write", data), durable=False)
         entry: dict[str, Any] = {"file": f"{folder.name}/{path.name}", "rows": len(frame)}
         if "correct" in frame.columns:
             entry["mistakes"] = int((frame["correct"] == "no").sum())

@@ -35,7 +35,7 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -93,6 +93,7 @@ from entrena.recipes.verdicts import (
     one_answer_finding,
     one_class_finding,
 )
+from entrena.tasks.base import AnyTask, Prepared, TaskBatches
 from entrena.tasks.registry import get_task
 from entrena.tracking.base import TrackingContext, build_trackers
 from entrena.tracking.events import EventLog
@@ -117,7 +118,8 @@ def build_optimizer(model: torch.nn.Module, learning_rate: float, weight_decay: 
     """AdamW with no weight decay on biases and normalisation weights (1-D tensors), as in
     BERT (Devlin et al., 2019) and the Hugging Face Trainer; ``fused`` as
     :func:`fused_optimizer` decides (the same update and the same ``state_dict``)."""
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for _, param in model.named_parameters():
         if param.requires_grad:
             (no_decay if param.ndim < 2 else decay).append(param)
@@ -145,7 +147,8 @@ def _cpu_features(accelerator: str) -> dict[str, bool] | None:
 
 def _planned_train_s(plan: dict[str, Any] | None) -> float | None:
     """The plan's seconds of training steps on this machine (evaluation excluded)."""
-    local = next((o for o in (plan or {}).get("options", []) if o.get("kind") == "local"), {})
+    local: dict[str, Any] = next((o for o in (plan or {}).get("options", [])
+                                  if o.get("kind") == "local"), {})
     return local.get("total_time_s")
 
 
@@ -163,7 +166,7 @@ class Setup:
             inputs).
     """
 
-    task: Any
+    task: AnyTask
     model: Any
     backend: Any
     threads: int
@@ -233,7 +236,7 @@ class Wiring:
 
 
 def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
-            prepared: Any, console: Any = None, *, resume: CheckpointInfo | None = None,
+            prepared: Prepared, console: Any = None, *, resume: CheckpointInfo | None = None,
             config_hash: str = "", callbacks: Sequence[Callback] = (),
             tracking_tags: dict[str, str] | None = None,
             cost_from: tuple[float, HourlyPrice] | None = None,
@@ -288,7 +291,7 @@ def run_fit(loaded: LoadedConfig, paths: RunPaths, sources: dict[str, str],
 
 # -- 1. setup ------------------------------------------------------------------------------
 
-def _set_up(loaded: LoadedConfig, sources: dict[str, str], prepared: Any) -> Setup:
+def _set_up(loaded: LoadedConfig, sources: dict[str, str], prepared: Prepared) -> Setup:
     """Threads, seed, the task's model, the backend, and the weights as the fit trains
     them: all before the plan, whose memory probe and timed steps measure them."""
     cfg = loaded.config
@@ -328,7 +331,7 @@ def _note(note: str | None) -> None:
 
 # -- 2. plan -------------------------------------------------------------------------------
 
-def _plan(loaded: LoadedConfig, sources: dict[str, str], prepared: Any, setup: Setup,
+def _plan(loaded: LoadedConfig, sources: dict[str, str], prepared: Prepared, setup: Setup,
           paths: RunPaths, *, resumed: bool, price: HourlyPrice) -> Planned:
     """``plan.json`` (rank 0), then what the plan changes: ``train.budget`` caps the planned
     time (and re-plans the fit's steps as it goes: :func:`_budget_fit`), and the planned
@@ -368,7 +371,7 @@ def _plan(loaded: LoadedConfig, sources: dict[str, str], prepared: Any, setup: S
     return Planned(fit_plan, step_timing, budget_s, decision.compile)
 
 
-def _budget_fit(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned, *,
+def _budget_fit(loaded: LoadedConfig, prepared: Prepared, setup: Setup, planned: Planned, *,
                 schedule: LRSchedule, train: Any, started_at: float, resumed: bool,
                 emit: Callable[..., None] | None) -> BudgetFit | None:
     """The budget's re-planning during the fit (``train.budget``; ``None`` without one): the
@@ -387,7 +390,8 @@ def _budget_fit(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Plan
     return build_budget(
         planned.budget_s, started_at, schedule,
         plan=planned.document, steps_per_epoch=steps_per_epoch,
-        cap_steps=min(steps_per_epoch * tcfg.max_epochs, tcfg.max_steps or math.inf),
+        cap_steps=(min(steps_per_epoch * tcfg.max_epochs, tcfg.max_steps) if tcfg.max_steps
+                   else steps_per_epoch * tcfg.max_epochs),
         batch_size=tcfg.batch_size, validation_rows=len(splits.validation),
         test_rows=len(splits.test) if splits.test is not None else 0,
         restore_best_weights=tcfg.restore_best_weights,
@@ -400,7 +404,8 @@ def _budget_fit(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Plan
 
 # -- 3. fit --------------------------------------------------------------------------------
 
-def _batches(loaded: LoadedConfig, prepared: Any, setup: Setup, role: str) -> Any:
+def _batches(loaded: LoadedConfig, prepared: Prepared, setup: Setup,
+             role: str) -> TaskBatches:
     """The task's batches of ``role``: shuffled at ``train.batch_size`` for ``train``, else
     in order at the evaluation batch size."""
     tcfg = loaded.config.train
@@ -410,7 +415,7 @@ def _batches(loaded: LoadedConfig, prepared: Any, setup: Setup, role: str) -> An
                               else tcfg.eval_batch_size or 2 * tcfg.batch_size)
 
 
-def _wire(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned,
+def _wire(loaded: LoadedConfig, prepared: Prepared, setup: Setup, planned: Planned,
           paths: RunPaths, *, console: Any, extra: Sequence[Callback], started_at: float,
           resumed: bool) -> Wiring:
     """The batches, AdamW, compilation (in place: ``state_dict`` keys, checkpoints and
@@ -444,7 +449,7 @@ def _wire(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned,
                   chosen)
 
 
-def _callbacks(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned,
+def _callbacks(loaded: LoadedConfig, prepared: Prepared, setup: Setup, planned: Planned,
                paths: RunPaths, train: Any, lengths: Any, *, console: Any,
                extra: Sequence[Callback], started_at: float, resumed: bool) -> Callbacks:
     """The built-in callbacks, the trackers, the named and the caller's callbacks, in the
@@ -476,13 +481,16 @@ def _callbacks(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Plann
         every_steps=tcfg.log_every_steps, emit=event_log.write,
         peak_memory=lambda: peak_memory_bytes(backend.accelerator),
         memory_now=lambda: memory_in_use_bytes(backend.accelerator))
-    chain = [schedule, *([budget] if budget else []),
-             *([early_stopping] if early_stopping else []), checkpoint,
-             PeriodicCheckpoint(tcfg.checkpoint.every_steps, tcfg.checkpoint.every_minutes),
-             preemption, *([time_limit] if time_limit else []),
-             *([efficiency, event_log, ProgressBar(_console(console))] if leader else []),
-             *([planned.step_timing] if planned.step_timing else []),
-             *trackers, *build_callbacks(tcfg.callbacks), *extra]
+    chain: list[Callback] = [
+        schedule, *([budget] if budget else []),
+        *([early_stopping] if early_stopping else []), checkpoint,
+        PeriodicCheckpoint(tcfg.checkpoint.every_steps, tcfg.checkpoint.every_minutes),
+        preemption, *([time_limit] if time_limit else []),
+        *([efficiency, event_log, ProgressBar(_console(console))] if leader else []),
+        *([planned.step_timing] if planned.step_timing else []),
+        # every tracker is a Callback too (tracking.base.Tracker: what a tracker does
+        # besides reacting to the loop's events)
+        *cast("list[Callback]", trackers), *build_callbacks(tcfg.callbacks), *extra]
     return Callbacks(chain, checkpoint, preemption, budget, efficiency, trackers)
 
 
@@ -510,7 +518,7 @@ def _resume(wiring: Wiring, setup: Setup, resume: CheckpointInfo | None,
     return state, payload["rng"]
 
 
-def _run_loop(loaded: LoadedConfig, prepared: Any, setup: Setup, wiring: Wiring,
+def _run_loop(loaded: LoadedConfig, prepared: Prepared, setup: Setup, wiring: Wiring,
               paths: RunPaths, state: TrainState, rng_state: Any,
               config_hash: str) -> TrainState:
     """The loop, from ``state``; then a stop signal or a non-finite stop ends the run.
@@ -595,7 +603,7 @@ def _checkpoint_saver(loaded: LoadedConfig, setup: Setup, wiring: Wiring, paths:
 
 # -- 4. finish -----------------------------------------------------------------------------
 
-def _finish(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned,
+def _finish(loaded: LoadedConfig, prepared: Prepared, setup: Setup, planned: Planned,
             wiring: Wiring, state: TrainState, paths: RunPaths, *, wall_start: float,
             fit_ended_at: float, cost_from: tuple[float, HourlyPrice]) -> dict[str, Any]:
     """Validation with the restored weights, the test split and the fit figures (every
@@ -621,7 +629,7 @@ def _finish(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned,
     return metrics
 
 
-def _final_evaluation(loaded: LoadedConfig, prepared: Any, setup: Setup, wiring: Wiring,
+def _final_evaluation(loaded: LoadedConfig, prepared: Prepared, setup: Setup, wiring: Wiring,
                       state: TrainState) -> tuple[dict[str, Any], dict[str, tuple[Any, Any]]]:
     """``metrics`` with ``validation`` (the weights kept) and ``test``, and the outputs and
     targets of each split (``scored``, for ``predictions/``)."""
@@ -677,7 +685,7 @@ def _fit_figures(setup: Setup, wiring: Wiring, state: TrainState,
     }
 
 
-def _judge(loaded: LoadedConfig, prepared: Any, setup: Setup, planned: Planned,
+def _judge(loaded: LoadedConfig, prepared: Prepared, setup: Setup, planned: Planned,
            wiring: Wiring, state: TrainState, metrics: dict[str, Any],
            scored: dict[str, tuple[Any, Any]], fit_peak_bytes: int | None) -> None:
     """Add to ``metrics`` the baselines' verdict, the data's sizes, the history, plan
@@ -734,7 +742,7 @@ def _warn(*findings: dict[str, Any] | None) -> None:
             log.warning("%s: %s; %s", found["figure"], found["message"], found["change"])
 
 
-def _save(loaded: LoadedConfig, prepared: Any, setup: Setup, wiring: Wiring,
+def _save(loaded: LoadedConfig, prepared: Prepared, setup: Setup, wiring: Wiring,
           paths: RunPaths, metrics: dict[str, Any], scored: dict[str, tuple[Any, Any]],
           cost_from: tuple[float, HourlyPrice]) -> None:
     """``predictions/``, the model, the cost, ``metrics.json`` (temp file + rename),
@@ -754,7 +762,7 @@ def _save(loaded: LoadedConfig, prepared: Any, setup: Setup, wiring: Wiring,
                        [paths.metrics, paths.config, paths.data_report])
 
 
-def _monitor_mode(task: Any, key: str, mode: str) -> str:
+def _monitor_mode(task: AnyTask, key: str, mode: str) -> str:
     """``min``/``max`` for the monitored ``validation.<metric>``: as configured, or for
     ``auto`` as the task declares it (the metric-key table for metrics it does not name)."""
     if mode != "auto":

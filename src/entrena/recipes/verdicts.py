@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from entrena.tasks.base import AnyTask
 from entrena.tasks.baselines import compare_with_baseline
 from entrena.tasks.significance import (
     METRICS,
@@ -119,13 +120,14 @@ def _paired(verdict: dict[str, Any], model_rows: Any, rows: dict[str, Any] | Non
         verdict.pop("model_r2_ci", None)
         return
     point = verdict["outcome"]
-    outcome = interval_outcome(*paired["difference_ci"], verdict["higher_is_better"])
+    low, high = paired["difference_ci"]
+    outcome = interval_outcome(low, high, verdict["higher_is_better"])
     verdict.update(paired, outcome=outcome, model_beats_baseline=outcome == "beats",
                    within_noise=outcome == "ties" and point != "ties")
 
 
 def baseline_verdict(result: dict[str, Any], metrics: dict[str, Any],
-                     task: Any = None, model_rows: Any = None) -> dict[str, Any]:
+                     task: AnyTask | None = None, model_rows: Any = None) -> dict[str, Any]:
     """The task's cheap baselines (fitted on the same splits) compared with the model, and a
     loud warning when the model does not beat them (on test when there is one, else
     validation).

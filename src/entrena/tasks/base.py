@@ -12,7 +12,7 @@ package); ``docs/adding-a-task.md`` walks through adding one. The verbs (``entre
 is a batch without its ``"labels"``, and the task's ``loss`` it is given.
 
 Model inputs of the shipped tasks (the keyword names of ``model.forward``; the batch keys a
-:class:`~entrena.engine.loop.BatchSource` returns besides ``labels`` (B,) int64):
+:class:`~entrena.data.batching.BatchSource` returns besides ``labels`` (B,) int64):
 
 - text: ``input_ids`` (B, T) int64 and ``attention_mask`` (B, T) int64 (B batch, T tokens;
   1 marks a real token);
@@ -40,10 +40,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, runtime_checkable
 
-__all__ = ["OPTIONAL_BATCH_SOURCE_HOOKS", "OPTIONAL_HOOKS", "PlanningSpec", "Prepared", "Task",
-           "fixed_input_planning"]
+from typing_extensions import TypeVar
+
+from entrena.config.loading import LoadedConfig
+from entrena.config.schema import Config
+from entrena.data.batching import BatchSource
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from entrena.exporting.bundle import ExportRequest, RunModel
+    from entrena.exporting.prediction import ModelLocation, PredictOptions
+
+__all__ = ["OPTIONAL_BATCH_SOURCE_HOOKS", "OPTIONAL_HOOKS", "AnyTask", "ConfigT", "PlanningSpec",
+           "Prepared", "PreparedT", "Task", "TaskBatches", "fixed_input_planning"]
 
 
 @dataclass
@@ -91,8 +104,8 @@ class PlanningSpec:
     batch_width: Callable[[int], int] | None = None
 
 
-def fixed_input_planning(task: Task, loaded: Any, prepared: Any,
-                         model_name: str) -> PlanningSpec:
+def fixed_input_planning(task: Task[ConfigT, PreparedT], loaded: LoadedConfig[ConfigT],
+                         prepared: PreparedT, model_name: str) -> PlanningSpec:
     """The :class:`PlanningSpec` of a task whose inputs have one size (tables, images): one
     "token" per example, probed on half a batch and a whole one."""
     import numpy as np
@@ -131,9 +144,29 @@ class Prepared(Protocol):
         from_cache: Whether everything came from the prepared-data cache.
     """
 
-    splits: Any
-    report: dict[str, Any]
-    from_cache: bool
+    @property
+    def splits(self) -> Any: ...
+    @property
+    def report(self) -> dict[str, Any]: ...
+    @property
+    def from_cache(self) -> bool: ...
+
+
+class TaskBatches(BatchSource, Protocol):
+    """What :meth:`Task.batches` returns: a :class:`~entrena.data.batching.BatchSource` (the
+    loop's ``plan`` and ``collate``) with ``lengths``, which the recipe and the efficiency
+    monitor read."""
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Tokens per example (N,) int64, before padding (ones for fixed-size inputs)."""
+        ...
+
+
+PreparedT = TypeVar("PreparedT", bound=Prepared, default=Any)
+"""A task's own prepared data (:class:`Prepared` and what its methods read besides)."""
+ConfigT = TypeVar("ConfigT", bound=Config, default=Config)
+"""A task's own config class (``loaded.config``)."""
 
 
 OPTIONAL_HOOKS: dict[str, tuple[str, str]] = {
@@ -195,18 +228,23 @@ OPTIONAL_BATCH_SOURCE_HOOKS: dict[str, tuple[str, str]] = {
         "target), which the divergence guard also judges a step's loss against. Default: "
         "none."),
 }
-"""Optional members of a :class:`~entrena.engine.loop.BatchSource` (read by the loop)."""
+"""Optional members of a :class:`~entrena.data.batching.BatchSource` (read by the loop)."""
 
 
 @runtime_checkable
-class Task(Protocol):
-    """One kind of problem; see the module docstring for what each method must do."""
+class Task(Protocol, Generic[ConfigT, PreparedT]):
+    """One kind of problem; see the module docstring for what each method must do.
+
+    Generic in the task's config class (``loaded.config``) and its prepared data (what
+    :meth:`prepare` returns and every later method is given back): a task's methods annotate
+    them with its own classes, and the verbs, which hold any task, see :data:`AnyTask`.
+    """
 
     name: str
     """The ``task:`` value of a config (``text-classification`` …)."""
     input_names: tuple[str, ...]
     """The model's input keywords, in ``forward`` order (``("features",)`` …)."""
-    config_model: type
+    config_model: type[ConfigT]
     """Its config class: :class:`entrena.config.schema.Config` with ``task:`` a ``Literal``
     of its name and its own keys in subclasses of the sections (pydantic only)."""
     model_files: tuple[str, ...]
@@ -214,29 +252,30 @@ class Task(Protocol):
     export_formats: tuple[str, ...]
     """The ``entrena export --format`` values :meth:`write_bundle` supports."""
 
-    def model_sources(self, loaded: Any) -> dict[str, str]:
+    def model_sources(self, loaded: LoadedConfig[ConfigT]) -> dict[str, str]:
         """Resolve model names and files before any data is read (``ConfigError`` if wrong)."""
         ...
 
-    def prepare(self, loaded: Any, sources: dict[str, str]) -> Prepared:
+    def prepare(self, loaded: LoadedConfig[ConfigT], sources: dict[str, str]) -> PreparedT:
         """Read, check, split and encode the config's data (``DataError`` if wrong)."""
         ...
 
-    def build_model(self, loaded: Any, sources: dict[str, str], prepared: Any) -> Any:
+    def build_model(self, loaded: LoadedConfig[ConfigT], sources: dict[str, str],
+                    prepared: PreparedT) -> torch.nn.Module:
         """The model, train mode; ``forward(**inputs)`` returns logits (B, C)."""
         ...
 
-    def batches(self, loaded: Any, prepared: Any, role: str, *, batch_size: int,
-                shuffle: bool) -> Any:
-        """A ``BatchSource`` of split ``role`` (with ``lengths`` (N,))."""
+    def batches(self, loaded: LoadedConfig[ConfigT], prepared: PreparedT, role: str, *,
+                batch_size: int, shuffle: bool) -> TaskBatches:
+        """The batches of split ``role`` (:class:`TaskBatches`)."""
         ...
 
-    def loss(self, outputs: Any, batch: dict[str, Any]) -> tuple[Any, int]:
+    def loss(self, outputs: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
         """``(loss summed over the batch, the count it is normalised by)``: examples for a
         classifier, target tokens for a language model (:data:`entrena.engine.loop.LossFn`)."""
         ...
 
-    def evaluate(self, outputs: Any, targets: Any, prepared: Any, *,
+    def evaluate(self, outputs: np.ndarray, targets: np.ndarray, prepared: PreparedT, *,
                  detailed: bool = False) -> dict[str, Any]:
         """A split's metrics from the model's outputs (N, ...) and the batches' ``labels``
         (N, ...) in example order; ``detailed`` for the test split."""
@@ -246,36 +285,44 @@ class Task(Protocol):
     """Each metric :meth:`evaluate` returns (and ``loss``) → whether larger is better; early
     stopping, best weights and the plateau schedule read it for ``mode: auto``."""
 
-    def baselines(self, loaded: Any, prepared: Any) -> dict[str, dict[str, Any]]:
+    def baselines(self, loaded: LoadedConfig[ConfigT],
+                  prepared: PreparedT) -> dict[str, dict[str, Any]]:
         """Cheap models fitted on train, scored per evaluation split (+ ``time_s``)."""
         ...
 
-    def save_model(self, model: Any, prepared: Any, directory: Path) -> None:
+    def save_model(self, model: torch.nn.Module, prepared: PreparedT, directory: Path) -> None:
         """Write the model folder (weights, labels, preprocessing, ``entrena_model.json``)."""
         ...
 
-    def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:
+    def load_model(self, directory: Path) -> tuple[torch.nn.Module, dict[str, Any]]:
         """``(model in eval mode, meta)`` from a saved model folder."""
         ...
 
-    def example_inputs(self, model: Any, meta: dict[str, Any],
-                       batch_size: int) -> dict[str, Any]:
+    def example_inputs(self, model: torch.nn.Module, meta: dict[str, Any],
+                       batch_size: int) -> dict[str, torch.Tensor]:
         """Example inputs (``input_names`` → tensors with B = ``batch_size``)."""
         ...
 
-    def planning(self, loaded: Any, sources: dict[str, str], prepared: Any) -> PlanningSpec:
+    def planning(self, loaded: LoadedConfig[ConfigT], sources: dict[str, str],
+                 prepared: PreparedT) -> PlanningSpec:
         """What the planner needs to profile the model and shape the run."""
         ...
 
-    def write_bundle(self, run: Any, request: Any) -> dict[str, Any]:
+    def write_bundle(self, run: RunModel, request: ExportRequest) -> dict[str, Any]:
         """Export a finished run (:class:`~entrena.exporting.bundle.RunModel`) as the
         :class:`~entrena.exporting.bundle.ExportRequest` says; ``export.json``'s content."""
         ...
 
-    def predict(self, location: Any, data: Path, output: Path, options: Any) -> dict[str, Any]:
+    def predict(self, location: ModelLocation, data: Path, output: Path,
+                options: PredictOptions) -> dict[str, Any]:
         """Predict ``data`` with the model at ``location``
         (:class:`~entrena.exporting.prediction.ModelLocation`) into ``output``
         (:class:`~entrena.exporting.prediction.PredictOptions`); the summary."""
         ...
 
     # Optional members: OPTIONAL_HOOKS above.
+
+
+AnyTask = Task[Any, Any]
+"""Any task, as the registry hands it to the verbs: its config class and prepared data are
+known only to the task itself."""

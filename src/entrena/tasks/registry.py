@@ -21,21 +21,21 @@ from entrena.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     from entrena.config.schema import Config
-    from entrena.tasks.base import Task
+    from entrena.tasks.base import AnyTask
 
 __all__ = ["BUILTIN_TASKS", "DEFAULT_TASK", "ENTRY_POINT_GROUP", "TASKS", "register_task",
            "get_task", "recorded_task", "task_names", "model_files", "config_schema",
            "builtin_config_schemas", "SCHEMAS", "load_config"]
 
 BUILTIN_TASKS: dict[str, tuple[str, str]] = {
-    "text-classification": ("entrena.tasks.text_classification.task:TextClassificationTask",
-                            "entrena.tasks.text_classification.config:TextClassificationConfig"),
+    "text-classification": ("entrena.tasks.text.task:TextClassificationTask",
+                            "entrena.tasks.text.config:TextClassificationConfig"),
     "image-classification": (
         "entrena.tasks.image_classification.task:ImageClassificationTask",
         "entrena.tasks.image_classification.config:ImageClassificationConfig"),
     "tabular-classification": (
-        "entrena.tasks.tabular_classification.task:TabularClassificationTask",
-        "entrena.tasks.tabular_classification.config:TabularClassificationConfig"),
+        "entrena.tasks.tabular.task:TabularClassificationTask",
+        "entrena.tasks.tabular.config:TabularClassificationConfig"),
     "tabular-regression": (
         "entrena.tasks.tabular_regression.task:TabularRegressionTask",
         "entrena.tasks.tabular_regression.config:TabularRegressionConfig"),
@@ -58,16 +58,16 @@ ENTRY_POINT_GROUP = "entrena.tasks"
 ``<task name> = "module:ClassOrFactory"``; the object is called once, on first use, and the
 task it returns names its config class in ``config_model``."""
 
-TASKS: Registry[Callable[[], Task]] = Registry(
+TASKS: Registry[Callable[[], AnyTask]] = Registry(
     "task", "task", builtin={name: task for name, (task, _) in BUILTIN_TASKS.items()},
     entry_point_group=ENTRY_POINT_GROUP)
 """Task factories by name (:class:`~entrena.core.registry.Registry`): registered, shipped,
 or declared in :data:`ENTRY_POINT_GROUP`."""
 
-_INSTANCES: dict[str, Task] = {}
+_INSTANCES: dict[str, AnyTask] = {}
 
 
-def register_task(name: str, factory: Callable[[], Task]) -> None:
+def register_task(name: str, factory: Callable[[], AnyTask]) -> None:
     """Add a task (or replace one) under ``name``.
 
     Args:
@@ -85,7 +85,7 @@ def task_names() -> list[str]:
     return TASKS.names()
 
 
-def get_task(name: str | None) -> Task:
+def get_task(name: str | None) -> AnyTask:
     """The task registered under ``name`` (:data:`DEFAULT_TASK` for ``None``).
 
     Raises:
@@ -97,7 +97,7 @@ def get_task(name: str | None) -> Task:
     return _INSTANCES[name]
 
 
-def recorded_task(name: Any, where: str | Path) -> Task:
+def recorded_task(name: Any, where: str | Path) -> AnyTask:
     """The task a saved model records (``task`` in its ``entrena_model.json``).
 
     Args:

@@ -86,6 +86,21 @@ class WithTarget:
         self.prepared = prepared
         self.target_scaler = target_scaler
 
+    @property
+    def splits(self) -> Any:
+        """The prepared data's splits (:class:`~entrena.tasks.base.Prepared`)."""
+        return self.prepared.splits
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """The prepared data's report (``data_report.json``)."""
+        return self.prepared.report
+
+    @property
+    def from_cache(self) -> bool:
+        """Whether the prepared data came from the cache."""
+        return bool(self.prepared.from_cache)
+
     def __getattr__(self, name: str) -> Any:
         if name == "prepared":  # not set yet (copy, unpickling): no recursion
             raise AttributeError(name)

@@ -13,7 +13,7 @@ from pydantic import model_validator
 from entrena.config.schema import EarlyStoppingConfig, StrictModel, TrainConfig, TuneConfig
 
 __all__ = ["REGRESSION_METRICS", "TargetConfig", "RegressionEarlyStoppingConfig",
-           "RegressionTrainConfig", "RegressionTuneConfig"]
+           "RegressionTrainConfig", "RegressionTuneConfig", "target_keys"]
 
 REGRESSION_METRICS = ("loss", "rmse", "mae", "r2", "median_absolute_error")
 """The validation metrics of a regression task."""
@@ -69,3 +69,17 @@ class RegressionTuneConfig(TuneConfig):
     metric: str = "validation.rmse"
     """Validation metric optimised, reported to the pruner at every evaluation:
     `validation.rmse` (the default), `.mae`, `.r2`, `.median_absolute_error` or `.loss`."""
+
+
+def target_keys(data: object) -> TargetConfig:
+    """``data`` (a data section) as the keys of a number to predict, for the data path that
+    reads a table or texts for a classifier and a regressor alike.
+
+    Raises:
+        TypeError: ``data`` is not a regression task's data section (a task asked for a
+            numeric target with a classifier's config: a bug, not a user's error).
+    """
+    if not isinstance(data, TargetConfig):
+        raise TypeError(f"a numeric target needs the target keys (TargetConfig) in the data "
+                        f"section; {type(data).__name__} has none")
+    return data

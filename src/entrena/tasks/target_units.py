@@ -24,6 +24,11 @@ class TargetUnits(nn.Module):
         scaler: The fitted target scaling.
     """
 
+    mean: torch.Tensor
+    """The training target's mean (a buffer, after the optional ``log1p``)."""
+    std: torch.Tensor
+    """The training target's standard deviation (a buffer)."""
+
     def __init__(self, network: nn.Module, scaler: TargetScaler):
         super().__init__()
         self.network = network

@@ -253,8 +253,8 @@ def _build(loaded: Any, sources: dict[str, str], specs: dict[str, str | None],
     use_cache = decoded_cache_wanted(data.decoded_cache, total, channels, size)
     decoded: dict[str, np.ndarray | None] = {r: None for r, _ in splits.roles()}
     if use_cache:
-        for role, split in splits.roles():
-            stack = list(iter_resized(split.paths, channels, size, threads))
+        for role, image_split in splits.roles():
+            stack = list(iter_resized(image_split.paths, channels, size, threads))
             decoded[role] = np.stack([t.numpy() for t in stack]) if stack else \
                 np.zeros((0, channels, size, size), np.uint8)
     transforms = _transforms(loaded, sources["model"], channels, size, splits.train,

@@ -84,7 +84,8 @@ def image_examples(run: RunModel, parity_data: str | Path | None,
                           label_column=data.get("label_column", "label"))
     transforms = ImageTransforms.from_dict(run.meta["transforms"])
     index_of = {name: i for i, name in enumerate(run.meta["labels"])}
-    paths, labels = [], []
+    paths: list[Path] = []
+    labels: list[int] = []
     for path, label in zip(listing.paths, listing.labels, strict=True):
         if len(paths) >= limit:
             break

@@ -21,7 +21,7 @@ from entrena.data.images import decode_failure
 from entrena.errors import DataError
 from entrena.exporting import onnx_format
 from entrena.exporting.bundle import META_FILE
-from entrena.exporting.inference import Runner, TorchRunner, require_finite, softmax
+from entrena.exporting.inference import TorchRunner, require_finite, softmax
 from entrena.exporting.prediction import (
     FramePredictor,
     ModelLocation,
@@ -148,7 +148,7 @@ class ImagePredictor:
 
                 torch.set_num_threads(threads)
             model, meta = load_image_classifier(folder)
-            self.runner: Runner = TorchRunner(model)
+            self.runner: TorchRunner | onnx_format.OnnxRunner = TorchRunner(model)
         else:
             meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
             self.runner = onnx_format.OnnxRunner(

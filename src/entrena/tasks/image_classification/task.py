@@ -6,20 +6,19 @@ image is grayscale, else 3), S the model's input side in pixels — resized and 
 :mod:`entrena.tasks.image_classification.data`, the models are in
 :mod:`entrena.tasks.image_classification.model`, batches
 are :class:`~entrena.data.image_batches.ImageBatches`, and the baselines are the majority class
-and a logistic regression on 8 × 8 thumbnails.
+and a logistic regression on 8 × 8 thumbnails
+(:mod:`entrena.tasks.image_classification.baselines`).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from entrena.errors import ConfigError
-from entrena.tasks.base import PlanningSpec, fixed_input_planning
+from entrena.tasks.base import PlanningSpec, Task, fixed_input_planning
+from entrena.tasks.image_classification.baselines import image_baselines, thumbnail_features
 from entrena.tasks.image_classification.config import ImageClassificationConfig
 from entrena.tasks.image_classification.data import PreparedImages, prepare_images
 from entrena.tasks.metrics import (
@@ -29,15 +28,16 @@ from entrena.tasks.metrics import (
     evaluate_classification,
 )
 
-__all__ = ["ImageClassificationTask", "thumbnail_features", "image_baselines"]
+if TYPE_CHECKING:
+    from entrena.config.loading import LoadedConfig
+    from entrena.data.image_batches import ImageBatches
+    from entrena.exporting.bundle import ExportRequest, RunModel
+    from entrena.exporting.prediction import FramePredictor, ModelLocation, PredictOptions
+    from entrena.tasks.image_classification.model import ImageClassifier
+
+__all__ = ["ImageClassificationTask"]
 
 log = logging.getLogger("entrena")
-
-THUMBNAIL_SIDE = 8
-"""Side of the thumbnails the logistic-regression baseline sees (pixels)."""
-BASELINE_MAX_TRAIN = 20_000
-"""Training images the baseline is fitted on at most (a seeded sample)."""
-
 
 def _channels_last_wanted(accelerator: str) -> bool:
     import torch
@@ -49,19 +49,19 @@ class ImageClassificationTask:
     """Train a timm model or a small CNN on image folders (see the module docstring)."""
 
     name = "image-classification"
-    input_names = ("pixel_values",)
-    config_model = ImageClassificationConfig
+    input_names: tuple[str, ...] = ("pixel_values",)
+    config_model: type[ImageClassificationConfig] = ImageClassificationConfig
     """The config class (the common sections plus this task's keys)."""
-    model_files = ("model.safetensors", "entrena_model.json")
+    model_files: tuple[str, ...] = ("model.safetensors", "entrena_model.json")
     """The files a saved model folder holds (``entrena export``/``predict`` check them)."""
-    export_formats = ("onnx",)
+    export_formats: tuple[str, ...] = ("onnx",)
     """The ``entrena export --format`` values this task writes."""
     loss = staticmethod(cross_entropy_loss)
     evaluate = staticmethod(evaluate_classification)
     comparison_rows = staticmethod(classification_rows)
     higher_is_better = CLASSIFICATION_HIGHER_IS_BETTER
 
-    def model_sources(self, loaded: Any) -> dict[str, str]:
+    def model_sources(self, loaded: LoadedConfig[ImageClassificationConfig]) -> dict[str, str]:
         """``{"model": checked name}`` and, for a local weights file, ``"weights_file"``.
 
         Raises:
@@ -88,12 +88,13 @@ class ImageClassificationTask:
             sources["weights_file"] = str(path)
         return sources
 
-    def prepare(self, loaded: Any, sources: dict[str, str]) -> PreparedImages:
+    def prepare(self, loaded: LoadedConfig[ImageClassificationConfig],
+                sources: dict[str, str]) -> PreparedImages:
         """Images listed, checked, split and (for small ones) decoded, through the cache."""
         return prepare_images(loaded, sources)
 
-    def build_model(self, loaded: Any, sources: dict[str, str],
-                    prepared: PreparedImages) -> Any:
+    def build_model(self, loaded: LoadedConfig[ImageClassificationConfig], sources: dict[str, str],
+                    prepared: PreparedImages) -> ImageClassifier:
         """An :class:`~entrena.tasks.image_classification.model.ImageClassifier`; channels-last
         when it will
         run on a CUDA GPU."""
@@ -115,8 +116,8 @@ class ImageClassificationTask:
                  len(prepared.splits.labels))
         return model.train()
 
-    def batches(self, loaded: Any, prepared: PreparedImages, role: str, *, batch_size: int,
-                shuffle: bool) -> Any:
+    def batches(self, loaded: LoadedConfig[ImageClassificationConfig], prepared: PreparedImages,
+                role: str, *, batch_size: int, shuffle: bool) -> ImageBatches:
         """:class:`~entrena.data.image_batches.ImageBatches` of split ``role``: shuffled and
         augmented (seeded by ``train.seed``) when ``shuffle``, file order otherwise."""
         from entrena.data.image_batches import ImageBatches
@@ -127,7 +128,8 @@ class ImageClassificationTask:
                             seed=loaded.config.train.seed, decoded=prepared.decoded.get(role),
                             num_workers=prepared.num_workers)
 
-    def baselines(self, loaded: Any, prepared: PreparedImages) -> dict[str, dict[str, Any]]:
+    def baselines(self, loaded: LoadedConfig[ImageClassificationConfig],
+                  prepared: PreparedImages) -> dict[str, dict[str, Any]]:
         """Majority class and logistic regression on 8 × 8 thumbnails (train split only)."""
         features = {role: thumbnail_features(prepared, role) for role, _ in
                     prepared.splits.roles()}
@@ -135,8 +137,8 @@ class ImageClassificationTask:
         return image_baselines(features, labels, prepared.splits.labels,
                                seed=loaded.config.train.seed)
 
-    def prediction_table(self, loaded: Any, prepared: PreparedImages, role: str, outputs: Any,
-                         targets: Any) -> Any:
+    def prediction_table(self, loaded: LoadedConfig[ImageClassificationConfig],
+                         prepared: PreparedImages, role: str, outputs: Any, targets: Any) -> Any:
         """Split ``role``'s images (their paths, under ``data.image_column``'s name) with their
         predictions (:func:`~entrena.tasks.predictions.classification_table`; ``row`` is the
         image's position in its listing, 1-based)."""
@@ -151,20 +153,26 @@ class ImageClassificationTask:
     def save_model(self, model: Any, prepared: PreparedImages, directory: Path) -> None:
         """``model.safetensors`` and ``entrena_model.json`` (labels, model name, transforms)."""
         from entrena.callbacks.checkpoint import unwrap
-        from entrena.tasks.image_classification.model import save_image_classifier
+        from entrena.tasks.image_classification.model import (
+            ImageClassifier,
+            save_image_classifier,
+        )
 
-        save_image_classifier(unwrap(model), directory, labels=prepared.splits.labels,
+        network = unwrap(model)
+        if not isinstance(network, ImageClassifier):  # build_model made it: a bug if not
+            raise TypeError(f"image-classification saves an ImageClassifier, not "
+                            f"{type(network).__name__}")
+        save_image_classifier(network, directory, labels=prepared.splits.labels,
                               transforms=prepared.transforms.as_dict())
 
-    def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:
+    def load_model(self, directory: Path) -> tuple[ImageClassifier, dict[str, Any]]:
         """``(classifier in eval mode, meta)``; ``meta["transforms"]`` says how to turn an
         image file into ``pixel_values``."""
         from entrena.tasks.image_classification.model import load_image_classifier
 
         return load_image_classifier(directory)
 
-    def example_inputs(self, model: Any, meta: dict[str, Any],
-                       batch_size: int) -> dict[str, Any]:
+    def example_inputs(self, model: Any, meta: dict[str, Any], batch_size: int) -> dict[str, Any]:
         """Standard-normal ``pixel_values`` (``batch_size``, C, S, S), seeded."""
         import torch
 
@@ -173,11 +181,12 @@ class ImageClassificationTask:
         shape = (batch_size, int(t["channels"]), int(t["size"]), int(t["size"]))
         return {"pixel_values": torch.randn(shape, generator=generator)}
 
-    def planning(self, loaded: Any, sources: dict[str, str], prepared: Any) -> PlanningSpec:
+    def planning(self, loaded: LoadedConfig[ImageClassificationConfig], sources: dict[str, str],
+                 prepared: PreparedImages) -> PlanningSpec:
         """Fixed-size inputs: one "token" per example (:func:`fixed_input_planning`)."""
         return fixed_input_planning(self, loaded, prepared, str(loaded.config.model.name))
 
-    def write_bundle(self, run: Any, request: Any) -> dict[str, Any]:
+    def write_bundle(self, run: RunModel, request: ExportRequest) -> dict[str, Any]:
         """Export ``run``'s model as ``request`` asks, check parity and latency, and return
         ``export.json``'s content (:class:`~entrena.exporting.bundle.ExportRequest`)."""
         from entrena.tasks.image_classification.export import (
@@ -187,13 +196,14 @@ class ImageClassificationTask:
 
         return write_image_bundle(run, request, image_examples(run, request.parity_data))
 
-    def predict(self, location: Any, data: Path, output: Path, options: Any) -> dict[str, Any]:
+    def predict(self, location: ModelLocation, data: Path, output: Path,
+                options: PredictOptions) -> dict[str, Any]:
         """Predict ``data`` with the model at ``location`` into ``output``; the summary."""
         from entrena.tasks.image_classification.predict import predict_images
 
         return predict_images(location, data, output, options)
 
-    def frame_predictor(self, location: Any, options: Any) -> Any:
+    def frame_predictor(self, location: ModelLocation, options: PredictOptions) -> FramePredictor:
         """The model at ``location`` loaded once, answering DataFrames of image paths
         (:func:`~entrena.tasks.image_classification.predict.image_frame_predictor`)."""
         from entrena.tasks.image_classification.predict import image_frame_predictor
@@ -201,78 +211,5 @@ class ImageClassificationTask:
         return image_frame_predictor(location, options)
 
 
-def thumbnail_features(prepared: PreparedImages, role: str, side: int = THUMBNAIL_SIDE,
-                       limit: int | None = None, seed: int = 0) -> np.ndarray:
-    """Flattened ``side`` × ``side`` thumbnails of a split, pixels in [0, 1].
-
-    Returns:
-        float32 (N, C·side²), N the split's images (or a seeded sample of ``limit``).
-    """
-    import torch
-    import torch.nn.functional as F
-
-    from entrena.data.image_batches import iter_resized
-
-    split = getattr(prepared.splits, role)
-    t = prepared.transforms
-    index = np.arange(len(split))
-    if limit is not None and len(index) > limit:
-        index = np.sort(np.random.default_rng(seed).permutation(len(index))[:limit])
-    decoded = prepared.decoded.get(role)
-    if decoded is not None:
-        images = torch.from_numpy(np.asarray(decoded[index]))
-    else:
-        images = torch.stack(list(iter_resized([split.paths[i] for i in index], t.channels,
-                                               t.size)))
-    small = F.interpolate(images.float() / 255.0, size=(side, side), mode="area")
-    return small.reshape(len(index), -1).numpy().astype(np.float32)
-
-
-def image_baselines(features: dict[str, np.ndarray], labels: dict[str, np.ndarray],
-                    names: list[str], *, seed: int = 0) -> dict[str, dict[str, Any]]:
-    """Fit the majority class and an L2 logistic regression (C=1) on the training thumbnails
-    and score them on every other split.
-
-    Args:
-        features: ``{role: (N, F) float32}`` (from :func:`thumbnail_features`).
-        labels: ``{role: (N,) int64}``.
-        names: Class names in index order.
-        seed: Random state of the solver.
-
-    Returns:
-        ``{"majority": {...}, "thumbnail_logreg": {...}}``, each with ``time_s`` and per
-        evaluation split ``{"accuracy", "macro_f1"}``.
-    """
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    from entrena.tasks.metrics import classification_metrics
-    from entrena.tasks.significance import with_rows
-
-    x_train, y_train = features["train"], np.asarray(labels["train"], dtype=np.int64)
-    if len(x_train) > BASELINE_MAX_TRAIN:
-        keep = np.random.default_rng(seed).permutation(len(x_train))[:BASELINE_MAX_TRAIN]
-        x_train, y_train = x_train[keep], y_train[keep]
-    majority = int(np.bincount(y_train).argmax())
-
-    def logreg() -> Any:
-        model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000,
-                                                                   random_state=seed))
-        model.fit(x_train, y_train)
-        return model.predict
-
-    builders = {"majority": lambda: (lambda x: np.full(len(x), majority, dtype=np.int64)),
-                "thumbnail_logreg": logreg}
-    result: dict[str, dict[str, Any]] = {}
-    for name, build in builders.items():
-        started = time.perf_counter()
-        predict = build()
-        scores = {}
-        for role, x in features.items():
-            if role != "train":
-                guess = predict(x)
-                scores[role] = with_rows(classification_metrics(np.asarray(labels[role]), guess,
-                                                                names), labels[role], guess)
-        result[name] = {**scores, "time_s": time.perf_counter() - started}
-    return result
+if TYPE_CHECKING:  # mypy checks the class against the protocol, with its own types
+    _CHECKED: Task[ImageClassificationConfig, PreparedImages] = ImageClassificationTask()

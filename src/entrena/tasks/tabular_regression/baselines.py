@@ -21,7 +21,7 @@ from entrena.tasks.regression import (
     regression_metrics,
 )
 from entrena.tasks.significance import with_rows
-from entrena.tasks.tabular_classification.baselines import ONE_THREAD_ROWS, ordinal_table
+from entrena.tasks.tabular.baselines import ONE_THREAD_ROWS, ordinal_table
 
 __all__ = ["tabular_regression_baselines"]
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from entrena.config.schema import Config
 from entrena.tasks.regression_config import (
     RegressionTrainConfig,
     RegressionTuneConfig,
     TargetConfig,
 )
-from entrena.tasks.tabular_classification.config import TabularDataConfig, TabularModelConfig
+from entrena.tasks.tabular.config import TabularDataConfig, TabularModelConfig, TabularTaskConfig
 
 __all__ = ["TabularRegressionDataConfig", "TabularRegressionConfig"]
 
@@ -22,7 +21,7 @@ class TabularRegressionDataConfig(TabularDataConfig, TargetConfig):
     """Where the rows come from, which column is the target, and how the data is checked."""
 
 
-class TabularRegressionConfig(Config):
+class TabularRegressionConfig(TabularTaskConfig):
     """A tabular-regression run: an MLP predicting a number from numeric and categorical
     columns, beside boosted trees."""
 

@@ -18,7 +18,7 @@ from entrena.errors import DataError
 from entrena.exporting.bundle import META_FILE, ExportRequest, RunModel
 from entrena.exporting.card import data_lines, metric_rows, num
 from entrena.exporting.fixed_bundle import FixedInputExport, write_fixed_input_bundle
-from entrena.tasks.tabular_classification.export import PREPROCESSING_FILE, table_rows
+from entrena.tasks.tabular.export import PREPROCESSING_FILE, table_rows
 
 __all__ = ["write_regression_table_bundle", "regression_table_card"]
 
@@ -30,7 +30,7 @@ def write_regression_table_bundle(run: RunModel, request: ExportRequest) -> dict
         DataError: No rows to check parity on, or the parity file lacks a feature column.
     """
     from entrena.tasks.regression import TargetScaler
-    from entrena.tasks.tabular_classification.model import load_mlp
+    from entrena.tasks.tabular.model import load_mlp
     from entrena.tasks.target_units import FeaturesInTargetUnits
 
     rows = table_rows(run, request.parity_data, numeric_target=True)

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from entrena.config.schema import Config
 from entrena.tasks.regression_config import (
     RegressionTrainConfig,
     RegressionTuneConfig,
     TargetConfig,
 )
-from entrena.tasks.text_classification.config import TextDataConfig, TextModelConfig
+from entrena.tasks.text.config import TextDataConfig, TextModelConfig, TextTaskConfig
 
 __all__ = ["TextRegressionDataConfig", "TextRegressionConfig"]
 
@@ -22,7 +21,7 @@ class TextRegressionDataConfig(TextDataConfig, TargetConfig):
     """Where the texts come from, which column is the target, and how the data is checked."""
 
 
-class TextRegressionConfig(Config):
+class TextRegressionConfig(TextTaskConfig):
     """A text-regression run: a pretrained text encoder fine-tuned to predict a number, beside
     TF-IDF + ridge regression."""
 

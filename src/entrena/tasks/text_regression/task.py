@@ -2,7 +2,7 @@
 
 Inputs: ``input_ids`` (B, T) int64 and ``attention_mask`` (B, T) int64, as
 ``text-classification``: the texts are read, checked, split and tokenised by
-:mod:`entrena.tasks.text_classification.data` (with the target checked as a number by
+:mod:`entrena.tasks.text.data` (with the target checked as a number by
 :mod:`entrena.data.targets`, through the same cache), and the model is the same encoder with a
 one-output linear head, trained on the standardised target (:mod:`entrena.tasks.regression`).
 Batches' ``labels`` are the standardised targets (B,) float32; metrics, predictions and
@@ -13,82 +13,46 @@ regression.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from entrena.tasks.base import PlanningSpec
+from entrena.tasks.base import PlanningSpec, Task
 from entrena.tasks.regression import (
     COMPARISON_METRIC,
     REGRESSION_HIGHER_IS_BETTER,
     TargetScaler,
     WithTarget,
     evaluate_regression,
-    mean_baseline,
-    median_baseline,
     mse_loss,
     regression_rows,
-    score_baseline,
     value_table,
 )
-from entrena.tasks.text_classification.task import (
-    TextClassificationTask,
-    build_text_model,
-    text_planning,
-)
+from entrena.tasks.text.planning import text_planning
+from entrena.tasks.text.task import TextClassificationTask, build_text_model
+from entrena.tasks.text_regression.baselines import text_regression_baselines
 from entrena.tasks.text_regression.config import TextRegressionConfig
 
-__all__ = ["TextRegressionTask", "text_regression_baselines"]
+if TYPE_CHECKING:
+    from entrena.config.loading import LoadedConfig
+    from entrena.data.loaders import TextBatches
+    from entrena.exporting.bundle import ExportRequest, RunModel
+    from entrena.exporting.prediction import FramePredictor, ModelLocation, PredictOptions
+    from entrena.tasks.text.model import TextClassifier
 
-
-def text_regression_baselines(train_texts: Any, train_targets: np.ndarray,
-                              evaluation: dict[str, tuple[Any, np.ndarray]],
-                              scaler: TargetScaler, *, seed: int = 0) -> dict[str, Any]:
-    """The training mean, and TF-IDF (word 1-2 grams, sublinear TF) + ridge regression
-    (alpha 1) fitted on the transformed training target, scored in the target's units.
-
-    Args:
-        train_texts: Training texts (N,).
-        train_targets: Their targets (N,) in the target's units.
-        evaluation: ``{split: (texts, targets)}``.
-        scaler: The target's transform (the ridge learns it, as the network does).
-        seed: Unused by ridge (kept for the baselines' common signature).
-
-    Returns:
-        ``{"mean": {...}, "tfidf_ridge": {...}}`` with per-split metrics and ``time_s``.
-    """
-    import time
-
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import Ridge
-    from sklearn.pipeline import make_pipeline
-
-    result = {"mean": mean_baseline(train_targets, evaluation),
-              "median": median_baseline(train_targets, evaluation)}
-    started = time.perf_counter()
-    pipeline = make_pipeline(
-        TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, max_features=200_000),
-        Ridge(alpha=1.0))
-    pipeline.fit(list(train_texts), scaler.to_model(train_targets))
-    fitted_s = time.perf_counter() - started
-    scores = score_baseline("tfidf_ridge",
-                            lambda texts: scaler.from_model(pipeline.predict(list(texts))),
-                            evaluation)
-    scores["time_s"] += fitted_s
-    result["tfidf_ridge"] = scores
-    return result
+__all__ = ["TextRegressionTask"]
 
 
 class TextRegressionTask:
     """Fine-tune a text encoder to predict a number (see the module docstring)."""
 
     name = "text-regression"
-    input_names = ("input_ids", "attention_mask")
-    config_model = TextRegressionConfig
+    input_names: tuple[str, ...] = ("input_ids", "attention_mask")
+    config_model: type[TextRegressionConfig] = TextRegressionConfig
     """The config class (the common sections plus this task's keys)."""
-    model_files = TextClassificationTask.model_files
+    model_files: tuple[str, ...] = TextClassificationTask.model_files
     """The files a saved model folder holds (``entrena export``/``predict`` check them)."""
-    export_formats = TextClassificationTask.export_formats
+    export_formats: tuple[str, ...] = TextClassificationTask.export_formats
     """The ``entrena export --format`` values this task writes."""
     loss = staticmethod(mse_loss)
     evaluate = staticmethod(evaluate_regression)
@@ -100,14 +64,17 @@ class TextRegressionTask:
     def __init__(self) -> None:
         self._text = TextClassificationTask()  # what does not depend on the target
 
-    def model_sources(self, loaded: Any) -> dict[str, str]:
+    def model_sources(self, loaded: LoadedConfig[TextRegressionConfig]) -> dict[str, str]:
         """As ``text-classification``: the tokenizer and, for pretrained weights, the model."""
-        return self._text.model_sources(loaded)
+        from entrena.tasks.text.data import resolve_model_sources
 
-    def prepare(self, loaded: Any, sources: dict[str, str]) -> WithTarget:
+        return resolve_model_sources(loaded)
+
+    def prepare(self, loaded: LoadedConfig[TextRegressionConfig],
+                sources: dict[str, str]) -> WithTarget:
         """Texts read, checked (the target as a number), split and tokenised, and the target
         scaling fitted on the training rows."""
-        from entrena.tasks.text_classification.data import prepare_texts
+        from entrena.tasks.text.data import prepare_texts
 
         prepared = prepare_texts(loaded, sources, numeric_target=True)
         scaler = TargetScaler.fit(np.asarray(prepared.splits.train.labels),
@@ -115,12 +82,13 @@ class TextRegressionTask:
         prepared.report["target_scaling"] = scaler.as_dict()
         return WithTarget(prepared, scaler)
 
-    def build_model(self, loaded: Any, sources: dict[str, str], prepared: WithTarget) -> Any:
+    def build_model(self, loaded: LoadedConfig[TextRegressionConfig], sources: dict[str, str],
+                    prepared: WithTarget) -> TextClassifier:
         """The encoder with a one-output head."""
         return build_text_model(loaded, sources, prepared, 1)
 
-    def batches(self, loaded: Any, prepared: WithTarget, role: str, *, batch_size: int,
-                shuffle: bool) -> Any:
+    def batches(self, loaded: LoadedConfig[TextRegressionConfig], prepared: WithTarget, role: str,
+                *, batch_size: int, shuffle: bool) -> TextBatches:
         """:class:`~entrena.data.loaders.TextBatches` of split ``role`` with the standardised
         targets as ``labels``."""
         from entrena.data.loaders import TextBatches
@@ -133,7 +101,8 @@ class TextRegressionTask:
                            group_by_length=tcfg.group_by_length, seed=tcfg.seed,
                            pad_to_multiple_of=loaded.config.data.pad_to_multiple_of)
 
-    def baselines(self, loaded: Any, prepared: WithTarget) -> dict[str, dict[str, Any]]:
+    def baselines(self, loaded: LoadedConfig[TextRegressionConfig],
+                  prepared: WithTarget) -> dict[str, dict[str, Any]]:
         """The training mean and TF-IDF + ridge, fitted on the training texts."""
         splits = prepared.splits
         evaluation = {role: (split.texts, np.asarray(split.labels))
@@ -142,8 +111,8 @@ class TextRegressionTask:
                                          evaluation, prepared.target_scaler,
                                          seed=loaded.config.train.seed)
 
-    def prediction_table(self, loaded: Any, prepared: WithTarget, role: str, outputs: Any,
-                         targets: Any) -> Any:
+    def prediction_table(self, loaded: LoadedConfig[TextRegressionConfig], prepared: WithTarget,
+                         role: str, outputs: Any, targets: Any) -> Any:
         """Split ``role``'s texts with ``target``, ``predicted_value`` and ``residual``
         (:func:`~entrena.tasks.regression.value_table`)."""
         from entrena.data.text_fields import joined_column_name
@@ -154,34 +123,39 @@ class TextRegressionTask:
 
     def save_model(self, model: Any, prepared: WithTarget, directory: Path) -> None:
         """Encoder, tokenizer, head and ``entrena_model.json`` (with ``target``)."""
-        from entrena.tasks.text_classification.model import save_classifier
+        from entrena.tasks.text.model import save_classifier
 
         save_classifier(model, prepared.tokenizer, directory, labels=[],
                         max_length=prepared.max_length, task=self.name,
                         extra={"target": prepared.target_scaler.as_dict()})
 
-    def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:
+    def load_model(self, directory: Path) -> tuple[TextClassifier, dict[str, Any]]:
         """``(network in eval mode, meta)``; the network's output is standardised;
         ``meta["target"]`` holds the scaling."""
         return self._text.load_model(directory)
 
-    def example_inputs(self, model: Any, meta: dict[str, Any],
-                       batch_size: int) -> dict[str, Any]:
+    def example_inputs(self, model: Any, meta: dict[str, Any], batch_size: int) -> dict[str, Any]:
         """As ``text-classification``."""
         return self._text.example_inputs(model, meta, batch_size)
 
-    def planning(self, loaded: Any, sources: dict[str, str], prepared: Any) -> PlanningSpec:
+    def planning(self, loaded: LoadedConfig[TextRegressionConfig], sources: dict[str, str],
+                 prepared: WithTarget) -> PlanningSpec:
         """As ``text-classification``, with one output."""
         return text_planning(loaded, sources, prepared, 1)
 
-    def write_bundle(self, run: Any, request: Any) -> dict[str, Any]:
+    def write_bundle(self, run: RunModel, request: ExportRequest) -> dict[str, Any]:
         """Export ``run``'s model answering in the target's units, with value parity."""
         return self._text.write_bundle(run, request)
 
-    def predict(self, location: Any, data: Path, output: Path, options: Any) -> dict[str, Any]:
+    def predict(self, location: ModelLocation, data: Path, output: Path,
+                options: PredictOptions) -> dict[str, Any]:
         """Predict ``data`` into ``output`` (a ``predicted_value`` column); the summary."""
         return self._text.predict(location, data, output, options)
 
-    def frame_predictor(self, location: Any, options: Any) -> Any:
+    def frame_predictor(self, location: ModelLocation, options: PredictOptions) -> FramePredictor:
         """The model loaded once, answering DataFrames with ``predicted_value``."""
         return self._text.frame_predictor(location, options)
+
+
+if TYPE_CHECKING:  # mypy checks the class against the protocol, with its own types
+    _CHECKED: Task[TextRegressionConfig, WithTarget] = TextRegressionTask()

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from entrena.config import Config, LoadedConfig
+from entrena.config import LoadedConfig
 from entrena.config.models import resolve_model_name
 from entrena.data.cache import CACHE_FORMAT, PreparedCache
 from entrena.data.encoding import (
@@ -43,6 +43,11 @@ from entrena.data.labels import LabelCleanup
 from entrena.data.splits import LabelledSplits
 from entrena.data.tables import load_splits, open_config_sources
 from entrena.errors import ConfigError
+from entrena.tasks.regression_config import target_keys
+from entrena.tasks.text.config import TextClassificationDataConfig, TextTaskConfig
+
+TextLoaded = LoadedConfig[TextTaskConfig]
+"""A loaded config of either text task (the data path reads both)."""
 
 __all__ = ["PreparedData", "prepare_texts", "resolve_model_sources"]
 
@@ -86,7 +91,7 @@ class PreparedData:
         """The Hugging Face tokenizer the texts were encoded with, built on first use (a run
         from the cache needs it only to save the model, after training)."""
         if self.built_tokenizer is None:
-            from entrena.tasks.text_classification.model import build_tokenizer
+            from entrena.tasks.text.model import build_tokenizer
 
             self.built_tokenizer = build_tokenizer(self.tokenizer_source)
         return self.built_tokenizer
@@ -128,7 +133,7 @@ class PreparedData:
 
 
 
-def resolve_model_sources(loaded: LoadedConfig) -> dict[str, str]:
+def resolve_model_sources(loaded: TextLoaded) -> dict[str, str]:
     """Resolve model and tokenizer names before any data is read (alias errors first).
 
     Returns:
@@ -153,7 +158,7 @@ def resolve_model_sources(loaded: LoadedConfig) -> dict[str, str]:
 
 
 
-def _length_limit(loaded: LoadedConfig, sources: dict[str, str], facts: TokenizerFacts) -> int:
+def _length_limit(loaded: TextLoaded, sources: dict[str, str], facts: TokenizerFacts) -> int:
     architecture = loaded.config.model.architecture
     if architecture is not None:
         encoder_config: Any = SimpleNamespace(
@@ -162,13 +167,13 @@ def _length_limit(loaded: LoadedConfig, sources: dict[str, str], facts: Tokenize
         from transformers import AutoConfig
 
         encoder_config = AutoConfig.from_pretrained(sources["weights"])
-    from entrena.tasks.text_classification.model import model_length_limit
+    from entrena.tasks.text.model import model_length_limit
 
     return model_length_limit(encoder_config,
                               SimpleNamespace(model_max_length=facts.model_max_length))
 
 
-def _fingerprint(loaded: LoadedConfig, files: dict[str, Any], tokenizer_hash: str,
+def _fingerprint(loaded: TextLoaded, files: dict[str, Any], tokenizer_hash: str,
                  length_limit: int, numeric_target: bool = False) -> str:
     cfg = loaded.config
     data = cfg.data.model_dump(mode="json")
@@ -189,7 +194,7 @@ def _fingerprint(loaded: LoadedConfig, files: dict[str, Any], tokenizer_hash: st
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
 
-def prepare_texts(loaded: LoadedConfig, sources: dict[str, str], *,
+def prepare_texts(loaded: TextLoaded, sources: dict[str, str], *,
                   numeric_target: bool = False) -> PreparedData:
     """Read, check, split and encode the config's data, through the shared cache.
 
@@ -214,7 +219,7 @@ def prepare_texts(loaded: LoadedConfig, sources: dict[str, str], *,
     data = cfg.data
     specs, files, cache_root = open_config_sources(loaded)
 
-    from entrena.tasks.text_classification.model import build_tokenizer
+    from entrena.tasks.text.model import build_tokenizer
 
     source = sources["tokenizer"]
     facts, tokenizer = tokenizer_facts(source, build_tokenizer, cache_root / "tokenizers")
@@ -234,19 +239,21 @@ def prepare_texts(loaded: LoadedConfig, sources: dict[str, str], *,
         return PreparedData(splits, cached.encoded, source, facts, meta["max_length"], limit,
                             report, True, built_tokenizer=tokenizer)
 
+    multi_label = (data.multi_label if isinstance(data, TextClassificationDataConfig)
+                   else None)
     splits = load_splits(
-        **specs, text_column=data.text_column, label_column=data.label_column,
+        train=specs["train"] or "", validation=specs["validation"], test=specs["test"],
+        text_column=data.text_column, label_column=data.label_column,
         validation_fraction=data.validation_fraction, max_train_samples=data.max_train_samples,
         max_eval_samples=data.max_eval_samples, on_bad_rows=data.on_bad_rows,
         seed=cfg.train.seed, group_column=data.group_column,
         on_unseen_labels=data.on_unseen_labels,
         checks=CheckPolicy(**data.checks.model_dump()), sources=files,
         label_cleanup=None if numeric_target else LabelCleanup.from_config(data),
-        multi_label_separator=(data.multi_label.separator
-                               if not numeric_target and getattr(data, "multi_label", None)
-                               else None),
-        target_transform=data.target_transform if numeric_target else None,
-        target_outliers=data.target_outliers if numeric_target else "keep",
+        multi_label_separator=(multi_label.separator
+                               if not numeric_target and multi_label else None),
+        target_transform=target_keys(data).target_transform if numeric_target else None,
+        target_outliers=target_keys(data).target_outliers if numeric_target else "keep",
         regression_task="text-regression", classification_task="text-classification")
     checked_s = time.perf_counter() - started
     if tokenizer is None:
@@ -289,7 +296,7 @@ def _max_length(configured: str | int, train: EncodedTexts, limit: int) -> int:
 
 
 def _add_encoding(report: dict[str, Any], encoded: dict[str, EncodedTexts], max_length: int,
-                  limit: int, cfg: Config, tokenizer: str) -> None:
+                  limit: int, cfg: TextTaskConfig, tokenizer: str) -> None:
     """Token lengths, truncation per split and the ``truncation`` check, into ``report``."""
     for role, enc in encoded.items():
         lengths = np.minimum(enc.lengths(), limit)  # limit + 1 marks "longer than the model"

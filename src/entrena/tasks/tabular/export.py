@@ -115,7 +115,7 @@ def write_table_bundle(run: RunModel, request: ExportRequest, rows: TableRows) -
     Raises:
         DataError: No rows to check parity on.
     """
-    from entrena.tasks.tabular_classification.model import load_mlp
+    from entrena.tasks.tabular.model import load_mlp
 
     model, meta = load_mlp(run.paths.model)
     if not len(rows.frame):

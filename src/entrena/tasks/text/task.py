@@ -1,8 +1,8 @@
 """``task: text-classification`` behind the :class:`~entrena.tasks.base.Task` protocol.
 
 Inputs: ``input_ids`` (B, T) int64 and ``attention_mask`` (B, T) int64 (B batch, T tokens).
-The data is prepared by :mod:`entrena.tasks.text_classification.data`, the model is
-:class:`~entrena.tasks.text_classification.model.TextClassifier`, batches are
+The data is prepared by :mod:`entrena.tasks.text.data`, the model is
+:class:`~entrena.tasks.text.model.TextClassifier`, batches are
 :class:`~entrena.data.loaders.TextBatches` (length-grouped, padded per batch), and the
 baselines are the majority class and TF-IDF + logistic regression.
 """
@@ -11,33 +11,44 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from entrena.tasks.base import PlanningSpec
+from entrena.tasks.base import PlanningSpec, Task
 from entrena.tasks.metrics import (
     CLASSIFICATION_HIGHER_IS_BETTER,
     classification_loss,
     classification_rows,
     evaluate_classification,
 )
-from entrena.tasks.text_classification.config import TextClassificationConfig
-from entrena.tasks.text_classification.data import (
+from entrena.tasks.text.baselines import multi_label_baselines, text_baselines
+from entrena.tasks.text.config import TextClassificationConfig, resolve_attention_dropout
+from entrena.tasks.text.data import (
     PreparedData,
     prepare_texts,
     resolve_model_sources,
 )
+from entrena.tasks.text.planning import text_planning
 
-__all__ = ["TextClassificationTask", "build_text_model", "resolve_attention_dropout",
-           "text_planning"]
+if TYPE_CHECKING:
+    from entrena.config.loading import LoadedConfig
+    from entrena.data.loaders import TextBatches
+    from entrena.exporting.bundle import ExportRequest, RunModel
+    from entrena.exporting.prediction import FramePredictor, ModelLocation, PredictOptions
+    from entrena.tasks.regression import WithTarget
+    from entrena.tasks.text.data import TextLoaded
+    from entrena.tasks.text.model import TextClassifier
+
+__all__ = ["TextClassificationTask", "build_text_model"]
 
 log = logging.getLogger("entrena")
 
 
-def build_text_model(loaded: Any, sources: dict[str, str], prepared: Any, outputs: int) -> Any:
-    """A :class:`~entrena.tasks.text_classification.model.TextClassifier` with ``outputs``
+def build_text_model(loaded: TextLoaded, sources: dict[str, str],
+                     prepared: PreparedData | WithTarget, outputs: int) -> TextClassifier:
+    """A :class:`~entrena.tasks.text.model.TextClassifier` with ``outputs``
     outputs (the classes; 1 for a regressor): the pretrained encoder, or random weights of
     ``model.architecture``, and a linear head."""
-    from entrena.tasks.text_classification.model import build_classifier
+    from entrena.tasks.text.model import build_classifier
 
     cfg = loaded.config
     attention_dropout = resolve_attention_dropout(cfg)
@@ -58,114 +69,24 @@ def build_text_model(loaded: Any, sources: dict[str, str], prepared: Any, output
     return model
 
 
-def resolve_attention_dropout(cfg: Any) -> float | None:
-    """``model.attention_dropout`` as a number, or ``None`` for the checkpoint's own value
-    (``auto`` off a CPU).
-
-    Raises:
-        ResourceError: ``train.accelerator`` names a device that is not available.
-    """
-    from entrena.hardware.detection import resolve_accelerator
-
-    value = cfg.model.attention_dropout
-    if value != "auto":
-        return float(value)
-    return 0.0 if resolve_accelerator(cfg.train.accelerator) == "cpu" else None
-
-
-def text_planning(loaded: Any, sources: dict[str, str], prepared: Any,
-                  outputs: int) -> PlanningSpec:
-    """The :class:`PlanningSpec` of a text encoder with ``outputs`` outputs (the classes; 1
-    for a regressor): token lengths per split at ``max_length``; the model profiled on the
-    meta device at three lengths; probed on the median-length and the longest batch of
-    epoch 0."""
-    from pathlib import Path as _Path
-
-    from entrena.data.batching import padded_width
-    from entrena.data.loaders import TextBatches
-    from entrena.tasks.text_classification.model import meta_classifier
-
-    cfg = loaded.config
-    max_length = int(prepared.max_length)
-    multiple = cfg.data.pad_to_multiple_of
-    architecture = cfg.model.architecture.model_dump() if cfg.model.architecture else None
-    num_labels = outputs
-
-    def lengths(role: str) -> Any:
-        encoded = prepared.encoded.get(role)
-        return encoded.lengths(max_length) if encoded is not None else []
-
-    def batch_width(longest: int) -> int:  # as TextBatches pads
-        return int(padded_width(longest, multiple, max_length))
-
-    def probe_batches(batch_size: int) -> list[dict[str, Any]]:
-        t = cfg.train
-        batches = TextBatches(prepared.encoded["train"], prepared.targets("train"),
-                              max_length=max_length, batch_size=batch_size,
-                              pad_id=prepared.pad_token_id, shuffle=True,
-                              group_by_length=t.group_by_length, seed=t.seed,
-                              pad_to_multiple_of=multiple)
-        plan = batches.plan(0)
-        full = [b for b in plan if len(b) == batch_size] or plan
-        by_length = sorted(full, key=lambda b: int(batches.lengths[b].max()))
-        return [batches.collate(b) for b in (by_length[len(by_length) // 2], by_length[-1])]
-
-    def eval_batch(batch_size: int) -> dict[str, Any]:
-        longest: tuple[int, Any, list[int]] | None = None
-        for role in ("validation", "test"):
-            if prepared.encoded.get(role) is None:
-                continue
-            batches = TextBatches(prepared.encoded[role], prepared.targets(role),
-                                  max_length=max_length, batch_size=batch_size,
-                                  pad_id=prepared.pad_token_id, shuffle=False,
-                                  pad_to_multiple_of=multiple)
-            for b in batches.plan(0):
-                tokens = padded_width(int(batches.lengths[b].max()), multiple,
-                                      max_length) * len(b)
-                if longest is None or tokens > longest[0]:
-                    longest = (tokens, batches, b)
-        assert longest is not None, "no evaluation split"
-        return longest[1].collate(longest[2])
-
-    def meta_model() -> Any:
-        return meta_classifier(
-            num_labels=num_labels, pretrained=sources.get("weights"),
-            architecture=architecture, vocab_size=prepared.vocab_size,
-            pad_token_id=prepared.pad_token_id, pooling=cfg.model.pooling,
-            dropout=cfg.model.dropout, attention_dropout=resolve_attention_dropout(cfg))
-
-    shape: Any = architecture
-    if shape is None:
-        config_file = _Path(sources.get("weights") or "") / "config.json"
-        shape = config_file.read_text(encoding="utf-8") if config_file.is_file() else None
-    # The attention dropout changes the saved activations (the unfused attention keeps its
-    # probabilities), so the cached profile is keyed by it too.
-    key = None if shape is None else [shape, prepared.vocab_size, prepared.facts.pad_token_id,
-                                      num_labels, cfg.model.pooling, max_length,
-                                      resolve_attention_dropout(cfg)]
-    return PlanningSpec(
-        model_name=str(cfg.model.name) if cfg.model.architecture is None else "architecture",
-        max_length=max_length, lengths=lengths, probe_batches=probe_batches,
-        meta_model=meta_model, profile_key=key, eval_batch=eval_batch, batch_width=batch_width)
-
-
 class TextClassificationTask:
     """Fine-tune a text encoder with a linear head (see the module docstring)."""
 
     name = "text-classification"
-    input_names = ("input_ids", "attention_mask")
-    config_model = TextClassificationConfig
+    input_names: tuple[str, ...] = ("input_ids", "attention_mask")
+    config_model: type[TextClassificationConfig] = TextClassificationConfig
     """The config class (the common sections plus this task's keys)."""
-    model_files = ("config.json", "model.safetensors", "head.safetensors", "entrena_model.json")
+    model_files: tuple[str, ...] = ("config.json", "model.safetensors", "head.safetensors",
+                                    "entrena_model.json")
     """The files a saved model folder holds (``entrena export``/``predict`` check them)."""
-    export_formats = ("onnx", "torchscript")
+    export_formats: tuple[str, ...] = ("onnx", "torchscript")
     """The ``entrena export --format`` values this task writes."""
     loss = staticmethod(classification_loss)
     evaluate = staticmethod(evaluate_classification)
     comparison_rows = staticmethod(classification_rows)
     higher_is_better = CLASSIFICATION_HIGHER_IS_BETTER
 
-    def model_sources(self, loaded: Any) -> dict[str, str]:
+    def model_sources(self, loaded: LoadedConfig[TextClassificationConfig]) -> dict[str, str]:
         """``{"tokenizer": dir or hub id}`` and, for pretrained weights, ``"weights"``.
 
         Raises:
@@ -174,17 +95,19 @@ class TextClassificationTask:
         """
         return resolve_model_sources(loaded)
 
-    def prepare(self, loaded: Any, sources: dict[str, str]) -> PreparedData:
+    def prepare(self, loaded: LoadedConfig[TextClassificationConfig],
+                sources: dict[str, str]) -> PreparedData:
         """Texts read, checked, split and tokenized (through the cache)."""
         return prepare_texts(loaded, sources)
 
-    def build_model(self, loaded: Any, sources: dict[str, str], prepared: PreparedData) -> Any:
-        """A :class:`~entrena.tasks.text_classification.model.TextClassifier` (pretrained encoder,
+    def build_model(self, loaded: LoadedConfig[TextClassificationConfig], sources: dict[str, str],
+                    prepared: PreparedData) -> TextClassifier:
+        """A :class:`~entrena.tasks.text.model.TextClassifier` (pretrained encoder,
         or random weights of ``model.architecture``)."""
         return build_text_model(loaded, sources, prepared, len(prepared.tags))
 
-    def batches(self, loaded: Any, prepared: PreparedData, role: str, *, batch_size: int,
-                shuffle: bool) -> Any:
+    def batches(self, loaded: LoadedConfig[TextClassificationConfig], prepared: PreparedData,
+                role: str, *, batch_size: int, shuffle: bool) -> TextBatches:
         """:class:`~entrena.data.loaders.TextBatches` of split ``role``: length-grouped and
         seeded by ``train.seed`` when ``shuffle``, sorted by length otherwise."""
         from entrena.data.loaders import TextBatches
@@ -197,24 +120,21 @@ class TextClassificationTask:
                            seed=tcfg.seed,
                            pad_to_multiple_of=loaded.config.data.pad_to_multiple_of)
 
-    def baselines(self, loaded: Any, prepared: PreparedData) -> dict[str, dict[str, Any]]:
+    def baselines(self, loaded: LoadedConfig[TextClassificationConfig],
+                  prepared: PreparedData) -> dict[str, dict[str, Any]]:
         """Majority class and TF-IDF + logistic regression, fitted on the training texts."""
-        from entrena.tasks.baselines import text_baselines
-
         splits = prepared.splits
         evaluation = {role: (split.texts, prepared.targets(role))
                       for role, split in splits.roles() if role != "train"}
         if prepared.separator is not None:
-            from entrena.tasks.baselines import multi_label_baselines
-
             return multi_label_baselines(splits.train.texts, prepared.targets("train"),
                                          evaluation, prepared.tags,
                                          seed=loaded.config.train.seed)
         return text_baselines(splits.train.texts, splits.train.labels, evaluation,
                               splits.labels, seed=loaded.config.train.seed)
 
-    def prediction_table(self, loaded: Any, prepared: PreparedData, role: str, outputs: Any,
-                         targets: Any) -> Any:
+    def prediction_table(self, loaded: LoadedConfig[TextClassificationConfig],
+                         prepared: PreparedData, role: str, outputs: Any, targets: Any) -> Any:
         """Split ``role``'s rows with their predictions
         (:func:`~entrena.tasks.predictions.classification_table`); the input column is the
         text column, or ``text`` (``joined_text`` if a column is called ``text``) holding the
@@ -235,7 +155,7 @@ class TextClassificationTask:
 
     def save_model(self, model: Any, prepared: PreparedData, directory: Path) -> None:
         """Encoder (Hugging Face format), tokenizer, head and ``entrena_model.json``."""
-        from entrena.tasks.text_classification.model import save_classifier
+        from entrena.tasks.text.model import save_classifier
 
         multi = None
         if prepared.separator is not None:
@@ -246,15 +166,14 @@ class TextClassificationTask:
         save_classifier(model, prepared.tokenizer, directory, labels=prepared.tags,
                         max_length=prepared.max_length, multi_label=multi)
 
-    def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:
+    def load_model(self, directory: Path) -> tuple[TextClassifier, dict[str, Any]]:
         """``(classifier in eval mode, meta)``; ``meta["tokenizer"]`` holds the tokenizer."""
-        from entrena.tasks.text_classification.model import load_classifier
+        from entrena.tasks.text.model import load_classifier
 
         model, tokenizer, meta = load_classifier(directory)
         return model, {**meta, "tokenizer": tokenizer}
 
-    def example_inputs(self, model: Any, meta: dict[str, Any],
-                       batch_size: int) -> dict[str, Any]:
+    def example_inputs(self, model: Any, meta: dict[str, Any], batch_size: int) -> dict[str, Any]:
         """Token ids 1..T (no padding), (``batch_size``, T) with T = min(8, max_length)."""
         import torch
 
@@ -262,28 +181,33 @@ class TextClassificationTask:
         ids = torch.arange(1, length + 1, dtype=torch.int64).repeat(batch_size, 1)
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
-    def planning(self, loaded: Any, sources: dict[str, str],
+    def planning(self, loaded: LoadedConfig[TextClassificationConfig], sources: dict[str, str],
                  prepared: PreparedData) -> PlanningSpec:
         """Token lengths per split at ``max_length``; the model profiled on the meta device at
         three lengths; probed on the median-length and the longest batch of epoch 0."""
         return text_planning(loaded, sources, prepared, len(prepared.tags))
 
-    def write_bundle(self, run: Any, request: Any) -> dict[str, Any]:
+    def write_bundle(self, run: RunModel, request: ExportRequest) -> dict[str, Any]:
         """Export ``run``'s model as ``request`` asks, check parity and latency, and return
         ``export.json``'s content (:class:`~entrena.exporting.bundle.ExportRequest`)."""
-        from entrena.tasks.text_classification.export import parity_examples, write_bundle
+        from entrena.tasks.text.export import parity_examples, write_bundle
 
         return write_bundle(run, request, parity_examples(run, request.parity_data))
 
-    def predict(self, location: Any, data: Path, output: Path, options: Any) -> dict[str, Any]:
+    def predict(self, location: ModelLocation, data: Path, output: Path,
+                options: PredictOptions) -> dict[str, Any]:
         """Predict ``data`` with the model at ``location`` into ``output``; the summary."""
-        from entrena.tasks.text_classification.predict import predict_texts
+        from entrena.tasks.text.predict import predict_texts
 
         return predict_texts(location, data, output, options)
 
-    def frame_predictor(self, location: Any, options: Any) -> Any:
+    def frame_predictor(self, location: ModelLocation, options: PredictOptions) -> FramePredictor:
         """The model at ``location`` loaded once, answering DataFrames in memory
-        (:func:`~entrena.tasks.text_classification.predict.text_frame_predictor`)."""
-        from entrena.tasks.text_classification.predict import text_frame_predictor
+        (:func:`~entrena.tasks.text.predict.text_frame_predictor`)."""
+        from entrena.tasks.text.predict import text_frame_predictor
 
         return text_frame_predictor(location, options)
+
+
+if TYPE_CHECKING:  # mypy checks the class against the protocol, with its own types
+    _CHECKED: Task[TextClassificationConfig, PreparedData] = TextClassificationTask()

@@ -12,10 +12,13 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = ["TextClassifier", "build_tokenizer", "build_classifier", "save_classifier",
            "load_classifier", "model_length_limit"]
@@ -41,8 +44,10 @@ class TextClassifier(nn.Module):
     """
 
     checkpoint_attention_dropout: float | None = None
+    encoder: PreTrainedModel
+    head: nn.Linear
 
-    def __init__(self, encoder: nn.Module, num_labels: int, pooling: str = "mean",
+    def __init__(self, encoder: PreTrainedModel, num_labels: int, pooling: str = "mean",
                  dropout: float = 0.1):
         super().__init__()
         if pooling not in ("mean", "cls"):
@@ -165,8 +170,10 @@ def _encoder_config(pretrained: str | None, architecture: dict[str, Any] | None,
 
     if architecture is not None:
         config = BertConfig(vocab_size=vocab_size, pad_token_id=pad_token_id, **architecture)
-    else:
+    elif pretrained is not None:
         config = AutoConfig.from_pretrained(pretrained)
+    else:
+        raise ValueError("a text encoder needs pretrained weights or an architecture")
     original = attention_dropout_of(config)
     if attention_dropout is not None:
         set_attention_dropout(config, attention_dropout)
@@ -191,7 +198,7 @@ def meta_classifier(*, num_labels: int, pretrained: str | None,
         attention_dropout: As :func:`build_classifier`'s.
 
     Returns:
-        A :class:`~entrena.tasks.text_classification.model.TextClassifier` on ``meta``, in
+        A :class:`~entrena.tasks.text.model.TextClassifier` on ``meta``, in
         train mode.
     """
     from transformers import AutoModel

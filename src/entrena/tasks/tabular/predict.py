@@ -10,7 +10,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -21,14 +21,16 @@ from entrena.errors import DataError
 from entrena.exporting import onnx_format, prediction
 from entrena.exporting.bundle import META_FILE
 from entrena.exporting.inference import (
-    Runner,
     TorchRunner,
     batched_logits,
     require_finite,
     softmax,
 )
 from entrena.exporting.prediction import FramePredictor, ModelLocation, PredictOptions
-from entrena.tasks.tabular_classification.export import PREPROCESSING_FILE, feature_columns_of
+from entrena.tasks.tabular.export import PREPROCESSING_FILE, feature_columns_of
+
+if TYPE_CHECKING:
+    from torch import nn
 
 __all__ = ["SKIPPED_EMPTY_ROW", "TablePredictor", "predict_table", "table_frame_predictor"]
 
@@ -107,19 +109,20 @@ class TablePredictor:
     def __init__(self, folder: Path, kind: str, manifest: dict[str, Any] | None = None,
                  threads: int | None = None, source: str = "input"):
         if kind == "run":
-            from entrena.tasks.tabular_classification.model import load_mlp
+            from entrena.tasks.tabular.model import load_mlp
 
             if threads:
                 import torch
 
                 torch.set_num_threads(threads)
             model, meta = load_mlp(folder)
+            network: nn.Module = model
             if meta.get("target"):  # a regressor: answer in the target's units
                 from entrena.tasks.regression import TargetScaler
                 from entrena.tasks.target_units import FeaturesInTargetUnits
 
-                model = FeaturesInTargetUnits(model, TargetScaler.from_dict(meta["target"]))
-            self.runner: Runner = TorchRunner(model)
+                network = FeaturesInTargetUnits(model, TargetScaler.from_dict(meta["target"]))
+            self.runner: TorchRunner | onnx_format.OnnxRunner = TorchRunner(network)
             self.params = meta["preprocessing"]
         else:
             meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
@@ -200,7 +203,10 @@ class TablePredictor:
         if len(kept):
             for column, count in unseen_categories(kept, self.params).items():
                 self.unseen[column] = self.unseen.get(column, 0) + count
-            logits = batched_logits(self.runner, transform(kept, self.params), batch_size)
+            # exporting.inference.Runner names its parameters (input_ids, attention_mask)
+            # where every runner takes *inputs: wrong in exporting, to be fixed there.
+            logits = batched_logits(self.runner,  # type: ignore[arg-type]
+                                    transform(kept, self.params), batch_size)
             require_finite(logits, model=self.folder, inputs=f"rows of {source}")
             outputs[~empty] = logits[:, :1] if self.values else softmax(logits)
         status = np.where(empty, SKIPPED_EMPTY_ROW, "ok")

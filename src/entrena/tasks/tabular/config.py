@@ -12,7 +12,7 @@ from pydantic import Field, field_validator
 from entrena.config.schema import Config, DataConfig, ModelConfig
 from entrena.errors import closest_choice
 
-__all__ = ["NUMBER_FORMATS", "TabularDataConfig", "TabularModelConfig",
+__all__ = ["NUMBER_FORMATS", "TabularDataConfig", "TabularModelConfig", "TabularTaskConfig",
            "TabularClassificationConfig"]
 
 NUMBER_FORMATS = ("1234.5", "1,234.5", "1.234,5", "1 234.5", "1 234,5", "1'234.5", "1234,5",
@@ -60,7 +60,18 @@ class TabularModelConfig(ModelConfig):
     """Widths of the hidden layers of the MLP."""
 
 
-class TabularClassificationConfig(Config):
+class TabularTaskConfig(Config):
+    """What every table task's config has, which the table data path reads: the table data
+    and MLP sections (``tabular-classification`` and ``tabular-regression`` derive their
+    configs from it)."""
+
+    data: TabularDataConfig
+    """Data section."""
+    model: TabularModelConfig = TabularModelConfig()
+    """Model section."""
+
+
+class TabularClassificationConfig(TabularTaskConfig):
     """A tabular-classification run: an MLP on numeric and categorical columns, beside
     boosted trees."""
 

@@ -64,6 +64,8 @@ from entrena.data.tabular import (
 )
 from entrena.data.targets import check_and_split_targets
 from entrena.errors import DataError
+from entrena.tasks.regression_config import target_keys
+from entrena.tasks.tabular.config import TabularTaskConfig
 
 __all__ = ["PreparedTable", "prepare_table"]
 
@@ -100,7 +102,8 @@ class PreparedTable:
         return [c for c in self.report.get("checks", []) if c["status"] == "failed"]
 
 
-def prepare_table(loaded: LoadedConfig, *, numeric_target: bool = False) -> PreparedTable:
+def prepare_table(loaded: LoadedConfig[TabularTaskConfig], *,
+                  numeric_target: bool = False) -> PreparedTable:
     """Read, check, split and preprocess the config's table (see the module docstring).
 
     Args:
@@ -159,16 +162,16 @@ def prepare_table(loaded: LoadedConfig, *, numeric_target: bool = False) -> Prep
                                  on_bad_rows=data.on_bad_rows, numeric_label=numeric_target,
                                  number_styles=styles)
            for role, frame in frames.items()}
-    common = dict(label_column=data.label_column, validation_fraction=data.validation_fraction,
-                  max_train_samples=data.max_train_samples,
-                  max_eval_samples=data.max_eval_samples, seed=cfg.train.seed,
-                  group_column=data.group_column,
-                  policy=CheckPolicy(**data.checks.model_dump()), normalise=False,
-                  empty_what="no feature value",
-                  check_keys="data.label_column and data.drop_columns")
+    common: dict[str, Any] = dict(
+        label_column=data.label_column, validation_fraction=data.validation_fraction,
+        max_train_samples=data.max_train_samples, max_eval_samples=data.max_eval_samples,
+        seed=cfg.train.seed, group_column=data.group_column,
+        policy=CheckPolicy(**data.checks.model_dump()), normalise=False,
+        empty_what="no feature value", check_keys="data.label_column and data.drop_columns")
     if numeric_target:
-        splits = check_and_split_targets(raw, specs, target_transform=data.target_transform,
-                                         target_outliers=data.target_outliers,
+        target = target_keys(data)
+        splits = check_and_split_targets(raw, specs, target_transform=target.target_transform,
+                                         target_outliers=target.target_outliers,
                                          classification_task="tabular-classification",
                                          **common)
     else:

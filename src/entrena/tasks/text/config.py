@@ -12,7 +12,8 @@ from pydantic import Field, field_validator, model_validator
 from entrena.config.schema import Config, DataConfig, ModelConfig, StrictModel
 
 __all__ = ["ArchitectureConfig", "MultiLabelConfig", "TextDataConfig",
-           "TextClassificationDataConfig", "TextModelConfig", "TextClassificationConfig"]
+           "TextClassificationDataConfig", "TextModelConfig", "TextTaskConfig",
+           "TextClassificationConfig", "resolve_attention_dropout"]
 
 
 class MultiLabelConfig(StrictModel):
@@ -145,7 +146,18 @@ class TextModelConfig(ModelConfig):
         return self
 
 
-class TextClassificationConfig(Config):
+class TextTaskConfig(Config):
+    """What every text task's config has, which the text data path, model and planning read:
+    the text data and encoder sections (``text-classification`` and ``text-regression``
+    derive their configs from it)."""
+
+    data: TextDataConfig
+    """Data section."""
+    model: TextModelConfig = TextModelConfig()
+    """Model section."""
+
+
+class TextClassificationConfig(TextTaskConfig):
     """A text-classification run: a pretrained encoder (or a built one) with a linear head."""
 
     task: Literal["text-classification"] = "text-classification"
@@ -154,3 +166,18 @@ class TextClassificationConfig(Config):
     """Data section."""
     model: TextModelConfig = TextModelConfig()
     """Model section."""
+
+
+def resolve_attention_dropout(cfg: TextTaskConfig) -> float | None:
+    """``model.attention_dropout`` as a number, or ``None`` for the checkpoint's own value
+    (``auto`` off a CPU).
+
+    Raises:
+        ResourceError: ``train.accelerator`` names a device that is not available.
+    """
+    from entrena.hardware.detection import resolve_accelerator
+
+    value = cfg.model.attention_dropout
+    if value != "auto":
+        return float(value)
+    return 0.0 if resolve_accelerator(cfg.train.accelerator) == "cpu" else None

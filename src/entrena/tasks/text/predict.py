@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -38,6 +38,9 @@ from entrena.exporting.prediction import (
     warn_replaced,
 )
 from entrena.tasks.metrics import sigmoid
+
+if TYPE_CHECKING:
+    from torch import nn
 
 __all__ = ["SKIPPED_EMPTY", "TextPredictor", "predict_texts", "preprocessing_of",
            "text_frame_predictor"]
@@ -145,7 +148,7 @@ class TextPredictor:
     def __init__(self, location: ModelLocation, preprocessing: Preprocessing,
                  text_column: str | list[str], threads: int | None = None,
                  markers: list[str] | None = None):
-        from entrena.tasks.text_classification.model import (
+        from entrena.tasks.text.model import (
             build_tokenizer,
             load_classifier,
             model_length_limit,
@@ -161,12 +164,15 @@ class TextPredictor:
                 torch.set_num_threads(threads)
             model, tokenizer, meta = load_classifier(location.folder)
             preprocessing.length_limit = model_length_limit(model.encoder.config, tokenizer)
+            network: nn.Module = model
             if meta.get("target"):  # a regressor: answer in the target's units
                 from entrena.tasks.regression import TargetScaler
                 from entrena.tasks.target_units import TokensInTargetUnits
 
-                model = TokensInTargetUnits(model, TargetScaler.from_dict(meta["target"]))
-            self.runner: Runner = TorchRunner(model)
+                network = TokensInTargetUnits(model, TargetScaler.from_dict(meta["target"]))
+            # exporting.inference.Runner names its parameters (input_ids, attention_mask)
+            # where every runner takes *inputs: wrong in exporting, to be fixed there.
+            self.runner: Runner = TorchRunner(network)  # type: ignore[assignment]
         else:
             from entrena.exporting.formats import load_runner
 
@@ -225,9 +231,9 @@ class TextPredictor:
                                                                   strict=True)})
             empty = (values == "").to_numpy()
         if on_bad_rows == "error" and empty.any():
-            rows = (np.flatnonzero(empty) + first_row).tolist()
-            shown = ", ".join(map(str, rows[:10])) + (f" and {len(rows) - 10} more"
-                                                      if len(rows) > 10 else "")
+            empty_rows = (np.flatnonzero(empty) + first_row).tolist()
+            shown = ", ".join(map(str, empty_rows[:10])) + (
+                f" and {len(empty_rows) - 10} more" if len(empty_rows) > 10 else "")
             raise DataError(f"empty {described} in input rows {shown}; fix or remove them, "
                             "or pass --on-bad-rows skip to predict the rest")
         texts = [str(t) for t in values.to_numpy()[~empty]]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -23,7 +23,10 @@ from entrena.exporting.bundle import META_FILE, ExportRequest, RunModel, parity_
 from entrena.exporting.checks import MAX_PARITY_EXAMPLES, label_index
 from entrena.exporting.inference import TextEncoder, batch_inputs
 from entrena.exporting.sequence_bundle import SequenceInputExport, write_sequence_input_bundle
-from entrena.tasks.text_classification.card import text_card
+from entrena.tasks.text.card import text_card
+
+if TYPE_CHECKING:
+    from torch import nn
 
 __all__ = ["ParityExamples", "parity_examples", "write_bundle", "EXAMPLE_TEXTS"]
 
@@ -118,18 +121,19 @@ def write_bundle(run: RunModel, request: ExportRequest,
     """
     import torch
 
-    from entrena.tasks.text_classification.model import load_classifier, model_length_limit
+    from entrena.tasks.text.model import load_classifier, model_length_limit
 
     if request.threads:
         torch.set_num_threads(request.threads)
     model, tokenizer, meta = load_classifier(run.paths.model)
     prep = run.preprocessing(model_length_limit(model.encoder.config, tokenizer))
     values = bool(meta.get("target"))  # a regressor: export it answering in target units
+    network: nn.Module = model
     if values:
         from entrena.tasks.regression import TargetScaler
         from entrena.tasks.target_units import TokensInTargetUnits
 
-        model = TokensInTargetUnits(model, TargetScaler.from_dict(meta["target"])).eval()
+        network = TokensInTargetUnits(model, TargetScaler.from_dict(meta["target"])).eval()
     encoder = TextEncoder(tokenizer, prep)
     if not examples.texts:
         raise DataError(f"no non-empty texts to check parity on ({examples.dataset}); pass "
@@ -142,7 +146,7 @@ def write_bundle(run: RunModel, request: ExportRequest,
                                         encoding="utf-8")
 
     spec = SequenceInputExport(
-        model=model, encoded=encoder.encode(examples.texts), labels=examples.labels,
+        model=network, encoded=encoder.encode(examples.texts), labels=examples.labels,
         dataset=examples.dataset, max_length=prep.max_length, length_limit=prep.length_limit,
         pad_id=encoder.pad_id,
         trace_example=batch_inputs(encoder.encode(EXAMPLE_TEXTS), [0, 1], prep.max_length,
