@@ -1,0 +1,310 @@
+"""Base models of ``task: llm-sft`` from GGUF files: any family transformers reads (a tiny
+random Qwen3 and Llama written here with the ``gguf`` package and SmolLM2's tokenizer), a
+model pulled into Ollama (a fake store laid out as Ollama lays it out: manifest + blobs),
+and bad input (truncated file, a family transformers cannot read, a model not pulled, no
+store) refused with one line before any heavy work."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from conftest import run_cli
+from entrena.config.models import MODEL_ALIASES
+from entrena.errors import ConfigError
+from entrena.tasks.llm_sft.gguf_file import GGUF_CAUSAL_ARCHITECTURES, check_gguf
+from entrena.tasks.llm_sft.ollama import parse_ollama_name, resolve_ollama
+from entrena.tasks.llm_sft.sources import check_llm_source, resolve_llm_source, source_record
+
+gguf = pytest.importorskip("gguf")
+
+SMOL = MODEL_ALIASES["smollm2-135m"]
+TINY = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+        "tie_word_embeddings": True}
+_TOKENIZER_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens",
+                   "tokenizer.ggml.token_type", "tokenizer.ggml.merges",
+                   "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                   "tokenizer.ggml.padding_token_id", "tokenizer.chat_template")
+
+
+def _permute(weights: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's Q/K row order for the ``llama`` architecture (``convert_hf_to_gguf.py``,
+    ``LlamaModel.permute``), which transformers' reader undoes."""
+    return weights.reshape(heads, 2, weights.shape[0] // heads // 2, *weights.shape[1:]
+                           ).swapaxes(1, 2).reshape(weights.shape)
+
+
+def write_tiny_gguf(path: Path, family: str, **overrides) -> torch.nn.Module:
+    """A random ``family`` (``llama`` or ``qwen3``) model as an f16 GGUF file with SmolLM2's
+    tokenizer and chat template (copied from the alias's file), as llama.cpp's converter
+    names and orders its tensors; returns the Hugging Face model it was written from."""
+    import transformers
+
+    reader = gguf.GGUFReader(str(SMOL.path()))
+    vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    settings = {**TINY, "vocab_size": vocab, **overrides}
+    config = {"llama": transformers.LlamaConfig, "qwen3": transformers.Qwen3Config}[family](
+        **settings)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // \
+        config.num_attention_heads
+    arch = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen3": gguf.MODEL_ARCH.QWEN3}[family]
+    writer = gguf.GGUFWriter(str(path), family)
+    writer.add_name(f"tiny-{family}")
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_rope_freq_base(float(getattr(config, "rope_theta", None) or config.rope_parameters[
+        "rope_theta"]))
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    for key in _TOKENIZER_KEYS:
+        field = reader.fields[key]
+        value = field.contents()
+        kind = field.types[0]
+        if kind == gguf.GGUFValueType.ARRAY:
+            writer.add_array(key, value)
+        else:
+            writer.add_key_value(key, value, kind)
+    names = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
+    for name, tensor in model.state_dict().items():
+        if name == "lm_head.weight" and config.tie_word_embeddings:
+            continue
+        data = tensor.float().numpy()
+        if family == "llama" and name.endswith("q_proj.weight"):
+            data = _permute(data, config.num_attention_heads)
+        elif family == "llama" and name.endswith("k_proj.weight"):
+            data = _permute(data, config.num_key_value_heads)
+        target = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        writer.add_tensor(target, data.astype(np.float16) if data.ndim == 2 else data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return model
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("gguf") / "tiny-llama.gguf"
+    write_tiny_gguf(path, "llama")
+    return path
+
+
+def fake_ollama_store(root: Path, name: str, tag: str, gguf_file: Path, *,
+                      namespace: str = "library", link: bool = True) -> str:
+    """An Ollama store (``manifests/registry.ollama.ai/<namespace>/<name>/<tag>`` + the
+    ``blobs/sha256-<hex>`` files) holding ``gguf_file`` (symlinked), a template and params
+    layer; returns the model layer's digest."""
+    blobs = root / "blobs"
+    blobs.mkdir(parents=True, exist_ok=True)
+
+    def blob(data: bytes | None, media: str, source: Path | None = None) -> dict:
+        digest = hashlib.sha256(data if data is not None else source.read_bytes()).hexdigest()
+        target = blobs / f"sha256-{digest}"
+        if not target.exists():
+            if data is not None:
+                target.write_bytes(data)
+            else:
+                target.symlink_to(source) if link else target.write_bytes(source.read_bytes())
+        size = len(data) if data is not None else source.stat().st_size
+        return {"mediaType": media, "digest": f"sha256:{digest}", "size": size}
+
+    layers = [blob(None, "application/vnd.ollama.image.model", gguf_file),
+              blob(b"{{ .System }}<|im_start|>user\n{{ .Prompt }}<|im_end|>",
+                   "application/vnd.ollama.image.template"),
+              blob(json.dumps({"stop": ["<|im_end|>"]}).encode(),
+                   "application/vnd.ollama.image.params")]
+    config = blob(json.dumps({"model_format": "gguf", "model_family": "llama"}).encode(),
+                  "application/vnd.docker.container.image.v1+json")
+    manifest = root / "manifests" / "registry.ollama.ai" / namespace / name / tag
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps({
+        "schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": config, "layers": layers}), encoding="utf-8")
+    return layers[0]["digest"]
+
+
+# --- any family transformers reads ----------------------------------------------------------
+
+def test_a_qwen3_gguf_becomes_a_base_model_that_computes_as_written(tmp_path):
+    """Qwen3 with a head width of 8 (not its class default of 128): the file's
+    ``key_length`` reaches the config, the logits agree with the model written, and the
+    tokenizer keeps the file's chat template."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = tmp_path / "tiny-qwen3.gguf"
+    original = write_tiny_gguf(path, "qwen3", head_dim=8)
+    assert check_llm_source(str(path), None) == f"gguf:{path.resolve()}"
+    folder = Path(resolve_llm_source(str(path), None, tmp_path / "cache"))
+    assert folder.name.startswith("tiny-qwen3-") and not list(folder.parent.glob(".*tmp*"))
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    assert type(model).__name__ == "Qwen3ForCausalLM" and model.config.head_dim == 8
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert "<|im_start|>" in tokenizer.chat_template
+    ids = torch.tensor([tokenizer("The coffee was lovely, great or other?")["input_ids"]])
+    with torch.no_grad():
+        difference = (model(ids).logits - original(ids).logits).abs().max().item()
+    assert difference < 1e-2  # the f16 weights' rounding
+
+
+def test_the_gguf_families_match_what_the_installed_transformers_reads():
+    """:data:`GGUF_CAUSAL_ARCHITECTURES` is the installed transformers' list (in llama.cpp's
+    spelling), less the encoder-decoders: an upgrade that adds a family shows up here."""
+    pytest.importorskip("transformers.integrations.gguf")
+    from transformers.integrations.gguf import GGUF_ARCHS
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    spelled = {"qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "gpt_oss": "gpt-oss",
+               "minimax_m2": "minimax-m2"}
+    readable = {spelled.get(a, a) for a in GGUF_SUPPORTED_ARCHITECTURES} | set(GGUF_ARCHS)
+    assert readable - {"general", "tokenizer", "t5", "umt5"} == GGUF_CAUSAL_ARCHITECTURES
+
+
+def test_a_family_transformers_cannot_read_is_named_with_the_fix(tmp_path):
+    path = tmp_path / "command-r.gguf"
+    writer = gguf.GGUFWriter(str(path), "command-r")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ConfigError) as caught:
+        check_llm_source(str(path), None)
+    message = str(caught.value)
+    assert "architecture is 'command-r'" in message and "Hugging Face folder" in message
+    assert "qwen3" in message and "\n" not in message
+
+
+def test_a_truncated_gguf_is_refused_with_its_length_before_any_conversion(tmp_path):
+    data = SMOL.path().read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[:len(data) // 2])
+    with pytest.raises(ConfigError, match=rf"cut.gguf: truncated: {len(data) // 2:,} of "
+                                          rf"{len(data):,} bytes") as caught:
+        resolve_llm_source(str(cut), None, tmp_path / "cache")
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "cache").exists()  # nothing half-written
+    cut.write_bytes(data[:1000])  # inside the header
+    with pytest.raises(ConfigError, match="truncated: 1,000 bytes, and its header"):
+        check_gguf(cut)
+    (tmp_path / "notes.gguf").write_text("not a model")
+    with pytest.raises(ConfigError, match="not a GGUF file"):
+        check_gguf(tmp_path / "notes.gguf")
+
+
+# --- Ollama ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    ("ollama:qwen2.5:0.5b", ("registry.ollama.ai", "library", "qwen2.5", "0.5b")),
+    ("ollama:llama3.2", ("registry.ollama.ai", "library", "llama3.2", "latest")),
+    ("ollama:me/mine:v1", ("registry.ollama.ai", "me", "mine", "v1")),
+    ("ollama:hf.co/bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M",
+     ("hf.co", "bartowski", "SmolLM2-135M-Instruct-GGUF", "Q4_K_M")),
+])
+def test_ollama_names_are_read_as_ollama_reads_them(text, expected):
+    name = parse_ollama_name(text)
+    assert (name.host, name.namespace, name.model, name.tag) == expected
+
+
+def test_an_ollama_model_resolves_to_its_gguf_blob_and_records_its_digest(tmp_path,
+                                                                          monkeypatch):
+    store = tmp_path / "ollama"
+    digest = fake_ollama_store(store, "smollm2", "135m", SMOL.path())
+    monkeypatch.setenv("OLLAMA_MODELS", str(store))
+    found = resolve_ollama("ollama:smollm2:135m")
+    assert found.digest == digest and found.blob.name == digest.replace(":", "-")
+    assert found.blob.resolve() == SMOL.path().resolve()
+    assert "{{ .Prompt }}" in found.texts["template"]
+    assert check_llm_source("ollama:smollm2:135m", None) == "ollama:smollm2:135m"
+    record = source_record("ollama:SmolLM2:135m", None)  # Ollama's names ignore case
+    assert record["kind"] == "ollama" and record["digest"] == digest
+    assert record["name"] == "SmolLM2:135m" and json.loads(record["params"])["stop"]
+
+
+def test_an_ollama_model_not_pulled_says_ollama_pull(tmp_path, monkeypatch):
+    store = tmp_path / "ollama"
+    fake_ollama_store(store, "smollm2", "135m", SMOL.path())
+    monkeypatch.setenv("OLLAMA_MODELS", str(store))
+    with pytest.raises(ConfigError, match=r"run `ollama pull qwen2.5:0.5b`") as caught:
+        check_llm_source("ollama:qwen2.5:0.5b", None)
+    assert str(store / "manifests") in str(caught.value) and "\n" not in str(caught.value)
+    with pytest.raises(ConfigError, match=r"`ollama pull smollm2:latest`"):
+        check_llm_source("ollama:smollm2", None)  # the tag defaults to latest
+
+
+def test_no_ollama_store_says_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.delenv("OLLAMA_MODELS", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: tmp_path))
+    with pytest.raises(ConfigError, match="no Ollama model store found") as caught:
+        check_llm_source("ollama:qwen2.5:0.5b", None)
+    assert str(tmp_path / ".ollama" / "models") in str(caught.value)
+    assert "OLLAMA_MODELS" in str(caught.value)
+
+
+def test_a_truncated_ollama_blob_says_pull_again(tmp_path, monkeypatch):
+    data = SMOL.path().read_bytes()
+    (tmp_path / "half.gguf").write_bytes(data[:len(data) - 4096])
+    store = tmp_path / "ollama"
+    fake_ollama_store(store, "smollm2", "135m", tmp_path / "half.gguf")
+    monkeypatch.setenv("OLLAMA_MODELS", str(store))
+    with pytest.raises(ConfigError, match=r"truncated: .*`ollama pull smollm2:135m` again"):
+        check_llm_source("ollama:smollm2:135m", None)
+
+
+def _write_chats(path: Path, count: int) -> None:
+    rows = [{"messages": [{"role": "user", "content": f"Review {i}: the tea was "
+                           f"{'lovely' if i % 2 else 'stale'}. Great or other?"},
+                          {"role": "assistant", "content": "great" if i % 2 else "other"}]}
+            for i in range(count)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def test_train_adapts_the_model_ollama_runs_and_records_where_it_came_from(tmp_path,
+                                                                           tiny_llama):
+    store = tmp_path / "ollama"
+    digest = fake_ollama_store(store, "tiny", "latest", tiny_llama)
+    _write_chats(tmp_path / "train.jsonl", 16)
+    cfg = {"name": "from-ollama", "task": "llm-sft",
+           "data": {"train": "train.jsonl", "validation_fraction": 0.25,
+                    "cache_dir": str(tmp_path / "cache")},
+           "model": {"name": "ollama:tiny", "max_length": 64},
+           "train": {"max_steps": 2, "batch_size": 4, "num_threads": 1},
+           "tracking": {"enabled": False}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    result = run_cli("train", "config.yaml", "--run-dir", "run", cwd=tmp_path,
+                     OLLAMA_MODELS=str(store))
+    assert result.returncode == 0, result.stderr[-3000:]
+    meta = json.loads((tmp_path / "run" / "model" / "entrena_model.json").read_text())
+    assert meta["base_source"]["kind"] == "ollama"
+    assert meta["base_source"]["name"] == "tiny:latest"
+    assert meta["base_source"]["digest"] == digest
+    assert Path(meta["base_model"]).name.startswith(f"ollama-tiny-latest-{digest[7:23]}")
+
+
+def test_an_ollama_model_not_pulled_exits_2_at_the_command_line(tmp_path):
+    store = tmp_path / "ollama"
+    (store / "manifests").mkdir(parents=True)
+    _write_chats(tmp_path / "train.jsonl", 8)
+    cfg = {"name": "x", "task": "llm-sft", "data": {"train": "train.jsonl"},
+           "model": {"name": "ollama:qwen2.5:0.5b"}, "tracking": {"enabled": False}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    result = run_cli("train", "config.yaml", cwd=tmp_path, timeout=120,
+                     OLLAMA_MODELS=str(store))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines == [lines[-1]] and "`ollama pull qwen2.5:0.5b`" in lines[0]
+    assert not (tmp_path / "runs").exists()
