@@ -308,3 +308,35 @@ def test_an_ollama_model_not_pulled_exits_2_at_the_command_line(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert lines == [lines[-1]] and "`ollama pull qwen2.5:0.5b`" in lines[0]
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_real_smollm2_pulled_into_ollama_trains_two_steps(tmp_path):
+    """The real model of the alias, as a fake Ollama store holds it (its blob a link to the
+    alias's file): converted once (about half a minute on 2 cores), then two LoRA steps."""
+    store = tmp_path / "ollama"
+    digest = fake_ollama_store(store, "smollm2", "135m", SMOL.path())
+    _write_chats(tmp_path / "train.jsonl", 16)
+    cfg = {"name": "smollm2-from-ollama", "task": "llm-sft",
+           "data": {"train": "train.jsonl", "validation_fraction": 0.25,
+                    "cache_dir": str(tmp_path / "cache")},
+           "model": {"name": "ollama:smollm2:135m", "max_length": 64},
+           "train": {"max_steps": 2, "batch_size": 4, "num_threads": 2},
+           "tracking": {"enabled": False}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    result = run_cli("train", "config.yaml", "--run-dir", "run", cwd=tmp_path, timeout=900,
+                     OLLAMA_MODELS=str(store))
+    assert result.returncode == 0, result.stderr[-3000:]
+    meta = json.loads((tmp_path / "run" / "model" / "entrena_model.json").read_text())
+    assert meta["base_source"] == {**meta["base_source"], "kind": "ollama",
+                                   "name": "smollm2:135m", "digest": digest}
+
+
+def test_the_model_card_names_the_ollama_model_and_its_digest():
+    from entrena.tasks.llm_sft.card import _base_line
+
+    line = _base_line({"kind": "ollama", "name": "qwen2.5:0.5b",
+                       "digest": "sha256:" + "ab" * 32})
+    assert line == ("\nThe base model is the Ollama model `qwen2.5:0.5b` "
+                    "(GGUF `sha256:abababababab…`).")
+    assert _base_line(None) == ""
