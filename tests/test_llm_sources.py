@@ -6,9 +6,11 @@ store) refused with one line before any heavy work."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -41,24 +43,38 @@ def _permute(weights: np.ndarray, heads: int) -> np.ndarray:
                            ).swapaxes(1, 2).reshape(weights.shape)
 
 
-def write_tiny_gguf(path: Path, family: str, **overrides) -> torch.nn.Module:
-    """A random ``family`` (``llama`` or ``qwen3``) model as an f16 GGUF file with SmolLM2's
-    tokenizer and chat template (copied from the alias's file), as llama.cpp's converter
-    names and orders its tensors; returns the Hugging Face model it was written from."""
-    import transformers
+FAMILIES = {  # family: (transformers config class, GGUF architecture, extra settings)
+    "llama": ("LlamaConfig", "llama", {}),
+    "mistral": ("MistralConfig", "llama", {"sliding_window": None}),
+    "qwen2": ("Qwen2Config", "qwen2", {}),
+    "qwen3": ("Qwen3Config", "qwen3", {"head_dim": 8}),
+    "gemma2": ("Gemma2Config", "gemma2", {"head_dim": 8, "query_pre_attn_scalar": 8,
+                                          "sliding_window": 128}),
+    "gemma3": ("Gemma3TextConfig", "gemma3", {"head_dim": 8, "query_pre_attn_scalar": 8,
+                                              "sliding_window": 128}),
+    "phi3": ("Phi3Config", "phi3", {"pad_token_id": 2}),
+}
 
-    reader = gguf.GGUFReader(str(SMOL.path()))
-    vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
-    settings = {**TINY, "vocab_size": vocab, **overrides}
-    config = {"llama": transformers.LlamaConfig, "qwen3": transformers.Qwen3Config}[family](
-        **settings)
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // \
-        config.num_attention_heads
-    arch = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen3": gguf.MODEL_ARCH.QWEN3}[family]
-    writer = gguf.GGUFWriter(str(path), family)
-    writer.add_name(f"tiny-{family}")
+
+def llama3_rope_freqs(dim: int, theta: float, factor: float, low: float, high: float,
+                      original: int) -> np.ndarray:
+    """``rope_freqs`` as llama.cpp's converter computes it for Llama 3.1+ (written out
+    here, independently of entrena's fit)."""
+    freqs = 1.0 / (theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
+    out = []
+    for freq in freqs:
+        wavelength = 2 * np.pi / freq
+        if wavelength < original / high:
+            out.append(1.0)
+        elif wavelength > original / low:
+            out.append(factor)
+        else:
+            smooth = (original / wavelength - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.asarray(out, dtype=np.float32)
+
+
+def _add_metadata(writer, config, arch: str, head_dim: int) -> None:
     writer.add_context_length(config.max_position_embeddings)
     writer.add_embedding_length(config.hidden_size)
     writer.add_block_count(config.num_hidden_layers)
@@ -68,33 +84,100 @@ def write_tiny_gguf(path: Path, family: str, **overrides) -> torch.nn.Module:
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
-    writer.add_rope_freq_base(float(getattr(config, "rope_theta", None) or config.rope_parameters[
-        "rope_theta"]))
+    rope = config.rope_parameters
+    rope = rope.get("full_attention", rope)
+    writer.add_rope_freq_base(float(rope["rope_theta"]))
+    if arch in ("gemma2", "gemma3"):
+        writer.add_sliding_window(config.sliding_window)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    for key in _TOKENIZER_KEYS:
-        field = reader.fields[key]
-        value = field.contents()
-        kind = field.types[0]
-        if kind == gguf.GGUFValueType.ARRAY:
-            writer.add_array(key, value)
-        else:
-            writer.add_key_value(key, value, kind)
-    names = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
+
+
+def _gguf_tensors(model, family: str, arch: str, config) -> list[tuple[str, np.ndarray]]:
+    """The model's tensors as llama.cpp's converter writes them: its names, Llama's Q/K row
+    order, Gemma's norms stored as 1 + weight, Llama 3's ``rope_freqs``."""
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], config.num_hidden_layers)
+    out = []
     for name, tensor in model.state_dict().items():
         if name == "lm_head.weight" and config.tie_word_embeddings:
             continue
         data = tensor.float().numpy()
-        if family == "llama" and name.endswith("q_proj.weight"):
+        if arch == "llama" and name.endswith("q_proj.weight"):
             data = _permute(data, config.num_attention_heads)
-        elif family == "llama" and name.endswith("k_proj.weight"):
+        elif arch == "llama" and name.endswith("k_proj.weight"):
             data = _permute(data, config.num_key_value_heads)
+        elif family.startswith("gemma") and name.endswith("norm.weight"):
+            data = data + 1
         target = names.get_name(name, try_suffixes=(".weight", ".bias"))
-        writer.add_tensor(target, data.astype(np.float16) if data.ndim == 2 else data)
+        assert target is not None, name
+        out.append((target, data.astype(np.float16) if data.ndim == 2 else data))
+    rope = config.rope_parameters
+    if rope.get("rope_type") == "llama3":
+        out.append(("rope_freqs.weight", llama3_rope_freqs(
+            config.head_dim, rope["rope_theta"], rope["factor"], rope["low_freq_factor"],
+            rope["high_freq_factor"], rope["original_max_position_embeddings"])))
+    return out
+
+
+@functools.cache
+def smol_tokenizer_fields() -> dict[str, tuple[Any, Any]]:
+    """SmolLM2's tokenizer key/values (``{key: (GGUF value type, value)}``), read once."""
+    reader = gguf.GGUFReader(str(SMOL.path()))
+    return {key: (reader.fields[key].types[0], reader.fields[key].contents())
+            for key in _TOKENIZER_KEYS}
+
+
+def write_tiny_gguf(path: Path, family: str, **overrides) -> torch.nn.Module:
+    """A random model of ``family`` (:data:`FAMILIES`) as an f16 GGUF file with SmolLM2's
+    tokenizer and chat template (copied from the alias's file), as llama.cpp's converter
+    names and lays out its tensors; returns the Hugging Face model it was written from."""
+    import transformers
+
+    tokenizer = smol_tokenizer_fields()
+    vocab = len(tokenizer["tokenizer.ggml.tokens"][1])
+    class_name, arch, extra = FAMILIES[family]
+    config = getattr(transformers, class_name)(**{**TINY, "vocab_size": vocab, **extra,
+                                                  **overrides})
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():  # random norms and sharp attention, so that a norm, attention
+        for name, parameter in model.named_parameters():  # scale or RoPE read wrongly shows
+            if "norm" in name:
+                parameter.uniform_(0.5, 1.5)
+            elif name.endswith(("q_proj.weight", "k_proj.weight", "qkv_proj.weight")):
+                parameter.mul_(8.0)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // \
+        config.num_attention_heads
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name(family.capitalize())
+    _add_metadata(writer, config, arch, head_dim)
+    for key, (kind, value) in tokenizer.items():
+        if kind == gguf.GGUFValueType.ARRAY:
+            writer.add_array(key, value)
+        else:
+            writer.add_key_value(key, value, kind)
+    for name, data in _gguf_tensors(model, family, arch, config):
+        writer.add_tensor(name, data)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return model
+
+
+def converted_logits_difference(tmp_path: Path, family: str, **overrides) -> tuple[float, Any]:
+    """Write a tiny ``family`` GGUF, convert it as a base model, and return the largest
+    logit difference from the model written, and the converted model."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = tmp_path / f"tiny-{family}.gguf"
+    original = write_tiny_gguf(path, family, **overrides)
+    folder = Path(resolve_llm_source(str(path), None, tmp_path / "cache"))
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert "<|im_start|>" in tokenizer.chat_template
+    ids = torch.tensor([tokenizer("The coffee was lovely, great or other? " * 20)["input_ids"]])
+    with torch.no_grad():
+        return (model(ids).logits - original(ids).logits).abs().max().item(), model
 
 
 @pytest.fixture(scope="module")
@@ -143,22 +226,35 @@ def fake_ollama_store(root: Path, name: str, tag: str, gguf_file: Path, *,
 def test_a_qwen3_gguf_becomes_a_base_model_that_computes_as_written(tmp_path):
     """Qwen3 with a head width of 8 (not its class default of 128): the file's
     ``key_length`` reaches the config, the logits agree with the model written, and the
-    tokenizer keeps the file's chat template."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    tokenizer keeps the file's chat template; the conversion leaves no temporary folder."""
+    difference, model = converted_logits_difference(tmp_path, "qwen3")
     path = tmp_path / "tiny-qwen3.gguf"
-    original = write_tiny_gguf(path, "qwen3", head_dim=8)
     assert check_llm_source(str(path), None) == f"gguf:{path.resolve()}"
-    folder = Path(resolve_llm_source(str(path), None, tmp_path / "cache"))
-    assert folder.name.startswith("tiny-qwen3-") and not list(folder.parent.glob(".*tmp*"))
-    model = AutoModelForCausalLM.from_pretrained(folder).eval()
     assert type(model).__name__ == "Qwen3ForCausalLM" and model.config.head_dim == 8
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    assert "<|im_start|>" in tokenizer.chat_template
-    ids = torch.tensor([tokenizer("The coffee was lovely, great or other?")["input_ids"]])
-    with torch.no_grad():
-        difference = (model(ids).logits - original(ids).logits).abs().max().item()
     assert difference < 1e-2  # the f16 weights' rounding
+    models = tmp_path / "cache" / "models"
+    assert [p.name[:11] for p in models.iterdir()] == ["tiny-qwen3-"]
+
+
+def test_llama3_rope_scaling_is_carried_over_from_rope_freqs(tmp_path):
+    """Llama 3.1+ files hold their RoPE scaling as the tensor ``rope_freqs``, which
+    transformers' reader drops: refitted here, the logits agree to 7e-4 at 181 tokens
+    (transformers alone: 0.038 apart; measured with this test's model)."""
+    rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192}
+    difference, model = converted_logits_difference(
+        tmp_path, "llama", hidden_size=64, rope_parameters=rope)
+    assert model.config.rope_parameters["rope_type"] == "llama3"
+    assert model.config.rope_parameters["factor"] == 32.0
+    assert difference < 5e-3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["mistral", "qwen2", "gemma2", "gemma3", "phi3"])
+def test_each_family_gguf_becomes_a_base_model_that_computes_as_written(tmp_path, family):
+    difference, _ = converted_logits_difference(tmp_path, family)
+    assert difference < 1e-2
 
 
 def test_the_gguf_families_match_what_the_installed_transformers_reads():

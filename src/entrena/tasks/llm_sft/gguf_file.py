@@ -21,8 +21,8 @@ from typing import Any, BinaryIO
 
 from entrena.errors import ConfigError
 
-__all__ = ["GGUF_CAUSAL_ARCHITECTURES", "GGUF_ENCODER_DECODER", "GgufFacts", "check_gguf",
-           "config_overrides", "read_gguf_facts"]
+__all__ = ["GGUF_CAUSAL_ARCHITECTURES", "GGUF_ENCODER_DECODER", "VECTORS", "GgufFacts",
+           "check_gguf", "read_gguf_facts"]
 
 GGUF_CAUSAL_ARCHITECTURES = frozenset({
     "llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "qwen35", "qwen35moe",
@@ -37,6 +37,10 @@ Llama, the same computation.)"""
 
 GGUF_ENCODER_DECODER = frozenset({"t5", "t5encoder"})
 """Architectures transformers reads from GGUF that are not causal language models."""
+
+VECTORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+"""Small tensors that hold RoPE settings (llama.cpp's converter writes Llama 3's frequency
+factors and Phi-3's LongRoPE factors as tensors, not metadata)."""
 
 _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
            10: "<Q", 11: "<q", 12: "<d"}
@@ -63,6 +67,8 @@ class GgufFacts:
         expected_bytes: Where the file must end (the data start plus the last tensor's offset
             and size), or ``None`` when a tensor's ggml type is unknown to the ``gguf``
             package.
+        vectors: The :data:`VECTORS` the file has: ``{name: (elements, ggml type, offset
+            from the file's start)}``.
     """
 
     path: Path
@@ -72,6 +78,7 @@ class GgufFacts:
     tensor_count: int
     size_bytes: int
     expected_bytes: int | None
+    vectors: dict[str, tuple[int, int, int]] = field(default_factory=dict, repr=False)
 
     @property
     def name(self) -> str | None:
@@ -84,6 +91,17 @@ class GgufFacts:
         """``tokenizer.chat_template``, when the file has one."""
         value = self.metadata.get("tokenizer.chat_template")
         return value if isinstance(value, str) else None
+
+    def vector(self, name: str) -> list[float] | None:
+        """The values of one of the :data:`VECTORS` (float32 in the file), or ``None``."""
+        found = self.vectors.get(name)
+        if found is None or found[1] != 0:  # ggml type 0: F32
+            return None
+        count, _, offset = found
+        with self.path.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read(4 * count)
+        return list(struct.unpack(f"<{count}f", data)) if len(data) == 4 * count else None
 
 
 class _Reader:
@@ -166,11 +184,13 @@ def _read_facts(name: str, size: int, mtime_ns: int) -> GgufFacts:
             for _ in range(kv_count):
                 key = reader.string()
                 metadata[key] = reader.value(reader.unpack("<I"))
-            tensors = []
+            tensors, vectors = [], {}
             for _ in range(tensor_count):
-                reader.skip_string()
+                tensor = reader.string()
                 dims = [reader.unpack("<Q") for _ in range(reader.unpack("<I"))]
                 tensors.append((math.prod(dims), reader.unpack("<I"), reader.unpack("<Q")))
+                if tensor in VECTORS:
+                    vectors[tensor] = tensors[-1]
             header_end = handle.tell()
         except _Truncated:
             raise ValueError(f"truncated: {size:,} bytes, and its header alone is longer (an "
@@ -182,7 +202,9 @@ def _read_facts(name: str, size: int, mtime_ns: int) -> GgufFacts:
     return GgufFacts(path=path, version=version,
                      architecture=str(metadata["general.architecture"]), metadata=metadata,
                      tensor_count=tensor_count, size_bytes=size,
-                     expected_bytes=_expected_bytes(data_start, tensors))
+                     expected_bytes=_expected_bytes(data_start, tensors),
+                     vectors={k: (n, kind, data_start + offset)
+                              for k, (n, kind, offset) in vectors.items()})
 
 
 def _expected_bytes(data_start: int, tensors: list[tuple[int, int, int]]) -> int | None:
@@ -244,31 +266,3 @@ def check_gguf(path: Path, key: str = "model.name", fix: str | None = None) -> G
                           f"{', '.join(sorted(GGUF_CAUSAL_ARCHITECTURES))}); use the model's "
                           f"Hugging Face folder (config.json and safetensors) as {key}")
     return facts
-
-
-def config_overrides(facts: GgufFacts) -> dict[str, Any]:
-    """Config values transformers' GGUF reader leaves at the class default although the file
-    says otherwise, so the model computes as llama.cpp runs the file.
-
-    - ``head_dim`` from ``<arch>.attention.key_length`` (Qwen3's and Gemma's default, 128 or
-      256, is wrong for any other width; a tiny Qwen3 with head_dim 16 did not load).
-    - Gemma 2/3: ``query_pre_attn_scalar`` as llama.cpp scales attention
-      (``llama-model.cpp``: 1/sqrt(key_length), but 1/sqrt(width/heads) for the 27B models,
-      46 and 62 layers); at the class default of 256 a tiny Gemma 3's logits were 0.59 off.
-
-    Returns:
-        ``{config attribute: value}`` (empty when the file says nothing more).
-    """
-    arch = facts.architecture
-    meta = facts.metadata
-    out: dict[str, Any] = {}
-    key_length = meta.get(f"{arch}.attention.key_length")
-    if isinstance(key_length, int) and key_length > 0:
-        out["head_dim"] = key_length
-    if arch in ("gemma2", "gemma3") and "head_dim" in out:
-        width = meta.get(f"{arch}.embedding_length")
-        heads = meta.get(f"{arch}.attention.head_count")
-        big = (arch, meta.get(f"{arch}.block_count")) in (("gemma2", 46), ("gemma3", 62))
-        out["query_pre_attn_scalar"] = width // heads if big and isinstance(width, int) and \
-            isinstance(heads, int) and heads else out["head_dim"]
-    return out

@@ -200,8 +200,10 @@ def _convert(gguf: Path, out: Path, *, tokenizer_only: bool) -> None:
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from entrena.tasks.llm_sft.gguf_file import config_overrides, read_gguf_facts
+    from entrena.tasks.llm_sft.gguf_config import apply_overrides, config_overrides
+    from entrena.tasks.llm_sft.gguf_file import read_gguf_facts
 
+    overrides = {} if tokenizer_only else config_overrides(read_gguf_facts(gguf))
     with tempfile.TemporaryDirectory(prefix="entrena-gguf-") as private:
         folder = Path(private)
         try:
@@ -218,9 +220,7 @@ def _convert(gguf: Path, out: Path, *, tokenizer_only: bool) -> None:
             import torch
 
             config = AutoConfig.from_pretrained(folder_name, gguf_file=file_name)
-            for attribute, value in config_overrides(read_gguf_facts(gguf)).items():
-                if hasattr(config, attribute):
-                    setattr(config, attribute, value)
+            apply_overrides(config, overrides)
             loaded = AutoModelForCausalLM.from_pretrained(
                 folder_name, gguf_file=file_name, config=config, dtype=torch.float32,
                 **_dequantize_option())
@@ -263,12 +263,15 @@ def check_llm_source(name: str, base_dir: Path | None, key: str = "model.name", 
             or a reachable hub id (one line: where, what, the fix).
     """
     from entrena.config.models import resolve_model_name
+    from entrena.tasks.llm_sft.gguf_config import config_overrides
     from entrena.tasks.llm_sft.gguf_file import check_gguf
 
     source = gguf_source(name, base_dir, key)
     if source is not None:
-        check_gguf(source.path, f"{key} = {name!r}" if source.record["kind"] != "gguf"
-                   else key, source.fix)
+        facts = check_gguf(source.path, f"{key} = {name!r}" if source.record["kind"] != "gguf"
+                           else key, source.fix)
+        if not tokenizer_only:
+            config_overrides(facts)  # RoPE factors transformers cannot take: refused now
         kind = source.record["kind"]
         if kind == "alias":
             return f"alias:{name.removeprefix('alias:')}"
