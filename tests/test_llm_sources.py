@@ -436,3 +436,15 @@ def test_the_model_card_names_the_ollama_model_and_its_digest():
     assert line == ("\nThe base model is the Ollama model `qwen2.5:0.5b` "
                     "(GGUF `sha256:abababababab…`).")
     assert _base_line(None) == ""
+
+
+@pytest.mark.parametrize("factor", [8.0, 32.0])  # Llama 3.1, Llama 3.2
+def test_llama3_rope_settings_are_recovered_from_the_factors_llama_cpp_writes(factor):
+    from entrena.tasks.llm_sft.gguf_config import llama3_rope
+
+    freqs = llama3_rope_freqs(128, 500000.0, factor, 1.0, 4.0, 8192).tolist()
+    fitted = llama3_rope(freqs, 500000.0)
+    assert fitted is not None and fitted["factor"] == factor
+    assert fitted["original_max_position_embeddings"] / fitted["low_freq_factor"] == 8192
+    assert fitted["original_max_position_embeddings"] / fitted["high_freq_factor"] == 2048
+    assert llama3_rope([1.0, 1.5, 1.0, 7.0] * 16, 500000.0) is None  # no Llama 3 scaling
