@@ -92,7 +92,8 @@ def _add_metadata(writer, config, arch: str, head_dim: int) -> None:
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
 
 
-def _gguf_tensors(model, family: str, arch: str, config) -> list[tuple[str, np.ndarray]]:
+def _gguf_tensors(model, family: str, arch: str, config, quantize: str | None
+                  ) -> list[tuple[str, np.ndarray, Any]]:
     """The model's tensors as llama.cpp's converter writes them: its names, Llama's Q/K row
     order, Gemma's norms stored as 1 + weight, Llama 3's ``rope_freqs``."""
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], config.num_hidden_layers)
@@ -109,12 +110,16 @@ def _gguf_tensors(model, family: str, arch: str, config) -> list[tuple[str, np.n
             data = data + 1
         target = names.get_name(name, try_suffixes=(".weight", ".bias"))
         assert target is not None, name
-        out.append((target, data.astype(np.float16) if data.ndim == 2 else data))
+        if data.ndim == 2 and quantize and "embed" not in name:
+            kind = gguf.GGMLQuantizationType[quantize]
+            out.append((target, gguf.quants.quantize(data, kind), kind))
+        else:
+            out.append((target, data.astype(np.float16) if data.ndim == 2 else data, None))
     rope = config.rope_parameters
     if rope.get("rope_type") == "llama3":
         out.append(("rope_freqs.weight", llama3_rope_freqs(
             config.head_dim, rope["rope_theta"], rope["factor"], rope["low_freq_factor"],
-            rope["high_freq_factor"], rope["original_max_position_embeddings"])))
+            rope["high_freq_factor"], rope["original_max_position_embeddings"]), None))
     return out
 
 
@@ -126,10 +131,14 @@ def smol_tokenizer_fields() -> dict[str, tuple[Any, Any]]:
             for key in _TOKENIZER_KEYS}
 
 
-def write_tiny_gguf(path: Path, family: str, **overrides) -> torch.nn.Module:
-    """A random model of ``family`` (:data:`FAMILIES`) as an f16 GGUF file with SmolLM2's
+def write_tiny_gguf(path: Path, family: str, quantize: str | None = None,
+                    **overrides) -> torch.nn.Module:
+    """A random model of ``family`` (:data:`FAMILIES`) as a GGUF file with SmolLM2's
     tokenizer and chat template (copied from the alias's file), as llama.cpp's converter
-    names and lays out its tensors; returns the Hugging Face model it was written from."""
+    names and lays out its tensors: matrices in f16, or, but for the embeddings, in
+    ``quantize`` blocks (``Q8_0``, the model's weights then set to what the blocks hold);
+    returns the Hugging Face model
+    it was written from."""
     import transformers
 
     tokenizer = smol_tokenizer_fields()
@@ -145,6 +154,10 @@ def write_tiny_gguf(path: Path, family: str, **overrides) -> torch.nn.Module:
                 parameter.uniform_(0.5, 1.5)
             elif name.endswith(("q_proj.weight", "k_proj.weight", "qkv_proj.weight")):
                 parameter.mul_(8.0)
+            if quantize and parameter.ndim == 2 and "embed" not in name:  # (numpy: slow)
+                kind = gguf.GGMLQuantizationType[quantize]
+                blocks = gguf.quants.quantize(parameter.numpy(), kind)
+                parameter.copy_(torch.from_numpy(gguf.quants.dequantize(blocks, kind)))
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // \
         config.num_attention_heads
     writer = gguf.GGUFWriter(str(path), arch)
@@ -155,8 +168,8 @@ def write_tiny_gguf(path: Path, family: str, **overrides) -> torch.nn.Module:
             writer.add_array(key, value)
         else:
             writer.add_key_value(key, value, kind)
-    for name, data in _gguf_tensors(model, family, arch, config):
-        writer.add_tensor(name, data)
+    for name, data, kind in _gguf_tensors(model, family, arch, config, quantize):
+        writer.add_tensor(name, data, raw_dtype=kind)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -164,13 +177,14 @@ def write_tiny_gguf(path: Path, family: str, **overrides) -> torch.nn.Module:
     return model
 
 
-def converted_logits_difference(tmp_path: Path, family: str, **overrides) -> tuple[float, Any]:
+def converted_logits_difference(tmp_path: Path, family: str, quantize: str | None = None,
+                                **overrides) -> tuple[float, Any]:
     """Write a tiny ``family`` GGUF, convert it as a base model, and return the largest
     logit difference from the model written, and the converted model."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = tmp_path / f"tiny-{family}.gguf"
-    original = write_tiny_gguf(path, family, **overrides)
+    original = write_tiny_gguf(path, family, quantize, **overrides)
     folder = Path(resolve_llm_source(str(path), None, tmp_path / "cache"))
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -183,7 +197,7 @@ def converted_logits_difference(tmp_path: Path, family: str, **overrides) -> tup
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("gguf") / "tiny-llama.gguf"
-    write_tiny_gguf(path, "llama")
+    write_tiny_gguf(path, "llama", quantize="Q8_0")  # quantised, as Ollama's models are
     return path
 
 
@@ -223,11 +237,12 @@ def fake_ollama_store(root: Path, name: str, tag: str, gguf_file: Path, *,
 
 # --- any family transformers reads ----------------------------------------------------------
 
-def test_a_qwen3_gguf_becomes_a_base_model_that_computes_as_written(tmp_path):
-    """Qwen3 with a head width of 8 (not its class default of 128): the file's
-    ``key_length`` reaches the config, the logits agree with the model written, and the
-    tokenizer keeps the file's chat template; the conversion leaves no temporary folder."""
-    difference, model = converted_logits_difference(tmp_path, "qwen3")
+def test_a_quantised_qwen3_gguf_becomes_a_base_model_that_computes_as_written(tmp_path):
+    """Qwen3 in Q8_0 blocks with a head width of 8 (not its class default of 128): the
+    file's ``key_length`` reaches the config, the blocks are dequantised, the logits agree
+    with the model written, and the tokenizer keeps the file's chat template; the
+    conversion leaves no temporary folder."""
+    difference, model = converted_logits_difference(tmp_path, "qwen3", quantize="Q8_0")
     path = tmp_path / "tiny-qwen3.gguf"
     assert check_llm_source(str(path), None) == f"gguf:{path.resolve()}"
     assert type(model).__name__ == "Qwen3ForCausalLM" and model.config.head_dim == 8
@@ -349,6 +364,21 @@ def test_no_ollama_store_says_where_it_looked(tmp_path, monkeypatch):
         check_llm_source("ollama:qwen2.5:0.5b", None)
     assert str(tmp_path / ".ollama" / "models") in str(caught.value)
     assert "OLLAMA_MODELS" in str(caught.value)
+
+
+def test_an_ollama_model_without_a_gguf_layer_says_to_use_a_folder(tmp_path, monkeypatch):
+    """Ollama's newer engine can store a model as safetensors tensor layers, no GGUF."""
+    store = tmp_path / "ollama"
+    fake_ollama_store(store, "smollm2", "135m", SMOL.path())
+    manifest = store / "manifests" / "registry.ollama.ai" / "library" / "smollm2" / "135m"
+    document = json.loads(manifest.read_text())
+    for layer in document["layers"]:
+        layer["mediaType"] = layer["mediaType"].replace(
+            "image.model", "image.tensor; name=x; dtype=BF16; shape=1")
+    manifest.write_text(json.dumps(document))
+    monkeypatch.setenv("OLLAMA_MODELS", str(store))
+    with pytest.raises(ConfigError, match="has no GGUF model layer .*Hugging Face folder"):
+        check_llm_source("ollama:smollm2:135m", None)
 
 
 def test_a_truncated_ollama_blob_says_pull_again(tmp_path, monkeypatch):
