@@ -132,7 +132,7 @@ def smol_tokenizer_fields() -> dict[str, tuple[Any, Any]]:
 
 
 def write_tiny_gguf(path: Path, family: str, quantize: str | None = None,
-                    **overrides) -> torch.nn.Module:
+                    skip: tuple[str, ...] = (), **overrides) -> torch.nn.Module:
     """A random model of ``family`` (:data:`FAMILIES`) as a GGUF file with SmolLM2's
     tokenizer and chat template (copied from the alias's file), as llama.cpp's converter
     names and lays out its tensors: matrices in f16, or, but for the embeddings, in
@@ -169,7 +169,8 @@ def write_tiny_gguf(path: Path, family: str, quantize: str | None = None,
         else:
             writer.add_key_value(key, value, kind)
     for name, data, kind in _gguf_tensors(model, family, arch, config, quantize):
-        writer.add_tensor(name, data, raw_dtype=kind)
+        if name not in skip:
+            writer.add_tensor(name, data, raw_dtype=kind)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -263,6 +264,17 @@ def test_llama3_rope_scaling_is_carried_over_from_rope_freqs(tmp_path):
     assert model.config.rope_parameters["rope_type"] == "llama3"
     assert model.config.rope_parameters["factor"] == 32.0
     assert difference < 5e-3
+
+
+def test_a_gguf_missing_weights_is_refused_rather_than_left_random(tmp_path):
+    path = tmp_path / "partial.gguf"
+    write_tiny_gguf(path, "qwen3", skip=("blk.1.ffn_down.weight",))
+    with pytest.raises(ConfigError, match=r"partial.gguf: transformers read only part of this "
+                                          r"GGUF file: 1 weights missing \(model.layers.1.mlp"
+                                          r".down_proj.weight\)") as caught:
+        resolve_llm_source(str(path), None, tmp_path / "cache")
+    assert "\n" not in str(caught.value)
+    assert not any((tmp_path / "cache" / "models").iterdir())  # nothing half-written
 
 
 @pytest.mark.slow

@@ -179,6 +179,8 @@ def converted_dir(gguf: Path, stem: str, cache_root: Path, *, tokenizer_only: bo
     except OSError:  # another process published it first
         if not (target / "tokenizer_config.json").is_file():
             raise
+    except ConfigError:
+        raise
     except (ValueError, KeyError, NotImplementedError, RuntimeError) as error:
         first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
         raise ConfigError(f"{gguf}: transformers could not read this GGUF file "
@@ -221,9 +223,10 @@ def _convert(gguf: Path, out: Path, *, tokenizer_only: bool) -> None:
 
             config = AutoConfig.from_pretrained(folder_name, gguf_file=file_name)
             apply_overrides(config, overrides)
-            loaded = AutoModelForCausalLM.from_pretrained(
+            loaded, info = AutoModelForCausalLM.from_pretrained(
                 folder_name, gguf_file=file_name, config=config, dtype=torch.float32,
-                **_dequantize_option())
+                output_loading_info=True, **_dequantize_option())
+            _refuse_missing(gguf, loaded, info.get("missing_keys") or ())
             # A model read from GGUF is marked quantised and refuses save_pretrained; its
             # weights are plain float32 after dequantising, so they go into a fresh model of
             # that shape.
@@ -234,6 +237,22 @@ def _convert(gguf: Path, out: Path, *, tokenizer_only: bool) -> None:
             del loaded
             model.save_pretrained(out, safe_serialization=True)
         tokenizer.save_pretrained(out)
+
+
+def _refuse_missing(gguf: Path, model: Any, missing: Any) -> None:
+    """Refuse a model some of whose weights the file did not provide (transformers would
+    leave them random, silently): all but the output layer tied to the embeddings.
+
+    Raises:
+        ConfigError: Weights missing, named (the first three) with their count.
+    """
+    tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    missing = sorted(k for k in missing if not (tied and k.endswith("lm_head.weight")))
+    if missing:
+        raise ConfigError(f"{gguf}: transformers read only part of this GGUF file: "
+                          f"{len(missing)} weights missing ({', '.join(missing[:3])}"
+                          f"{' …' if len(missing) > 3 else ''}), which would be left random; "
+                          f"use the model's Hugging Face folder (config.json and safetensors)")
 
 
 def _dequantize_option() -> dict[str, Any]:
