@@ -245,7 +245,7 @@ def test_a_quantised_qwen3_gguf_becomes_a_base_model_that_computes_as_written(tm
     conversion leaves no temporary folder."""
     difference, model = converted_logits_difference(tmp_path, "qwen3", quantize="Q8_0")
     path = tmp_path / "tiny-qwen3.gguf"
-    assert check_llm_source(str(path), None) == f"gguf:{path.resolve()}"
+    assert check_llm_source(str(path), None) == f"gguf:{path}"
     assert type(model).__name__ == "Qwen3ForCausalLM" and model.config.head_dim == 8
     assert difference < 1e-2  # the f16 weights' rounding
     models = tmp_path / "cache" / "models"
@@ -326,6 +326,16 @@ def test_a_truncated_gguf_is_refused_with_its_length_before_any_conversion(tmp_p
     (tmp_path / "notes.gguf").write_text("not a model")
     with pytest.raises(ConfigError, match="not a GGUF file"):
         check_gguf(tmp_path / "notes.gguf")
+
+
+def test_a_gguf_path_is_read_relative_to_the_config_and_a_missing_one_named(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "smol.gguf").symlink_to(SMOL.path())
+    found = check_llm_source("models/smol.gguf", tmp_path)
+    assert found == f"gguf:{tmp_path / 'models' / 'smol.gguf'}"
+    with pytest.raises(ConfigError, match=r"model.name: .*gone.gguf does not exist; point "
+                                          r"model.name to a GGUF model file"):
+        check_llm_source("gone.gguf", tmp_path)
 
 
 # --- Ollama ---------------------------------------------------------------------------------

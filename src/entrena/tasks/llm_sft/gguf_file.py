@@ -244,7 +244,8 @@ def check_gguf(path: Path, key: str = "model.name", fix: str | None = None) -> G
     again = fix or "download or copy it again"
     where = f"{key}: {path}"
     if not path.is_file():
-        raise ConfigError(f"{where} does not exist; point {key} to a .gguf file")
+        what = "is a folder, not a file" if path.is_dir() else "does not exist"
+        raise ConfigError(f"{where} {what}; point {key} to a GGUF model file (.gguf)")
     try:
         facts = read_gguf_facts(path)
     except (ValueError, OSError) as error:

@@ -116,7 +116,7 @@ def gguf_source(name: str, base_dir: Path | None, key: str = "model.name") -> Gg
         path = base_dir / path
     if not (name.startswith(GGUF_MARK) or name.lower().endswith(".gguf") or _has_magic(path)):
         return None
-    path = path.resolve()
+    path = Path(os.path.abspath(path))  # the name given (a link is not resolved)
     return GgufSource(path, _safe_stem(path.stem), {"kind": "gguf", "path": str(path)})
 
 
