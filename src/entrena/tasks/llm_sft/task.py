@@ -112,6 +112,10 @@ class LlmSftTask:
             "messages_column": data.messages_column, "system_prompt": data.system_prompt,
             "base_source": None if cfg.model.architecture is not None
             else source_record(cfg.model.name, loaded.base_dir)}
+        source = prepared.model_meta["base_source"]
+        if source and source["kind"] != "alias":
+            log.info("base model: %s (%s)", source.get("name") or source.get("path"),
+                     source["digest"])
         return prepared
 
     def build_model(self, loaded: Any, sources: dict[str, str], prepared: PreparedSft) -> Any:
