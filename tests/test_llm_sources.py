@@ -352,6 +352,14 @@ def test_ollama_names_are_read_as_ollama_reads_them(text, expected):
     assert (name.host, name.namespace, name.model, name.tag) == expected
 
 
+@pytest.mark.parametrize("text", ["ollama:", "ollama:../etc:x", "ollama:a/b/c/d:e",
+                                  "ollama:qwen2.5:0.5b:extra", "ollama:my.ns/model"])
+def test_a_name_ollama_would_not_take_is_refused_with_the_form(text):
+    with pytest.raises(ConfigError, match=r"is not an Ollama model name; write "
+                                          r"ollama:NAME\[:TAG\]"):
+        parse_ollama_name(text)
+
+
 def test_an_ollama_model_resolves_to_its_gguf_blob_and_records_its_digest(tmp_path,
                                                                           monkeypatch):
     store = tmp_path / "ollama"

@@ -117,9 +117,9 @@ def parse_ollama_name(text: str, key: str = "model.name") -> OllamaName:
 
 
 def ollama_stores() -> list[Path]:
-    """Where Ollama keeps models, in the order Ollama itself looks: ``OLLAMA_MODELS`` when
-    set (then nothing else), else ``~/.ollama/models`` and, on Linux, the service install's
-    ``/usr/share/ollama/.ollama/models``."""
+    """Where Ollama keeps models: ``OLLAMA_MODELS`` when set (then nothing else, as Ollama
+    itself), else the user's ``~/.ollama/models`` and, on Linux, that of the service user
+    the install script creates, ``/usr/share/ollama/.ollama/models``."""
     configured = os.environ.get("OLLAMA_MODELS", "").strip()
     if configured:
         return [Path(configured).expanduser()]
