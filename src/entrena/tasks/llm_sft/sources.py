@@ -18,6 +18,7 @@ temporary name, then renamed).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -26,6 +27,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,8 +170,8 @@ def converted_dir(gguf: Path, stem: str, cache_root: Path, *, tokenizer_only: bo
             return target
     started = time.perf_counter()
     log.info("converting %s %sonce into %s", gguf.name,
-             "(its tokenizer) " if tokenizer_only else "to safetensors (about a minute a 135 M "
-             "parameters on 2 cores) ", target)
+             "(its tokenizer) " if tokenizer_only else "to safetensors (about half a minute per "
+             "135 M parameters on 2 cores) ", target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -206,7 +208,7 @@ def _convert(gguf: Path, out: Path, *, tokenizer_only: bool) -> None:
     from entrena.tasks.llm_sft.gguf_file import read_gguf_facts
 
     overrides = {} if tokenizer_only else config_overrides(read_gguf_facts(gguf))
-    with tempfile.TemporaryDirectory(prefix="entrena-gguf-") as private:
+    with tempfile.TemporaryDirectory(prefix="entrena-gguf-") as private, _quiet():
         folder = Path(private)
         try:
             (folder / "model.gguf").symlink_to(gguf.resolve())
@@ -239,6 +241,24 @@ def _convert(gguf: Path, out: Path, *, tokenizer_only: bool) -> None:
             del loaded
             model.save_pretrained(out, safe_serialization=True)
         tokenizer.save_pretrained(out)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """transformers' progress bars and load report off while a GGUF file is read (entrena
+    logs the conversion and refuses what the report would only warn about)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def _refuse_missing(gguf: Path, model: Any, missing: Any) -> None:
