@@ -306,7 +306,8 @@ def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
     specs, files, _ = open_config_sources(loaded)
     tokenizer = build_tokenizer(sources["tokenizer"], chat_template_of(loaded),
                                 "model.tokenizer" if cfg.model.tokenizer else "model.name")
-    fmt, raw = None, {}
+    fmt: str | None = None
+    raw: dict[str, tuple[list[SftExample], list[int], _ReadSplit]] = {}
     for role in ("train", "validation", "test"):
         if role in files:
             fmt, found = _read_split(loaded, files[role], role, fmt)
@@ -318,8 +319,9 @@ def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
     for role, (_, _, found) in raw.items():
         report["splits"][role] = {"file": specs[role], "rows_read": found.read,
                                   **_skipped_entry(found)}
-    rendered = {role: [render_prompt(tokenizer, e.messages, e.where) for e in examples]
-                for role, (examples, _, _) in raw.items()}
+    rendered: dict[str, list[str]] = {
+        role: [render_prompt(tokenizer, e.messages, e.where) for e in examples]
+        for role, (examples, _, _) in raw.items()}
     train_examples = raw["train"][0]
     if not train_examples:
         raise DataError(f"data.train: {specs['train']}: no example with a response; check the "

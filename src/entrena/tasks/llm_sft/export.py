@@ -35,7 +35,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from entrena.errors import DataError
+from entrena.errors import ConfigError, DataError
 
 __all__ = ["MIN_AGREEMENT", "write_llm_bundle"]
 
@@ -108,17 +108,18 @@ def _comparison(source: str, target: str, judged: bool, before: Any, after: Any,
             "passed": agreement >= MIN_AGREEMENT if judged else True}
 
 
-def _parity(quantize: str | None, fmt: str, answers: dict[str, Any], references: list[str],
+def _parity(shipped: str, fmt: str, answers: dict[str, Any], references: list[str],
             tokenizer: Any, eos: int, dataset: str) -> dict[str, Any]:
     """``export.json`` ``parity``: the shipped file against PyTorch (the headline figures),
     and ``steps``: PyTorch → GGUF f16 (template, tokenizer and merge bugs), then f16 → the
     quantised file (what quantising costs); ``passed`` when every judged step passed.
 
     Args:
+        shipped: The shipped file's name among ``answers``: the quantisation (``gguf``) or
+            ``hf``.
         answers: The greedy :class:`~entrena.tasks.llm_sft.generators.Answers` of
             ``pytorch``, and of ``f16`` and the quantisation (``gguf``) or of ``hf``.
     """
-    shipped = quantize if fmt == "gguf" else "hf"
     chain = ["pytorch", "f16", shipped] if fmt == "gguf" else ["pytorch", "hf"]
     chain = list(dict.fromkeys(chain))  # f16 shipped: one step
     steps = [_comparison(a, b, b in JUDGED, answers[a], answers[b], references, tokenizer, eos)
@@ -276,6 +277,10 @@ def write_llm_bundle(run: Any, request: Any) -> dict[str, Any]:
     from entrena.tasks.llm_sft.tokens import tokenize_example
 
     fmt, quantize = request.format.name, request.quantize
+    shipped = quantize if fmt == "gguf" else "hf"
+    if shipped is None:
+        raise ConfigError("--quantize: a GGUF export needs a quantisation and none was given; "
+                          "pass --quantize q8_0 (the default), q4_k_m or f16")
     if fmt == "gguf":
         from entrena.exporting.llama_converter import converter_tree
         from entrena.exporting.llama_runtime import require_runtime
@@ -333,8 +338,7 @@ def write_llm_bundle(run: Any, request: Any) -> dict[str, Any]:
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    shipped = quantize if fmt == "gguf" else "hf"
-    manifest["parity"] = _parity(quantize, fmt, answers, [e.response for e in examples],
+    manifest["parity"] = _parity(shipped, fmt, answers, [e.response for e in examples],
                                  tokenizer, eos, dataset)
     manifest["throughput"] = {
         **{name: a.throughput() for name, a in answers.items() if name in ("pytorch", shipped)},

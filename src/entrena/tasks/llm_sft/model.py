@@ -23,12 +23,15 @@ import re
 import shutil
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from entrena.errors import ConfigError
+
+if TYPE_CHECKING:
+    from transformers.cache_utils import DynamicCache
 
 __all__ = ["SftModel", "build_tokenizer", "build_language_model", "build_sft_model",
            "greedy_generate", "save_sft_model", "save_tokenizer", "load_sft_model", "META_FILE",
@@ -133,6 +136,9 @@ def build_language_model(*, pretrained: str | None, architecture: dict[str, Any]
                              attention_dropout=dropout, tie_word_embeddings=True,
                              **architecture)
         return AutoModelForCausalLM.from_config(config)
+    if pretrained is None:
+        raise ValueError("build_language_model: give pretrained (a folder or hub id) or "
+                         "architecture")
     kwargs: dict[str, Any] = {"dtype": torch.float32}
     if quantize_4bit:
         from transformers import BitsAndBytesConfig
@@ -183,8 +189,10 @@ def lora_config(settings: dict[str, Any], lm: Any = None) -> Any:
     """
     from peft import LoraConfig
 
-    targets, subset = settings["target_modules"], {}
+    targets = settings["target_modules"]
     top = settings.get("layers")
+    layers_to_transform: list[int] | None = None
+    layers_pattern: str | None = None
     if lm is not None and (top is not None or _has_other_layers(lm)):
         depth = int(lm.config.get_text_config().num_hidden_layers)
         if top is not None and top > depth:
@@ -198,12 +206,14 @@ def lora_config(settings: dict[str, Any], lm: Any = None) -> Any:
             targets = (rf"{re.escape(_decoder_path(lm))}\.layers\."
                        rf"({'|'.join(map(str, indices))})\.(.*\.)?"
                        rf"({'|'.join(map(re.escape, targets))})")
-        else:
-            subset = {"layers_to_transform": list(range(depth - top, depth)),
-                      "layers_pattern": "layers"}
-    return LoraConfig(r=int(settings["r"]), lora_alpha=float(settings["alpha"]),
+        elif top is not None:
+            layers_to_transform, layers_pattern = list(range(depth - top, depth)), "layers"
+    return LoraConfig(r=int(settings["r"]),
+                      # peft annotates an int; a float alpha scales the same (alpha / r)
+                      lora_alpha=float(settings["alpha"]),  # type: ignore[arg-type]
                       lora_dropout=float(settings["dropout"]), target_modules=targets,
-                      bias="none", task_type="CAUSAL_LM", **subset)
+                      bias="none", task_type="CAUSAL_LM",
+                      layers_to_transform=layers_to_transform, layers_pattern=layers_pattern)
 
 
 def _has_other_layers(lm: Any) -> bool:
@@ -333,7 +343,7 @@ class SftModel(nn.Module):
                 pad_token_id=self.pad_token_id, share_prefix=self.share_prefix)
         return generated
 
-    def state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         """The trained parameters only under LoRA (see the class docstring); else all."""
         full = super().state_dict(*args, **kwargs)
         if not self.adapters_only:
@@ -343,7 +353,7 @@ class SftModel(nn.Module):
         return OrderedDict((k, v) for k, v in full.items() if k in keep)
 
     def load_state_dict(self, state_dict: Any, strict: bool = True,
-                        assign: bool = False) -> Any:  # type: ignore[override]
+                        assign: bool = False) -> Any:
         """Load what :meth:`state_dict` wrote; under LoRA every trained parameter must be
         there (``RuntimeError`` otherwise, with ``strict``)."""
         if not self.adapters_only:
@@ -415,14 +425,30 @@ def _decode_with_shared_prefix(lm: Any, input_ids: torch.Tensor, attention_mask:
     cache = DynamicCache(config=decoder.config)
     head = decoder(input_ids=input_ids[:1, :prefix], cache=cache,
                    use_cache=True).last_hidden_state  # (1, P, H)
-    for layer in cache.layers:
-        layer.keys = layer.keys.expand(batch, -1, -1, -1)
-        layer.values = layer.values.expand(batch, -1, -1, -1)
+    _broadcast_cache(cache, batch)
     positions = torch.arange(prefix, input_ids.shape[1], device=input_ids.device)
     rest = decoder(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, cache=cache,
                    position_ids=positions.unsqueeze(0).expand(batch, -1),
                    use_cache=True).last_hidden_state  # (B, T - P, H)
     return torch.cat([head.expand(batch, -1, -1), rest], dim=1)
+
+
+def _broadcast_cache(cache: DynamicCache, rows: int) -> None:
+    """Expand every layer's keys and values, computed for one row, to ``rows`` rows (views,
+    no copies).
+
+    Raises:
+        ConfigError: A cache layer without keys and values (a linear-attention layer).
+    """
+    from transformers.cache_utils import CacheLayerMixin
+
+    for layer in cache.layers:
+        if not isinstance(layer, CacheLayerMixin) or layer.keys is None or layer.values is None:
+            raise ConfigError(f"model.shared_prefix: a {type(layer).__name__} cache layer holds "
+                              f"no keys and values to share between the rows; set "
+                              f"model.shared_prefix: false for this model")
+        layer.keys = layer.keys.expand(rows, -1, -1, -1)
+        layer.values = layer.values.expand(rows, -1, -1, -1)
 
 
 def _common_prefix(prompts: list[torch.Tensor]) -> int:
@@ -479,9 +505,7 @@ def greedy_generate(lm: Any, prompts: list[torch.Tensor], *, max_new_tokens: int
         causal = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
         cache = DynamicCache(config=causal.config)
         lm(input_ids=ids[:1, :prefix], cache=cache, use_cache=True, logits_to_keep=1)
-        for layer in cache.layers:
-            layer.keys = layer.keys.expand(len(prompts), -1, -1, -1)
-            layer.values = layer.values.expand(len(prompts), -1, -1, -1)
+        _broadcast_cache(cache, len(prompts))
         extra["cache"] = cache
     output = lm.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                          do_sample=False, num_beams=1, eos_token_id=eos_token_id,
@@ -630,6 +654,7 @@ def load_sft_model(directory: str | Path) -> tuple[SftModel, Any, dict[str, Any]
     directory = Path(directory)
     meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
     tokenizer = build_tokenizer(str(directory))
+    lm: nn.Module
     if meta["finetuning"] == "full":
         lm = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
     else:

@@ -30,9 +30,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from entrena.errors import ConfigError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = ["GgufSource", "check_llm_source", "chat_template_of", "converted_dir", "file_digest",
            "gguf_source", "resolve_llm_source", "source_record", "tokenizer_source",
@@ -226,9 +229,13 @@ def _convert(gguf: Path, out: Path, *, tokenizer_only: bool) -> None:
 
             config = AutoConfig.from_pretrained(folder_name, gguf_file=file_name)
             apply_overrides(config, overrides)
-            loaded, info = AutoModelForCausalLM.from_pretrained(
-                folder_name, gguf_file=file_name, config=config, dtype=torch.float32,
-                output_loading_info=True, **_dequantize_option())
+            # transformers' annotation of from_pretrained leaves out the (model, info) pair
+            # that output_loading_info=True returns
+            loaded, info = cast("tuple[PreTrainedModel, dict[str, list[str]]]",
+                                AutoModelForCausalLM.from_pretrained(
+                                    folder_name, gguf_file=file_name, config=config,
+                                    dtype=torch.float32, output_loading_info=True,
+                                    **_dequantize_option()))
             _refuse_missing(gguf, loaded, info.get("missing_keys") or ())
             # A model read from GGUF is marked quantised and refuses save_pretrained; its
             # weights are plain float32 after dequantising, so they are handed (not copied:
