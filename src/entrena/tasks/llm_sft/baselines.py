@@ -92,11 +92,8 @@ def zero_shot_baseline(loaded: LoadedConfig[LlmSftConfig], prepared: PreparedSft
         normalise_answer,
         wilson_interval,
     )
-    from entrena.tasks.llm_sft.model import (
-        _pad_id,
-        build_language_model,
-        greedy_generate,
-    )
+    from entrena.tasks.llm_sft.model import build_language_model, greedy_generate
+    from entrena.tasks.llm_sft.tokenizer import padding_id
     from entrena.tasks.significance import with_rows
 
     started = time.perf_counter()
@@ -111,7 +108,7 @@ def zero_shot_baseline(loaded: LoadedConfig[LlmSftConfig], prepared: PreparedSft
     role, split = ("test", prepared.splits.test) if prepared.splits.test is not None \
         else ("validation", prepared.splits.validation)
     order = np.random.default_rng(cfg.train.seed).permutation(len(split))
-    eos, pad = int(tokenizer.eos_token_id), _pad_id(tokenizer)
+    eos, pad = int(tokenizer.eos_token_id), padding_id(tokenizer)
     generated: list[np.ndarray] = []
     result: dict[str, Any] = {}
     for begin in range(0, len(order), eval_batch):

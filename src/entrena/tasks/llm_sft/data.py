@@ -297,8 +297,8 @@ def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
 
     from entrena.data.hygiene import check_record
     from entrena.data.tables import open_config_sources
-    from entrena.tasks.llm_sft.model import build_tokenizer
     from entrena.tasks.llm_sft.sources import chat_template_of
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer
 
     _refuse_unsupported(loaded)
     cfg = loaded.config

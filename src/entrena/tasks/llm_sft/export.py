@@ -150,7 +150,7 @@ def _conversion_folder(merged: Any, tokenizer: Any, folder: Path, stop: tuple[st
     token set to the training stop token (what the converter writes as the GGUF's EOS)."""
     import json
 
-    from entrena.tasks.llm_sft.model import save_tokenizer
+    from entrena.tasks.llm_sft.tokenizer import save_tokenizer
 
     merged.save_pretrained(folder, safe_serialization=True)
     save_tokenizer(tokenizer, folder)
@@ -273,7 +273,8 @@ def write_llm_bundle(run: Any, request: Any) -> dict[str, Any]:
     from entrena.exporting.bundle import META_FILE, finish_bundle, versions
     from entrena.tasks.llm_sft.card import llm_model_card
     from entrena.tasks.llm_sft.generators import BATCH_SIZE, TorchGenerator
-    from entrena.tasks.llm_sft.model import _pad_id, load_sft_model, save_tokenizer
+    from entrena.tasks.llm_sft.model import load_sft_model
+    from entrena.tasks.llm_sft.tokenizer import padding_id, save_tokenizer
     from entrena.tasks.llm_sft.tokens import tokenize_example
 
     fmt, quantize = request.format.name, request.quantize
@@ -296,7 +297,7 @@ def write_llm_bundle(run: Any, request: Any) -> dict[str, Any]:
                 for e in examples]
     prompts = [r[0] for r in rendered]
     prompt_ids = [r[1][:r[2]] for r in rendered]
-    eos, pad = int(tokenizer.eos_token_id), _pad_id(tokenizer)
+    eos, pad = int(tokenizer.eos_token_id), padding_id(tokenizer)
     stop = (str(tokenizer.eos_token), eos)
     log.info("parity: %d prompts through PyTorch", len(prompts))
     answers = {"pytorch": TorchGenerator(model.lm, eos_token_id=eos, pad_token_id=pad).generate(

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import shutil
 from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,13 +27,19 @@ import torch
 from torch import nn
 
 from entrena.errors import ConfigError
+from entrena.tasks.llm_sft.tokenizer import (
+    build_tokenizer,
+    padding_id,
+    quiet_transformers,
+    save_tokenizer,
+)
 
 if TYPE_CHECKING:
     from transformers.cache_utils import DynamicCache
 
-__all__ = ["SftModel", "build_tokenizer", "build_language_model", "build_sft_model",
-           "greedy_generate", "save_sft_model", "save_tokenizer", "load_sft_model", "META_FILE",
-           "ADAPTER_DIR", "BASE_DIR", "shared_prefix_length"]
+__all__ = ["SftModel", "build_language_model", "build_sft_model", "greedy_generate",
+           "save_sft_model", "load_sft_model", "META_FILE", "ADAPTER_DIR", "BASE_DIR",
+           "shared_prefix_length"]
 
 log = logging.getLogger("entrena")
 
@@ -46,81 +50,6 @@ IGNORE = -1
 """The id written after a generation's end (EOS or the token budget)."""
 
 
-def _quiet_transformers() -> None:
-    import warnings
-
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    warnings.filterwarnings("ignore", category=FutureWarning, module=r"(transformers|peft)\.")
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-    except ImportError:  # pragma: no cover - older transformers
-        pass
-
-
-def build_tokenizer(source: str, chat_template: str | None = None,
-                    key: str = "model.name") -> Any:
-    """The tokenizer of a model folder or hub id, padding on the right, whose EOS is the
-    token that ends an assistant turn in its chat template
-    (:func:`~entrena.tasks.llm_sft.tokens.turn_end_token`; the tokenizer's own EOS when the
-    template writes none), so that training, generation, the saved folder and its exports
-    all stop where the template ends a turn.
-
-    Args:
-        source: A folder or hub id.
-        chat_template: A Jinja chat template (``data.chat_template``) used instead of the
-            tokenizer's own.
-        key: The config key ``source`` came from, for messages.
-
-    Raises:
-        ConfigError: It has no chat template and none is given, the given one does not
-            render a chat, or there is no EOS token.
-    """
-    from transformers import AutoTokenizer
-
-    from entrena.errors import ConfigError
-    from entrena.tasks.llm_sft.tokens import turn_end_token
-
-    _quiet_transformers()
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    if chat_template:
-        tokenizer.chat_template = chat_template
-        try:
-            tokenizer.apply_chat_template([{"role": "user", "content": "Hello"}],
-                                          tokenize=False, add_generation_prompt=True)
-        except Exception as exc:  # noqa: BLE001 - jinja's errors, a template's raise_exception
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise ConfigError(f"data.chat_template: the template does not render a one-turn "
-                              f"chat ({type(exc).__name__}: {first}); give a Jinja chat "
-                              f"template over `messages` with `add_generation_prompt`, such "
-                              f"as the model family's published one") from None
-    if not getattr(tokenizer, "chat_template", None):
-        raise ConfigError(f"{key}: the tokenizer of {source} has no chat template, so prompts "
-                          f"cannot be written as chats; set data.chat_template to the model "
-                          f"family's template (Jinja text, or a .jinja file), or use an "
-                          f"instruct (chat) model such as smollm2-135m")
-    stop = turn_end_token(tokenizer)
-    if stop is not None and stop != tokenizer.eos_token:
-        log.info("stop token: %s ends an assistant turn in the chat template (the tokenizer's "
-                 "EOS is %s): responses end with it, generation stops at it, and the saved "
-                 "tokenizer names it as EOS", stop, tokenizer.eos_token)
-        tokenizer.eos_token = stop
-    if tokenizer.eos_token_id is None:
-        raise ConfigError(f"{key}: the tokenizer of {source} has no EOS token and its chat "
-                          f"template ends no turn with a special token; use a chat model's "
-                          f"tokenizer")
-    tokenizer.padding_side = "right"
-    return tokenizer
-
-
-def _pad_id(tokenizer: Any) -> int:
-    return int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None
-               else tokenizer.eos_token_id)
-
-
 def build_language_model(*, pretrained: str | None, architecture: dict[str, Any] | None,
                          tokenizer: Any, dropout: float = 0.0, quantize_4bit: bool = False
                          ) -> Any:
@@ -128,9 +57,9 @@ def build_language_model(*, pretrained: str | None, architecture: dict[str, Any]
     random weights (vocabulary and special ids from ``tokenizer``)."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    _quiet_transformers()
+    quiet_transformers()
     if architecture is not None:
-        config = LlamaConfig(vocab_size=len(tokenizer), pad_token_id=_pad_id(tokenizer),
+        config = LlamaConfig(vocab_size=len(tokenizer), pad_token_id=padding_id(tokenizer),
                              eos_token_id=tokenizer.eos_token_id,
                              bos_token_id=tokenizer.bos_token_id,
                              attention_dropout=dropout, tie_word_embeddings=True,
@@ -561,7 +490,7 @@ def build_sft_model(*, pretrained: str | None, architecture: dict[str, Any] | No
                               f"{'name no layer' if missing else 'is empty'} of the model; "
                               f"use all-linear or names among {', '.join(names)}")
         lm = get_peft_model(lm, config)
-    model = SftModel(lm, eos_token_id=tokenizer.eos_token_id, pad_token_id=_pad_id(tokenizer),
+    model = SftModel(lm, eos_token_id=tokenizer.eos_token_id, pad_token_id=padding_id(tokenizer),
                      max_new_tokens=max_new_tokens, adapters_only=finetuning != "full",
                      share_prefix=shared_prefix)
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -595,51 +524,6 @@ def save_sft_model(model: SftModel, tokenizer: Any, directory: Path,
     (directory / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
-SENTENCEPIECE_FILE = "tokenizer.model"
-"""A sentencepiece tokenizer's model file (Gemma, Phi-3, Mistral v0.1-v0.3, Llama 2)."""
-
-
-def save_tokenizer(tokenizer: Any, directory: Path) -> None:
-    """``tokenizer.save_pretrained(directory)`` plus what llama.cpp's converter reads and
-    transformers 5 no longer writes: the sentencepiece model file (``tokenizer.model``,
-    copied from the folder the tokenizer was read from; the converter's Gemma 2 and Phi-3
-    classes read the vocabulary from it), and in ``tokenizer_config.json``
-    ``added_tokens_decoder`` (which special tokens are control tokens: without it a
-    sentencepiece GGUF tokenizes ``<start_of_turn>`` as text) and ``add_bos_token`` /
-    ``add_eos_token`` (without them a sentencepiece GGUF whose tokenizer adds no BOS, as
-    Phi-3's, gets llama.cpp's default, which adds one).
-
-    Args:
-        tokenizer: A transformers tokenizer.
-        directory: The folder to write (created if missing).
-    """
-    directory = Path(directory)
-    tokenizer.save_pretrained(directory)
-    target = directory / SENTENCEPIECE_FILE
-    vocab_file = tokenizer.init_kwargs.get("vocab_file")
-    for source in (Path(str(tokenizer.name_or_path)) / SENTENCEPIECE_FILE,
-                   Path(vocab_file) if isinstance(vocab_file, str) else None):
-        if (source is not None and source.is_file() and not target.exists()
-                and source.resolve() != target.resolve()):
-            shutil.copyfile(source, target)
-    config_file = directory / "tokenizer_config.json"
-    settings = json.loads(config_file.read_text(encoding="utf-8"))
-    settings.setdefault("added_tokens_decoder", {
-        str(index): {"content": str(token.content), "lstrip": bool(token.lstrip),
-                     "normalized": bool(token.normalized), "rstrip": bool(token.rstrip),
-                     "single_word": bool(token.single_word), "special": bool(token.special)}
-        for index, token in sorted(tokenizer.added_tokens_decoder.items())})
-    # What encoding adds, read from behaviour: transformers 5's add_bos_token attribute says
-    # False for a Gemma tokenizer whose post-processor adds <bos>.
-    plain = list(tokenizer("a", add_special_tokens=False)["input_ids"])
-    full = list(tokenizer("a", add_special_tokens=True)["input_ids"])
-    added = len(full) > len(plain)
-    settings.setdefault("add_bos_token", added and full[0] == tokenizer.bos_token_id)
-    settings.setdefault("add_eos_token", added and full[-1] != plain[-1])
-    config_file.write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n",
-                           encoding="utf-8")
-
-
 def load_sft_model(directory: str | Path) -> tuple[SftModel, Any, dict[str, Any]]:
     """``(model in eval mode, tokenizer, meta)`` from a saved model folder.
 
@@ -650,7 +534,7 @@ def load_sft_model(directory: str | Path) -> tuple[SftModel, Any, dict[str, Any]
 
     from entrena.errors import DataError
 
-    _quiet_transformers()
+    quiet_transformers()
     directory = Path(directory)
     meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
     tokenizer = build_tokenizer(str(directory))
@@ -668,7 +552,7 @@ def load_sft_model(directory: str | Path) -> tuple[SftModel, Any, dict[str, Any]
                             f"copy it back")
         base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
         lm = PeftModel.from_pretrained(base, directory / ADAPTER_DIR)
-    model = SftModel(lm, eos_token_id=tokenizer.eos_token_id, pad_token_id=_pad_id(tokenizer),
+    model = SftModel(lm, eos_token_id=tokenizer.eos_token_id, pad_token_id=padding_id(tokenizer),
                      max_new_tokens=int(meta["max_new_tokens"]),
                      adapters_only=meta["finetuning"] != "full")
     return model.eval(), tokenizer, meta

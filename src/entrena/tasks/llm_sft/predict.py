@@ -100,12 +100,8 @@ def predict_chats(location: Any, data: Path, output: Path, options: Any) -> dict
     import torch
 
     from entrena.tasks.llm_sft.chats import SftExample, read_rows
-    from entrena.tasks.llm_sft.model import (
-        _pad_id,
-        build_tokenizer,
-        greedy_generate,
-        load_sft_model,
-    )
+    from entrena.tasks.llm_sft.model import greedy_generate, load_sft_model
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer, padding_id
     from entrena.tasks.llm_sft.tokens import tokenize_example
 
     started = time.perf_counter()
@@ -145,7 +141,7 @@ def predict_chats(location: Any, data: Path, output: Path, options: Any) -> dict
         prompts.append(torch.from_numpy(ids[:prompt_length]))
         texts_in.append(text)
     texts, ended = [], []
-    eos, pad = int(tokenizer.eos_token_id), _pad_id(tokenizer)
+    eos, pad = int(tokenizer.eos_token_id), padding_id(tokenizer)
     budget = int(meta["max_new_tokens"])
     generated: dict[int, list[int]] = {}
     if gguf:

@@ -142,11 +142,11 @@ class LlmSftTask:
                 batch_size: int, shuffle: bool) -> SftBatches:
         """:class:`~entrena.tasks.llm_sft.batches.SftBatches` of split ``role``."""
         from entrena.tasks.llm_sft.batches import SftBatches
-        from entrena.tasks.llm_sft.model import _pad_id
+        from entrena.tasks.llm_sft.tokenizer import padding_id
 
         tcfg = loaded.config.train
         split = getattr(prepared.splits, role)
-        source = SftBatches(split, batch_size=batch_size, pad_id=_pad_id(prepared.tokenizer),
+        source = SftBatches(split, batch_size=batch_size, pad_id=padding_id(prepared.tokenizer),
                             reference_width=_reference_width(prepared), shuffle=shuffle,
                             group_by_length=tcfg.group_by_length, seed=tcfg.seed,
                             pad_to_multiple_of=loaded.config.data.pad_to_multiple_of)
