@@ -54,7 +54,11 @@ def build_language_model(*, pretrained: str | None, architecture: dict[str, Any]
                          tokenizer: Any, dropout: float = 0.0, quantize_4bit: bool = False
                          ) -> Any:
     """A causal language model in float32: loaded, or a Llama of ``architecture`` with
-    random weights (vocabulary and special ids from ``tokenizer``)."""
+    random weights (vocabulary and special ids from ``tokenizer``).
+
+    Raises:
+        ValueError: Neither ``pretrained`` nor ``architecture`` is given.
+    """
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     quiet_transformers()

@@ -37,6 +37,9 @@ from entrena.errors import ConfigError
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
+    from entrena.config.loading import LoadedConfig
+    from entrena.tasks.llm_sft.config import LlmSftConfig
+
 __all__ = ["GgufSource", "check_llm_source", "chat_template_of", "converted_dir", "file_digest",
            "gguf_source", "resolve_llm_source", "source_record", "tokenizer_source",
            "weights_source"]
@@ -397,7 +400,7 @@ def resolve_llm_source(name: str, base_dir: Path | None, cache_root: Path,
                              tokenizer_only=tokenizer_only, digest=source.digest))
 
 
-def _cache_root(loaded: Any) -> Path:
+def _cache_root(loaded: LoadedConfig[LlmSftConfig]) -> Path:
     """entrena's cache for this config (``data.cache_dir`` or the default)."""
     from entrena.data.remote import default_cache_dir
 
@@ -405,14 +408,14 @@ def _cache_root(loaded: Any) -> Path:
     return default_cache_dir(loaded.resolve_path(configured) if configured else None)
 
 
-def tokenizer_source(loaded: Any, sources: dict[str, str]) -> str:
+def tokenizer_source(loaded: LoadedConfig[LlmSftConfig], sources: dict[str, str]) -> str:
     """The tokenizer's folder or hub id (an alias's tokenizer converted on first use)."""
     same = sources["tokenizer"] == sources.get("weights")  # converted whole, once
     return resolve_llm_source(sources["tokenizer"], loaded.base_dir, _cache_root(loaded),
                               "model.tokenizer", tokenizer_only=not same)
 
 
-def weights_source(loaded: Any, sources: dict[str, str]) -> str | None:
+def weights_source(loaded: LoadedConfig[LlmSftConfig], sources: dict[str, str]) -> str | None:
     """The pretrained weights' folder or hub id (an alias converted on first use), or
     ``None`` for a model built from ``model.architecture``."""
     if "weights" not in sources:
@@ -424,7 +427,7 @@ TEMPLATE_SUFFIXES = (".jinja", ".j2")
 """``data.chat_template`` values ending so are files to read."""
 
 
-def chat_template_of(loaded: Any) -> str | None:
+def chat_template_of(loaded: LoadedConfig[LlmSftConfig]) -> str | None:
     """``data.chat_template`` as template text (a ``.jinja``/``.j2`` file read, relative to
     the config file), or ``None``.
 
