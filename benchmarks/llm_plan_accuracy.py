@@ -75,7 +75,8 @@ def measure_one(folder: str, mode: str, batch: int, sequence: int, rank: int,
     import torch
     from transformers import LlamaForCausalLM  # noqa: F401
 
-    from entrena.tasks.llm_sft.model import build_sft_model, build_tokenizer
+    from entrena.tasks.llm_sft.model import build_sft_model
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer
 
     torch.manual_seed(0)
     torch.set_num_threads(threads)

@@ -317,7 +317,7 @@ def chat_test(run: Path, requests: int, clients: int, port: int) -> dict[str, An
         with ThreadPoolExecutor(clients) as pool:
             many = list(pool.map(lambda m: stream(m, {}), prompts))
         many_s = time.perf_counter() - started
-        from entrena.tasks.llm_sft.model import build_tokenizer
+        from entrena.tasks.llm_sft.tokenizer import build_tokenizer
 
         eos = build_tokenizer(str(bundle)).eos_token_id
         long = [stream(m, {"logit_bias": {str(eos): -100}}) for m in prompts[:10]]

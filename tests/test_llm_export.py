@@ -83,7 +83,7 @@ def exported(trained):
 
 def _training_prompts(run_dir: Path, rows: list[dict]) -> tuple[list[str], list[list[int]]]:
     from entrena.tasks.llm_sft.chats import SftExample
-    from entrena.tasks.llm_sft.model import build_tokenizer
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer
     from entrena.tasks.llm_sft.tokens import tokenize_example
 
     tokenizer = build_tokenizer(str(run_dir / "model"))
@@ -228,7 +228,7 @@ def _render_go_template(template: str, messages: list[dict]) -> str:
 
 
 def test_the_modelfile_template_renders_exactly_the_training_tokens(exported):
-    from entrena.tasks.llm_sft.model import build_tokenizer
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer
 
     _, run_dir, document = exported
     text = (Path(document["bundle"]) / "Modelfile").read_text()

@@ -67,7 +67,7 @@ def test_responses_end_with_the_token_that_ends_a_turn_in_the_template(family, f
     """Llama 3's <|eot_id|>, Gemma's <end_of_turn> and Phi-3's <|end|> differ from the EOS
     their tokenizers name; the response is learned up to the template's turn end, the
     evaluation stops there, and the saved tokenizer names it as EOS (what exports read)."""
-    from entrena.tasks.llm_sft.model import build_tokenizer
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer
 
     folder = families(family)
     stop = FAMILIES[family].stop
@@ -89,7 +89,7 @@ def test_a_saved_tokenizer_keeps_what_llama_cpps_converter_reads(family, bos, fa
     """transformers 5 drops tokenizer.model, added_tokens_decoder and add_bos_token; the
     converter reads the vocabulary of Gemma 2 and Phi-3 from the first, types control
     tokens from the second and defaults to adding a BOS without the third."""
-    from entrena.tasks.llm_sft.model import build_tokenizer, save_tokenizer
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer, save_tokenizer
 
     folder = families(family)
     save_tokenizer(build_tokenizer(str(folder)), tmp_path / "saved")
@@ -130,7 +130,8 @@ def test_the_loss_is_the_models_own_and_a_shared_prefix_changes_nothing(family, 
     """The loss from the head at the target positions equals the NLL of the model's own
     logits (Gemma 2 soft-caps them at 30), with and without the shared prefix decoded
     once (sliding-window and q/k-norm layers included)."""
-    from entrena.tasks.llm_sft.model import build_sft_model, build_tokenizer
+    from entrena.tasks.llm_sft.model import build_sft_model
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer
 
     folder = families(family)
     tokenizer = build_tokenizer(str(folder))
@@ -159,12 +160,8 @@ def test_lora_adapts_the_familys_projections_as_the_planner_counts_them(family, 
     the planner's shape from config.json counts the same adapter parameters and (within the
     norms it leaves out) the same weights: tied heads, head_dim, gated MLPs per family."""
     from entrena.planning.llm import load_llm_shape
-    from entrena.tasks.llm_sft.model import (
-        build_language_model,
-        build_sft_model,
-        build_tokenizer,
-        projection_names,
-    )
+    from entrena.tasks.llm_sft.model import build_language_model, build_sft_model, projection_names
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer
 
     folder = families(family)
     spec = FAMILIES[family]
@@ -238,7 +235,8 @@ def test_a_multimodal_gemma3_adapts_its_text_decoder_only(families, tmp_path):
     from transformers import AutoModelForCausalLM, Gemma3Config
 
     from entrena.planning.llm import load_llm_shape
-    from entrena.tasks.llm_sft.model import build_sft_model, build_tokenizer
+    from entrena.tasks.llm_sft.model import build_sft_model
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer(str(families("gemma3_text")))
     config = Gemma3Config(

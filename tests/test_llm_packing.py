@@ -232,7 +232,7 @@ def test_the_llm_sft_plan_and_plan_llm_agree_for_the_same_settings(tmp_path, smo
 
     from entrena.api import plan_llm
     from entrena.api.planning import plan
-    from entrena.tasks.llm_sft.model import build_tokenizer
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer
     from test_llm_sft import config
 
     write_jsonl(tmp_path / "train.jsonl", _mixed_lengths(24))

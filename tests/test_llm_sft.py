@@ -217,7 +217,8 @@ def test_accumulated_micro_batches_step_as_one_batch_normalised_by_target_tokens
 
 
 def test_lora_state_dict_holds_only_the_adapters(smol_tokenizer):
-    from entrena.tasks.llm_sft.model import build_sft_model, build_tokenizer
+    from entrena.tasks.llm_sft.model import build_sft_model
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer(smol_tokenizer)
     model = build_sft_model(pretrained=None, architecture=ARCH, tokenizer=tokenizer,
@@ -236,7 +237,8 @@ def test_lora_state_dict_holds_only_the_adapters(smol_tokenizer):
 def test_lora_layers_adapts_only_the_last_decoder_layers(smol_tokenizer):
     """``model.lora.layers: 1`` of 2: adapters on the top layer's 7 projections only, and the
     backward pass leaves the bottom layer's weights and activations without gradients."""
-    from entrena.tasks.llm_sft.model import build_sft_model, build_tokenizer
+    from entrena.tasks.llm_sft.model import build_sft_model
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer(smol_tokenizer)
     lora = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear", "layers": 1}
@@ -261,8 +263,9 @@ def test_lora_layers_adapts_only_the_last_decoder_layers(smol_tokenizer):
 def test_forward_share_follows_what_the_backward_pass_runs_through(smol_tokenizer):
     """An evaluation's share of a training step: 1/2 for LoRA on every layer (backward ≈ one
     forward), 2/3 on half of them, 1/3 for full fine-tuning (backward ≈ two forwards)."""
-    from entrena.tasks.llm_sft.model import build_sft_model, build_tokenizer
+    from entrena.tasks.llm_sft.model import build_sft_model
     from entrena.tasks.llm_sft.task import LlmSftTask
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer(smol_tokenizer)
     shares = []
@@ -323,7 +326,7 @@ def test_train_writes_the_metrics_scripts_depend_on(tiny_run):
 def test_the_chat_template_is_saved_with_the_model(tiny_run, smol_tokenizer):
     _, run_dir, result, _ = tiny_run
     assert result.returncode == 0
-    from entrena.tasks.llm_sft.model import build_tokenizer
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer
 
     saved, original = build_tokenizer(str(run_dir / "model")), build_tokenizer(smol_tokenizer)
     assert saved.chat_template == original.chat_template
@@ -546,7 +549,8 @@ def test_shared_keys_the_task_cannot_honour_are_refused(tmp_path, smol_tokenizer
 def test_evaluation_generations_equal_plain_greedy_decoding(smol_tokenizer):
     """Rows whose reference is the model's own greedy output take the shortcut (no
     decoding); the others are decoded; both must equal plain greedy decoding."""
-    from entrena.tasks.llm_sft.model import build_sft_model, build_tokenizer, greedy_generate
+    from entrena.tasks.llm_sft.model import build_sft_model, greedy_generate
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer(smol_tokenizer)
     torch.manual_seed(0)
@@ -618,7 +622,8 @@ def test_the_torch_generator_answers_in_batches_as_one_prompt_at_a_time(smol_tok
     """Prompts of different lengths, sorted into batches and left-padded, get the answers
     they get alone, returned in the prompts' order (export parity and predict use it)."""
     from entrena.tasks.llm_sft.generators import TorchGenerator
-    from entrena.tasks.llm_sft.model import build_sft_model, build_tokenizer, greedy_generate
+    from entrena.tasks.llm_sft.model import build_sft_model, greedy_generate
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer(smol_tokenizer)
     torch.manual_seed(1)
@@ -752,7 +757,8 @@ def test_real_smollm2_learns_the_reviews_answer_format(tmp_path, reviews_data):
 
 
 def test_gradient_checkpointing_gives_the_same_gradients(smol_tokenizer):
-    from entrena.tasks.llm_sft.model import build_sft_model, build_tokenizer
+    from entrena.tasks.llm_sft.model import build_sft_model
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer(smol_tokenizer)
     ids = torch.randint(10, 1000, (2, 12))

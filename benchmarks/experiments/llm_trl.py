@@ -109,7 +109,8 @@ def run_entrena(spec: dict[str, Any]) -> dict[str, Any]:
     """One ``entrena train`` of the config, timed by a callback."""
     import entrena
     from entrena.core.callback import Callback
-    from entrena.tasks.llm_sft.model import _pad_id, load_sft_model
+    from entrena.tasks.llm_sft.model import load_sft_model
+    from entrena.tasks.llm_sft.tokenizer import padding_id
 
     class Clock(Callback):
         def __init__(self) -> None:
@@ -135,7 +136,7 @@ def run_entrena(spec: dict[str, Any]) -> dict[str, Any]:
                                callbacks=[clock])
         model, tokenizer, _ = load_sft_model(Path(folder) / "run" / "model")
         _, prepared = prepared_data(spec)
-        loss = validation_loss(model.lm, prepared.splits.validation, _pad_id(tokenizer))
+        loss = validation_loss(model.lm, prepared.splits.validation, padding_id(tokenizer))
     fit = result.metrics["fit"]
     return {"train_wall_s": clock.end - clock.start - clock.eval_s,
             "steps": fit["steps"], "validation_loss": loss,
@@ -151,8 +152,9 @@ def run_trl(spec: dict[str, Any]) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
-    from entrena.tasks.llm_sft.model import _pad_id, lora_config
+    from entrena.tasks.llm_sft.model import lora_config
     from entrena.tasks.llm_sft.task import LlmSftTask, weights_source
+    from entrena.tasks.llm_sft.tokenizer import padding_id
 
     torch.set_num_threads(spec["threads"])
     loaded, prepared = prepared_data(spec)
@@ -197,7 +199,7 @@ def run_trl(spec: dict[str, Any]) -> dict[str, Any]:
             raise RuntimeError(f"TRL learns {labelled} tokens, entrena "
                                f"{token_counts(train)['target_tokens']}: not the same task")
         trainer.train()
-        loss = validation_loss(trainer.model, prepared.splits.validation, _pad_id(tokenizer))
+        loss = validation_loss(trainer.model, prepared.splits.validation, padding_id(tokenizer))
     return {"train_wall_s": clock.end - clock.start, "steps": trainer.state.global_step,
             "validation_loss": loss, **token_counts(train)}
 

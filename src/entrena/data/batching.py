@@ -93,8 +93,8 @@ def random_batches(n: int, batch_size: int, seed: int) -> list[list[int]]:
     return [order[i:i + batch_size].tolist() for i in range(0, n, batch_size)]
 
 
-def epoch_batches(lengths: Sequence[int], batch_size: int, *, epoch: int, shuffle: bool,
-                  group: bool, seed: int) -> list[list[int]]:
+def epoch_batches(lengths: Sequence[int] | np.ndarray, batch_size: int, *, epoch: int,
+                  shuffle: bool, group: bool, seed: int) -> list[list[int]]:
     """The batches of one epoch: sorted by length for evaluation (the same every epoch);
     for training length-grouped (:func:`group_by_length`) or random, seeded ``seed + epoch``.
 

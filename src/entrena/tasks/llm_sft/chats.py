@@ -263,6 +263,7 @@ def chat_rows(rows: list[tuple[int, dict[str, Any]]], data: Any, fmt: str, *, na
     found = ChatRows([], [])
     for number, row in rows:
         where = f"{key}: {name}: {unit} {number}"
+        response: object  # a column's value: any JSON value, None when missing
         if fmt == "messages":
             if data.messages_column not in row:
                 raise DataError(f"{where} has no {data.messages_column!r} (keys: "
@@ -285,9 +286,9 @@ def chat_rows(rows: list[tuple[int, dict[str, Any]]], data: Any, fmt: str, *, na
             continue
         found.examples.append(SftExample(prompt, str(response), where, row))
         found.numbers.append(number)
-    column = (None if fmt == "messages" else data.response_column if fmt == "template"
-              else data.completion_column)
-    lines = [_bad_rows_line(f"{key}: {name}", kind, numbers, unit, column)
+    response_column = (None if fmt == "messages" else data.response_column
+                       if fmt == "template" else data.completion_column)
+    lines = [_bad_rows_line(f"{key}: {name}", kind, numbers, unit, response_column)
              for kind, numbers in found.skipped.items()]
     if lines and on_bad_rows == "error":
         raise DataError("; ".join(lines) + "; or set data.on_bad_rows: skip to leave such "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +23,10 @@ from entrena.tasks.llm_sft.chats import (
     read_rows,
 )
 from entrena.tasks.llm_sft.tokens import fit_example, render_prompt
+
+if TYPE_CHECKING:
+    from entrena.config.loading import LoadedConfig
+    from entrena.tasks.llm_sft.config import LlmSftConfig
 
 __all__ = ["SftSplit", "SftSplits", "PreparedSft", "prepare_sft"]
 
@@ -135,7 +139,7 @@ def _split_counts(split: SftSplit) -> dict[str, Any]:
             "truncated_fraction": round(float(split.truncated.mean()) if len(split) else 0.0, 4)}
 
 
-def _refuse_unsupported(loaded: Any) -> None:
+def _refuse_unsupported(loaded: LoadedConfig[LlmSftConfig]) -> None:
     """The shared ``data`` keys this task cannot honour, refused when set."""
     data = loaded.config.data
     for name, why in (("group_column", "examples are split at random"),
@@ -157,7 +161,7 @@ class _ReadSplit:
     skipped: dict[str, list[Any]]
 
 
-def _read_split(loaded: Any, files: list[Any], role: str, fmt: str | None
+def _read_split(loaded: LoadedConfig[LlmSftConfig], files: list[Any], role: str, fmt: str | None
                 ) -> tuple[str, _ReadSplit]:
     data = loaded.config.data
     key = f"data.{role}"
@@ -272,7 +276,7 @@ def _select_rows(raw: dict[str, Any], rendered: dict[str, list[str]], specs: dic
     return index
 
 
-def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
+def prepare_sft(loaded: LoadedConfig[LlmSftConfig], sources: dict[str, str]) -> PreparedSft:
     """Read, check, split and tokenize the config's data.
 
     The checks, the validation split and the subsamples work on the rendered prompts, so
@@ -297,8 +301,8 @@ def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
 
     from entrena.data.hygiene import check_record
     from entrena.data.tables import open_config_sources
-    from entrena.tasks.llm_sft.model import build_tokenizer
     from entrena.tasks.llm_sft.sources import chat_template_of
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer
 
     _refuse_unsupported(loaded)
     cfg = loaded.config
@@ -306,7 +310,8 @@ def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
     specs, files, _ = open_config_sources(loaded)
     tokenizer = build_tokenizer(sources["tokenizer"], chat_template_of(loaded),
                                 "model.tokenizer" if cfg.model.tokenizer else "model.name")
-    fmt, raw = None, {}
+    fmt: str | None = None
+    raw: dict[str, tuple[list[SftExample], list[int], _ReadSplit]] = {}
     for role in ("train", "validation", "test"):
         if role in files:
             fmt, found = _read_split(loaded, files[role], role, fmt)
@@ -318,8 +323,9 @@ def prepare_sft(loaded: Any, sources: dict[str, str]) -> PreparedSft:
     for role, (_, _, found) in raw.items():
         report["splits"][role] = {"file": specs[role], "rows_read": found.read,
                                   **_skipped_entry(found)}
-    rendered = {role: [render_prompt(tokenizer, e.messages, e.where) for e in examples]
-                for role, (examples, _, _) in raw.items()}
+    rendered: dict[str, list[str]] = {
+        role: [render_prompt(tokenizer, e.messages, e.where) for e in examples]
+        for role, (examples, _, _) in raw.items()}
     train_examples = raw["train"][0]
     if not train_examples:
         raise DataError(f"data.train: {specs['train']}: no example with a response; check the "

@@ -35,7 +35,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from entrena.errors import DataError
+from entrena.errors import ConfigError, DataError
 
 __all__ = ["MIN_AGREEMENT", "write_llm_bundle"]
 
@@ -108,17 +108,18 @@ def _comparison(source: str, target: str, judged: bool, before: Any, after: Any,
             "passed": agreement >= MIN_AGREEMENT if judged else True}
 
 
-def _parity(quantize: str | None, fmt: str, answers: dict[str, Any], references: list[str],
+def _parity(shipped: str, fmt: str, answers: dict[str, Any], references: list[str],
             tokenizer: Any, eos: int, dataset: str) -> dict[str, Any]:
     """``export.json`` ``parity``: the shipped file against PyTorch (the headline figures),
     and ``steps``: PyTorch → GGUF f16 (template, tokenizer and merge bugs), then f16 → the
     quantised file (what quantising costs); ``passed`` when every judged step passed.
 
     Args:
+        shipped: The shipped file's name among ``answers``: the quantisation (``gguf``) or
+            ``hf``.
         answers: The greedy :class:`~entrena.tasks.llm_sft.generators.Answers` of
             ``pytorch``, and of ``f16`` and the quantisation (``gguf``) or of ``hf``.
     """
-    shipped = quantize if fmt == "gguf" else "hf"
     chain = ["pytorch", "f16", shipped] if fmt == "gguf" else ["pytorch", "hf"]
     chain = list(dict.fromkeys(chain))  # f16 shipped: one step
     steps = [_comparison(a, b, b in JUDGED, answers[a], answers[b], references, tokenizer, eos)
@@ -149,7 +150,7 @@ def _conversion_folder(merged: Any, tokenizer: Any, folder: Path, stop: tuple[st
     token set to the training stop token (what the converter writes as the GGUF's EOS)."""
     import json
 
-    from entrena.tasks.llm_sft.model import save_tokenizer
+    from entrena.tasks.llm_sft.tokenizer import save_tokenizer
 
     merged.save_pretrained(folder, safe_serialization=True)
     save_tokenizer(tokenizer, folder)
@@ -272,10 +273,15 @@ def write_llm_bundle(run: Any, request: Any) -> dict[str, Any]:
     from entrena.exporting.bundle import META_FILE, finish_bundle, versions
     from entrena.tasks.llm_sft.card import llm_model_card
     from entrena.tasks.llm_sft.generators import BATCH_SIZE, TorchGenerator
-    from entrena.tasks.llm_sft.model import _pad_id, load_sft_model, save_tokenizer
+    from entrena.tasks.llm_sft.model import load_sft_model
+    from entrena.tasks.llm_sft.tokenizer import padding_id, save_tokenizer
     from entrena.tasks.llm_sft.tokens import tokenize_example
 
     fmt, quantize = request.format.name, request.quantize
+    shipped = quantize if fmt == "gguf" else "hf"
+    if shipped is None:
+        raise ConfigError("--quantize: a GGUF export needs a quantisation and none was given; "
+                          "pass --quantize q8_0 (the default), q4_k_m or f16")
     if fmt == "gguf":
         from entrena.exporting.llama_converter import converter_tree
         from entrena.exporting.llama_runtime import require_runtime
@@ -291,7 +297,7 @@ def write_llm_bundle(run: Any, request: Any) -> dict[str, Any]:
                 for e in examples]
     prompts = [r[0] for r in rendered]
     prompt_ids = [r[1][:r[2]] for r in rendered]
-    eos, pad = int(tokenizer.eos_token_id), _pad_id(tokenizer)
+    eos, pad = int(tokenizer.eos_token_id), padding_id(tokenizer)
     stop = (str(tokenizer.eos_token), eos)
     log.info("parity: %d prompts through PyTorch", len(prompts))
     answers = {"pytorch": TorchGenerator(model.lm, eos_token_id=eos, pad_token_id=pad).generate(
@@ -333,8 +339,7 @@ def write_llm_bundle(run: Any, request: Any) -> dict[str, Any]:
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    shipped = quantize if fmt == "gguf" else "hf"
-    manifest["parity"] = _parity(quantize, fmt, answers, [e.response for e in examples],
+    manifest["parity"] = _parity(shipped, fmt, answers, [e.response for e in examples],
                                  tokenizer, eos, dataset)
     manifest["throughput"] = {
         **{name: a.throughput() for name, a in answers.items() if name in ("pytorch", shipped)},

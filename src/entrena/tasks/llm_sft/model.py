@@ -18,21 +18,28 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import shutil
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from entrena.errors import ConfigError
+from entrena.tasks.llm_sft.tokenizer import (
+    build_tokenizer,
+    padding_id,
+    quiet_transformers,
+    save_tokenizer,
+)
 
-__all__ = ["SftModel", "build_tokenizer", "build_language_model", "build_sft_model",
-           "greedy_generate", "save_sft_model", "save_tokenizer", "load_sft_model", "META_FILE",
-           "ADAPTER_DIR", "BASE_DIR", "shared_prefix_length"]
+if TYPE_CHECKING:
+    from transformers.cache_utils import DynamicCache
+
+__all__ = ["SftModel", "build_language_model", "build_sft_model", "greedy_generate",
+           "save_sft_model", "load_sft_model", "META_FILE", "ADAPTER_DIR", "BASE_DIR",
+           "shared_prefix_length"]
 
 log = logging.getLogger("entrena")
 
@@ -43,96 +50,28 @@ IGNORE = -1
 """The id written after a generation's end (EOS or the token budget)."""
 
 
-def _quiet_transformers() -> None:
-    import warnings
-
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    warnings.filterwarnings("ignore", category=FutureWarning, module=r"(transformers|peft)\.")
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-    except ImportError:  # pragma: no cover - older transformers
-        pass
-
-
-def build_tokenizer(source: str, chat_template: str | None = None,
-                    key: str = "model.name") -> Any:
-    """The tokenizer of a model folder or hub id, padding on the right, whose EOS is the
-    token that ends an assistant turn in its chat template
-    (:func:`~entrena.tasks.llm_sft.tokens.turn_end_token`; the tokenizer's own EOS when the
-    template writes none), so that training, generation, the saved folder and its exports
-    all stop where the template ends a turn.
-
-    Args:
-        source: A folder or hub id.
-        chat_template: A Jinja chat template (``data.chat_template``) used instead of the
-            tokenizer's own.
-        key: The config key ``source`` came from, for messages.
-
-    Raises:
-        ConfigError: It has no chat template and none is given, the given one does not
-            render a chat, or there is no EOS token.
-    """
-    from transformers import AutoTokenizer
-
-    from entrena.errors import ConfigError
-    from entrena.tasks.llm_sft.tokens import turn_end_token
-
-    _quiet_transformers()
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    if chat_template:
-        tokenizer.chat_template = chat_template
-        try:
-            tokenizer.apply_chat_template([{"role": "user", "content": "Hello"}],
-                                          tokenize=False, add_generation_prompt=True)
-        except Exception as exc:  # noqa: BLE001 - jinja's errors, a template's raise_exception
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise ConfigError(f"data.chat_template: the template does not render a one-turn "
-                              f"chat ({type(exc).__name__}: {first}); give a Jinja chat "
-                              f"template over `messages` with `add_generation_prompt`, such "
-                              f"as the model family's published one") from None
-    if not getattr(tokenizer, "chat_template", None):
-        raise ConfigError(f"{key}: the tokenizer of {source} has no chat template, so prompts "
-                          f"cannot be written as chats; set data.chat_template to the model "
-                          f"family's template (Jinja text, or a .jinja file), or use an "
-                          f"instruct (chat) model such as smollm2-135m")
-    stop = turn_end_token(tokenizer)
-    if stop is not None and stop != tokenizer.eos_token:
-        log.info("stop token: %s ends an assistant turn in the chat template (the tokenizer's "
-                 "EOS is %s): responses end with it, generation stops at it, and the saved "
-                 "tokenizer names it as EOS", stop, tokenizer.eos_token)
-        tokenizer.eos_token = stop
-    if tokenizer.eos_token_id is None:
-        raise ConfigError(f"{key}: the tokenizer of {source} has no EOS token and its chat "
-                          f"template ends no turn with a special token; use a chat model's "
-                          f"tokenizer")
-    tokenizer.padding_side = "right"
-    return tokenizer
-
-
-def _pad_id(tokenizer: Any) -> int:
-    return int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None
-               else tokenizer.eos_token_id)
-
-
 def build_language_model(*, pretrained: str | None, architecture: dict[str, Any] | None,
                          tokenizer: Any, dropout: float = 0.0, quantize_4bit: bool = False
                          ) -> Any:
     """A causal language model in float32: loaded, or a Llama of ``architecture`` with
-    random weights (vocabulary and special ids from ``tokenizer``)."""
+    random weights (vocabulary and special ids from ``tokenizer``).
+
+    Raises:
+        ValueError: Neither ``pretrained`` nor ``architecture`` is given.
+    """
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    _quiet_transformers()
+    quiet_transformers()
     if architecture is not None:
-        config = LlamaConfig(vocab_size=len(tokenizer), pad_token_id=_pad_id(tokenizer),
+        config = LlamaConfig(vocab_size=len(tokenizer), pad_token_id=padding_id(tokenizer),
                              eos_token_id=tokenizer.eos_token_id,
                              bos_token_id=tokenizer.bos_token_id,
                              attention_dropout=dropout, tie_word_embeddings=True,
                              **architecture)
         return AutoModelForCausalLM.from_config(config)
+    if pretrained is None:
+        raise ValueError("build_language_model: give pretrained (a folder or hub id) or "
+                         "architecture")
     kwargs: dict[str, Any] = {"dtype": torch.float32}
     if quantize_4bit:
         from transformers import BitsAndBytesConfig
@@ -183,8 +122,10 @@ def lora_config(settings: dict[str, Any], lm: Any = None) -> Any:
     """
     from peft import LoraConfig
 
-    targets, subset = settings["target_modules"], {}
+    targets = settings["target_modules"]
     top = settings.get("layers")
+    layers_to_transform: list[int] | None = None
+    layers_pattern: str | None = None
     if lm is not None and (top is not None or _has_other_layers(lm)):
         depth = int(lm.config.get_text_config().num_hidden_layers)
         if top is not None and top > depth:
@@ -198,12 +139,14 @@ def lora_config(settings: dict[str, Any], lm: Any = None) -> Any:
             targets = (rf"{re.escape(_decoder_path(lm))}\.layers\."
                        rf"({'|'.join(map(str, indices))})\.(.*\.)?"
                        rf"({'|'.join(map(re.escape, targets))})")
-        else:
-            subset = {"layers_to_transform": list(range(depth - top, depth)),
-                      "layers_pattern": "layers"}
-    return LoraConfig(r=int(settings["r"]), lora_alpha=float(settings["alpha"]),
+        elif top is not None:
+            layers_to_transform, layers_pattern = list(range(depth - top, depth)), "layers"
+    return LoraConfig(r=int(settings["r"]),
+                      # peft annotates an int; a float alpha scales the same (alpha / r)
+                      lora_alpha=float(settings["alpha"]),  # type: ignore[arg-type]
                       lora_dropout=float(settings["dropout"]), target_modules=targets,
-                      bias="none", task_type="CAUSAL_LM", **subset)
+                      bias="none", task_type="CAUSAL_LM",
+                      layers_to_transform=layers_to_transform, layers_pattern=layers_pattern)
 
 
 def _has_other_layers(lm: Any) -> bool:
@@ -333,7 +276,7 @@ class SftModel(nn.Module):
                 pad_token_id=self.pad_token_id, share_prefix=self.share_prefix)
         return generated
 
-    def state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         """The trained parameters only under LoRA (see the class docstring); else all."""
         full = super().state_dict(*args, **kwargs)
         if not self.adapters_only:
@@ -343,7 +286,7 @@ class SftModel(nn.Module):
         return OrderedDict((k, v) for k, v in full.items() if k in keep)
 
     def load_state_dict(self, state_dict: Any, strict: bool = True,
-                        assign: bool = False) -> Any:  # type: ignore[override]
+                        assign: bool = False) -> Any:
         """Load what :meth:`state_dict` wrote; under LoRA every trained parameter must be
         there (``RuntimeError`` otherwise, with ``strict``)."""
         if not self.adapters_only:
@@ -415,14 +358,30 @@ def _decode_with_shared_prefix(lm: Any, input_ids: torch.Tensor, attention_mask:
     cache = DynamicCache(config=decoder.config)
     head = decoder(input_ids=input_ids[:1, :prefix], cache=cache,
                    use_cache=True).last_hidden_state  # (1, P, H)
-    for layer in cache.layers:
-        layer.keys = layer.keys.expand(batch, -1, -1, -1)
-        layer.values = layer.values.expand(batch, -1, -1, -1)
+    _broadcast_cache(cache, batch)
     positions = torch.arange(prefix, input_ids.shape[1], device=input_ids.device)
     rest = decoder(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, cache=cache,
                    position_ids=positions.unsqueeze(0).expand(batch, -1),
                    use_cache=True).last_hidden_state  # (B, T - P, H)
     return torch.cat([head.expand(batch, -1, -1), rest], dim=1)
+
+
+def _broadcast_cache(cache: DynamicCache, rows: int) -> None:
+    """Expand every layer's keys and values, computed for one row, to ``rows`` rows (views,
+    no copies).
+
+    Raises:
+        ConfigError: A cache layer without keys and values (a linear-attention layer).
+    """
+    from transformers.cache_utils import CacheLayerMixin
+
+    for layer in cache.layers:
+        if not isinstance(layer, CacheLayerMixin) or layer.keys is None or layer.values is None:
+            raise ConfigError(f"model.shared_prefix: a {type(layer).__name__} cache layer holds "
+                              f"no keys and values to share between the rows; set "
+                              f"model.shared_prefix: false for this model")
+        layer.keys = layer.keys.expand(rows, -1, -1, -1)
+        layer.values = layer.values.expand(rows, -1, -1, -1)
 
 
 def _common_prefix(prompts: list[torch.Tensor]) -> int:
@@ -479,9 +438,7 @@ def greedy_generate(lm: Any, prompts: list[torch.Tensor], *, max_new_tokens: int
         causal = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
         cache = DynamicCache(config=causal.config)
         lm(input_ids=ids[:1, :prefix], cache=cache, use_cache=True, logits_to_keep=1)
-        for layer in cache.layers:
-            layer.keys = layer.keys.expand(len(prompts), -1, -1, -1)
-            layer.values = layer.values.expand(len(prompts), -1, -1, -1)
+        _broadcast_cache(cache, len(prompts))
         extra["cache"] = cache
     output = lm.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                          do_sample=False, num_beams=1, eos_token_id=eos_token_id,
@@ -537,7 +494,7 @@ def build_sft_model(*, pretrained: str | None, architecture: dict[str, Any] | No
                               f"{'name no layer' if missing else 'is empty'} of the model; "
                               f"use all-linear or names among {', '.join(names)}")
         lm = get_peft_model(lm, config)
-    model = SftModel(lm, eos_token_id=tokenizer.eos_token_id, pad_token_id=_pad_id(tokenizer),
+    model = SftModel(lm, eos_token_id=tokenizer.eos_token_id, pad_token_id=padding_id(tokenizer),
                      max_new_tokens=max_new_tokens, adapters_only=finetuning != "full",
                      share_prefix=shared_prefix)
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -571,51 +528,6 @@ def save_sft_model(model: SftModel, tokenizer: Any, directory: Path,
     (directory / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
-SENTENCEPIECE_FILE = "tokenizer.model"
-"""A sentencepiece tokenizer's model file (Gemma, Phi-3, Mistral v0.1-v0.3, Llama 2)."""
-
-
-def save_tokenizer(tokenizer: Any, directory: Path) -> None:
-    """``tokenizer.save_pretrained(directory)`` plus what llama.cpp's converter reads and
-    transformers 5 no longer writes: the sentencepiece model file (``tokenizer.model``,
-    copied from the folder the tokenizer was read from; the converter's Gemma 2 and Phi-3
-    classes read the vocabulary from it), and in ``tokenizer_config.json``
-    ``added_tokens_decoder`` (which special tokens are control tokens: without it a
-    sentencepiece GGUF tokenizes ``<start_of_turn>`` as text) and ``add_bos_token`` /
-    ``add_eos_token`` (without them a sentencepiece GGUF whose tokenizer adds no BOS, as
-    Phi-3's, gets llama.cpp's default, which adds one).
-
-    Args:
-        tokenizer: A transformers tokenizer.
-        directory: The folder to write (created if missing).
-    """
-    directory = Path(directory)
-    tokenizer.save_pretrained(directory)
-    target = directory / SENTENCEPIECE_FILE
-    vocab_file = tokenizer.init_kwargs.get("vocab_file")
-    for source in (Path(str(tokenizer.name_or_path)) / SENTENCEPIECE_FILE,
-                   Path(vocab_file) if isinstance(vocab_file, str) else None):
-        if (source is not None and source.is_file() and not target.exists()
-                and source.resolve() != target.resolve()):
-            shutil.copyfile(source, target)
-    config_file = directory / "tokenizer_config.json"
-    settings = json.loads(config_file.read_text(encoding="utf-8"))
-    settings.setdefault("added_tokens_decoder", {
-        str(index): {"content": str(token.content), "lstrip": bool(token.lstrip),
-                     "normalized": bool(token.normalized), "rstrip": bool(token.rstrip),
-                     "single_word": bool(token.single_word), "special": bool(token.special)}
-        for index, token in sorted(tokenizer.added_tokens_decoder.items())})
-    # What encoding adds, read from behaviour: transformers 5's add_bos_token attribute says
-    # False for a Gemma tokenizer whose post-processor adds <bos>.
-    plain = list(tokenizer("a", add_special_tokens=False)["input_ids"])
-    full = list(tokenizer("a", add_special_tokens=True)["input_ids"])
-    added = len(full) > len(plain)
-    settings.setdefault("add_bos_token", added and full[0] == tokenizer.bos_token_id)
-    settings.setdefault("add_eos_token", added and full[-1] != plain[-1])
-    config_file.write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n",
-                           encoding="utf-8")
-
-
 def load_sft_model(directory: str | Path) -> tuple[SftModel, Any, dict[str, Any]]:
     """``(model in eval mode, tokenizer, meta)`` from a saved model folder.
 
@@ -626,10 +538,11 @@ def load_sft_model(directory: str | Path) -> tuple[SftModel, Any, dict[str, Any]
 
     from entrena.errors import DataError
 
-    _quiet_transformers()
+    quiet_transformers()
     directory = Path(directory)
     meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
     tokenizer = build_tokenizer(str(directory))
+    lm: nn.Module
     if meta["finetuning"] == "full":
         lm = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
     else:
@@ -643,7 +556,7 @@ def load_sft_model(directory: str | Path) -> tuple[SftModel, Any, dict[str, Any]
                             f"copy it back")
         base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
         lm = PeftModel.from_pretrained(base, directory / ADAPTER_DIR)
-    model = SftModel(lm, eos_token_id=tokenizer.eos_token_id, pad_token_id=_pad_id(tokenizer),
+    model = SftModel(lm, eos_token_id=tokenizer.eos_token_id, pad_token_id=padding_id(tokenizer),
                      max_new_tokens=int(meta["max_new_tokens"]),
                      adapters_only=meta["finetuning"] != "full")
     return model.eval(), tokenizer, meta

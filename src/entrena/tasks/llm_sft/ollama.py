@@ -197,7 +197,8 @@ def _read_manifest(store: Path, manifest: Path, name: OllamaName, text: str,
         raise ConfigError(f"{where} cannot be read ({type(error).__name__}: {error}); run "
                           f"`ollama pull {name}` again") from None
     models = [(d, s) for t, d, s in by_type if t == MODEL_MEDIA_TYPE]
-    if not models or not _DIGEST.fullmatch(models[0][0]):
+    checked = _DIGEST.fullmatch(models[0][0]) if models else None
+    if checked is None:
         kinds = ", ".join(sorted({t.rsplit(".", 1)[-1] for t, _, _ in by_type})) or "none"
         raise ConfigError(f"{where} has no GGUF model layer ({MODEL_MEDIA_TYPE}; its layers: "
                           f"{kinds}), so there is no GGUF file to adapt; use the model's Hugging "
@@ -216,6 +217,6 @@ def _read_manifest(store: Path, manifest: Path, name: OllamaName, text: str,
     others = tuple(t for t, _, _ in by_type
                    if t != MODEL_MEDIA_TYPE and t not in _TEXT_LAYERS.values())
     return OllamaModel(name=name, store=store, manifest=manifest, blob=blob,
-                       digest="sha256:" + _DIGEST.fullmatch(digest).group(1),
+                       digest="sha256:" + checked.group(1),
                        size_bytes=size if isinstance(size, int) else None, texts=texts,
                        other_layers=others)

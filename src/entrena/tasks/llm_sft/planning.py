@@ -4,11 +4,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from entrena.data.batching import padded_width
 from entrena.tasks.base import PlanningSpec
 from entrena.tasks.llm_sft.sources import weights_source
+
+if TYPE_CHECKING:
+    from entrena.config.loading import LoadedConfig
+    from entrena.tasks.llm_sft.config import LlmSftConfig
+    from entrena.tasks.llm_sft.data import PreparedSft
 
 __all__ = ["sft_planning", "llm_settings"]
 
@@ -22,7 +27,7 @@ def _activation_bytes(precision: str) -> int:
     return 2 if precision in ("bf16-mixed", "16-mixed", "bf16-true") else 4
 
 
-def llm_settings(loaded: Any, prepared: Any) -> dict[str, Any]:
+def llm_settings(loaded: LoadedConfig[LlmSftConfig], prepared: PreparedSft) -> dict[str, Any]:
     """The keyword arguments of :func:`~entrena.planning.llm.llm_memory` for the run's
     longest training batch: mode, context (its longest example, padded as the batches
     are), batch size, LoRA rank,
@@ -42,7 +47,8 @@ def llm_settings(loaded: Any, prepared: Any) -> dict[str, Any]:
             "lora_layers": model.lora.layers if model.finetuning != "full" else None}
 
 
-def _shape(loaded: Any, sources: dict[str, str], prepared: Any) -> str | dict[str, Any]:
+def _shape(loaded: LoadedConfig[LlmSftConfig], sources: dict[str, str],
+           prepared: PreparedSft) -> str | dict[str, Any]:
     """The weights' folder (its ``config.json``), or the mapping of ``model.architecture``."""
     architecture = loaded.config.model.architecture
     if architecture is not None:
@@ -51,8 +57,8 @@ def _shape(loaded: Any, sources: dict[str, str], prepared: Any) -> str | dict[st
     return weights_source(loaded, sources) or ""
 
 
-def sft_planning(task: Any, loaded: Any, sources: dict[str, str],
-                 prepared: Any) -> PlanningSpec:
+def sft_planning(task: Any, loaded: LoadedConfig[LlmSftConfig], sources: dict[str, str],
+                 prepared: PreparedSft) -> PlanningSpec:
     """See :meth:`LlmSftTask.planning <entrena.tasks.llm_sft.task.LlmSftTask.planning>`."""
     cfg = loaded.config
 

@@ -100,12 +100,8 @@ def predict_chats(location: Any, data: Path, output: Path, options: Any) -> dict
     import torch
 
     from entrena.tasks.llm_sft.chats import SftExample, read_rows
-    from entrena.tasks.llm_sft.model import (
-        _pad_id,
-        build_tokenizer,
-        greedy_generate,
-        load_sft_model,
-    )
+    from entrena.tasks.llm_sft.model import greedy_generate, load_sft_model
+    from entrena.tasks.llm_sft.tokenizer import build_tokenizer, padding_id
     from entrena.tasks.llm_sft.tokens import tokenize_example
 
     started = time.perf_counter()
@@ -145,7 +141,7 @@ def predict_chats(location: Any, data: Path, output: Path, options: Any) -> dict
         prompts.append(torch.from_numpy(ids[:prompt_length]))
         texts_in.append(text)
     texts, ended = [], []
-    eos, pad = int(tokenizer.eos_token_id), _pad_id(tokenizer)
+    eos, pad = int(tokenizer.eos_token_id), padding_id(tokenizer)
     budget = int(meta["max_new_tokens"])
     generated: dict[int, list[int]] = {}
     if gguf:
@@ -155,13 +151,14 @@ def predict_chats(location: Any, data: Path, output: Path, options: Any) -> dict
                                context_tokens=max(2048, limit + budget), threads=options.threads)
         generated = dict(enumerate(runner.generate(texts_in, None, budget).ids))
     batch = max(1, int(options.batch_size))
-    order = [] if gguf else sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-    for start in range(0, len(order), batch):
-        chunk = order[start:start + batch]
-        out = greedy_generate(model.lm, [prompts[i] for i in chunk],
-                              max_new_tokens=budget, eos_token_id=eos, pad_token_id=pad)
-        for row, i in enumerate(chunk):
-            generated[i] = [int(t) for t in out[row] if t >= 0]
+    if model is not None:  # PyTorch (a GGUF file generated above): longest prompts first
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        for start in range(0, len(order), batch):
+            chunk = order[start:start + batch]
+            out = greedy_generate(model.lm, [prompts[i] for i in chunk],
+                                  max_new_tokens=budget, eos_token_id=eos, pad_token_id=pad)
+            for slot, i in enumerate(chunk):
+                generated[i] = [int(t) for t in out[slot] if t >= 0]
     for i in range(len(prompts)):
         texts.append(tokenizer.decode(generated[i], skip_special_tokens=True).strip())
         ended.append(eos in generated[i])

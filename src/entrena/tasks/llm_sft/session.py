@@ -44,7 +44,8 @@ class ChatSession:
 
     def __init__(self, location: Any, *, max_new_tokens: int = 256, context_tokens: int = 2048,
                  threads: int | None = None):
-        from entrena.tasks.llm_sft.model import _pad_id, build_tokenizer, load_sft_model
+        from entrena.tasks.llm_sft.model import load_sft_model
+        from entrena.tasks.llm_sft.tokenizer import build_tokenizer, padding_id
 
         self.max_new_tokens, self.context_tokens = int(max_new_tokens), int(context_tokens)
         self.system = location.meta.get("system_prompt")
@@ -64,7 +65,7 @@ class ChatSession:
                 torch.set_num_threads(int(threads))
             model, self.tokenizer, _ = load_sft_model(location.folder)
             self.generator = TorchGenerator(model.lm, eos_token_id=self.tokenizer.eos_token_id,
-                                            pad_token_id=_pad_id(self.tokenizer))
+                                            pad_token_id=padding_id(self.tokenizer))
         self.engine = self.generator.engine
 
     def reply(self, messages: list[dict[str, str]]) -> str:

@@ -30,9 +30,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from entrena.errors import ConfigError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from entrena.config.loading import LoadedConfig
+    from entrena.tasks.llm_sft.config import LlmSftConfig
 
 __all__ = ["GgufSource", "check_llm_source", "chat_template_of", "converted_dir", "file_digest",
            "gguf_source", "resolve_llm_source", "source_record", "tokenizer_source",
@@ -226,9 +232,13 @@ def _convert(gguf: Path, out: Path, *, tokenizer_only: bool) -> None:
 
             config = AutoConfig.from_pretrained(folder_name, gguf_file=file_name)
             apply_overrides(config, overrides)
-            loaded, info = AutoModelForCausalLM.from_pretrained(
-                folder_name, gguf_file=file_name, config=config, dtype=torch.float32,
-                output_loading_info=True, **_dequantize_option())
+            # transformers' annotation of from_pretrained leaves out the (model, info) pair
+            # that output_loading_info=True returns
+            loaded, info = cast("tuple[PreTrainedModel, dict[str, list[str]]]",
+                                AutoModelForCausalLM.from_pretrained(
+                                    folder_name, gguf_file=file_name, config=config,
+                                    dtype=torch.float32, output_loading_info=True,
+                                    **_dequantize_option()))
             _refuse_missing(gguf, loaded, info.get("missing_keys") or ())
             # A model read from GGUF is marked quantised and refuses save_pretrained; its
             # weights are plain float32 after dequantising, so they are handed (not copied:
@@ -390,7 +400,7 @@ def resolve_llm_source(name: str, base_dir: Path | None, cache_root: Path,
                              tokenizer_only=tokenizer_only, digest=source.digest))
 
 
-def _cache_root(loaded: Any) -> Path:
+def _cache_root(loaded: LoadedConfig[LlmSftConfig]) -> Path:
     """entrena's cache for this config (``data.cache_dir`` or the default)."""
     from entrena.data.remote import default_cache_dir
 
@@ -398,14 +408,14 @@ def _cache_root(loaded: Any) -> Path:
     return default_cache_dir(loaded.resolve_path(configured) if configured else None)
 
 
-def tokenizer_source(loaded: Any, sources: dict[str, str]) -> str:
+def tokenizer_source(loaded: LoadedConfig[LlmSftConfig], sources: dict[str, str]) -> str:
     """The tokenizer's folder or hub id (an alias's tokenizer converted on first use)."""
     same = sources["tokenizer"] == sources.get("weights")  # converted whole, once
     return resolve_llm_source(sources["tokenizer"], loaded.base_dir, _cache_root(loaded),
                               "model.tokenizer", tokenizer_only=not same)
 
 
-def weights_source(loaded: Any, sources: dict[str, str]) -> str | None:
+def weights_source(loaded: LoadedConfig[LlmSftConfig], sources: dict[str, str]) -> str | None:
     """The pretrained weights' folder or hub id (an alias converted on first use), or
     ``None`` for a model built from ``model.architecture``."""
     if "weights" not in sources:
@@ -417,7 +427,7 @@ TEMPLATE_SUFFIXES = (".jinja", ".j2")
 """``data.chat_template`` values ending so are files to read."""
 
 
-def chat_template_of(loaded: Any) -> str | None:
+def chat_template_of(loaded: LoadedConfig[LlmSftConfig]) -> str | None:
     """``data.chat_template`` as template text (a ``.jinja``/``.j2`` file read, relative to
     the config file), or ``None``.
 

@@ -9,23 +9,30 @@ target tokens)``: the loop divides by the target tokens of the whole optimizer s
 gradient accumulation (:meth:`SftBatches.target_count`). The baselines are the base model
 zero-shot on the same prompts, generating as many new tokens as the tuned model, and, when
 the responses are a small set of labels, the majority answer
-(:func:`~entrena.tasks.llm_sft.evaluation.majority_answer_baseline`); the verdict compares
-the model with the better of them.
+(:mod:`entrena.tasks.llm_sft.baselines`); the verdict compares the model with the better of
+them.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from entrena.errors import ConfigError
-from entrena.tasks.base import PlanningSpec
+from entrena.tasks.base import PlanningSpec, Task
+from entrena.tasks.llm_sft.baselines import sft_baselines
 from entrena.tasks.llm_sft.config import LlmSftConfig
 from entrena.tasks.llm_sft.data import PreparedSft, prepare_sft
 from entrena.tasks.llm_sft.evaluation import SFT_HIGHER_IS_BETTER, evaluate_sft
 from entrena.tasks.llm_sft.sources import source_record, tokenizer_source, weights_source
+
+if TYPE_CHECKING:
+    from entrena.config.loading import LoadedConfig
+    from entrena.exporting.bundle import ExportRequest, RunModel
+    from entrena.exporting.prediction import ModelLocation, PredictOptions
+    from entrena.tasks.llm_sft.batches import SftBatches
+    from entrena.tasks.llm_sft.model import SftModel
 
 __all__ = ["LlmSftTask"]
 
@@ -38,23 +45,14 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-ZERO_SHOT_HALF_WIDTH = 0.05
-"""The zero-shot baseline stops drawing prompts once its exact match is known to ±this (the
-95% Wilson interval's half-width): finer than the gap a fine-tune is worth making, and ~48
-prompts instead of the split when the base model never answers in the trained form."""
-
-ZERO_SHOT_MIN_PROMPTS = 32
-"""Prompts the zero-shot baseline generates before it may stop."""
-
-
 class LlmSftTask:
     """Supervised fine-tuning of a causal LM on prompt → response chats (module docstring)."""
 
     name = "llm-sft"
-    input_names = ("input_ids", "attention_mask", "target_mask")
-    config_model = LlmSftConfig
+    input_names: tuple[str, ...] = ("input_ids", "attention_mask", "target_mask")
+    config_model: type[LlmSftConfig] = LlmSftConfig
     """The config class (the common sections plus this task's keys)."""
-    model_files = ("entrena_model.json", "tokenizer_config.json")
+    model_files: tuple[str, ...] = ("entrena_model.json", "tokenizer_config.json")
     """Files every saved model folder holds (plus ``adapter/`` or ``model.safetensors``)."""
     export_formats: tuple[str, ...] = ("gguf", "hf")
     """GGUF for llama.cpp / Ollama, or the merged Hugging Face folder
@@ -67,7 +65,7 @@ class LlmSftTask:
     """The metric the model and its best baseline (zero-shot, majority answer) are compared
     on."""
 
-    def model_sources(self, loaded: Any) -> dict[str, str]:
+    def model_sources(self, loaded: LoadedConfig[LlmSftConfig]) -> dict[str, str]:
         """``{"tokenizer": …}`` and, for pretrained weights, ``"weights"``: folders, hub ids,
         ``alias:<name>``, ``ollama:<name>`` or ``gguf:<path>`` (a GGUF file is checked now
         and converted into the cache on first use, by :func:`tokenizer_source` and
@@ -99,7 +97,8 @@ class LlmSftTask:
                                     tokenizer_only=True))
         return sources
 
-    def prepare(self, loaded: Any, sources: dict[str, str]) -> PreparedSft:
+    def prepare(self, loaded: LoadedConfig[LlmSftConfig],
+                sources: dict[str, str]) -> PreparedSft:
         """Rows read, turned into chats, checked, split and tokenized."""
         prepared = prepare_sft(loaded, {**sources,
                                         "tokenizer": tokenizer_source(loaded, sources)})
@@ -122,7 +121,8 @@ class LlmSftTask:
                      source["digest"])
         return prepared
 
-    def build_model(self, loaded: Any, sources: dict[str, str], prepared: PreparedSft) -> Any:
+    def build_model(self, loaded: LoadedConfig[LlmSftConfig], sources: dict[str, str],
+                    prepared: PreparedSft) -> SftModel:
         """An :class:`~entrena.tasks.llm_sft.model.SftModel` (LoRA or full fine-tuning)."""
         from entrena.tasks.llm_sft.model import build_sft_model
 
@@ -138,15 +138,15 @@ class LlmSftTask:
             gradient_checkpointing=model.gradient_checkpointing,
             shared_prefix=model.shared_prefix)
 
-    def batches(self, loaded: Any, prepared: PreparedSft, role: str, *, batch_size: int,
-                shuffle: bool) -> Any:
+    def batches(self, loaded: LoadedConfig[LlmSftConfig], prepared: PreparedSft, role: str, *,
+                batch_size: int, shuffle: bool) -> SftBatches:
         """:class:`~entrena.tasks.llm_sft.batches.SftBatches` of split ``role``."""
         from entrena.tasks.llm_sft.batches import SftBatches
-        from entrena.tasks.llm_sft.model import _pad_id
+        from entrena.tasks.llm_sft.tokenizer import padding_id
 
         tcfg = loaded.config.train
         split = getattr(prepared.splits, role)
-        source = SftBatches(split, batch_size=batch_size, pad_id=_pad_id(prepared.tokenizer),
+        source = SftBatches(split, batch_size=batch_size, pad_id=padding_id(prepared.tokenizer),
                             reference_width=_reference_width(prepared), shuffle=shuffle,
                             group_by_length=tcfg.group_by_length, seed=tcfg.seed,
                             pad_to_multiple_of=loaded.config.data.pad_to_multiple_of)
@@ -179,104 +179,11 @@ class LlmSftTask:
         tokenizer = prepared.tokenizer
         return match_rows(outputs, targets, tokenizer, int(tokenizer.eos_token_id))
 
-    def baselines(self, loaded: Any, prepared: PreparedSft) -> dict[str, dict[str, Any]]:
+    def baselines(self, loaded: LoadedConfig[LlmSftConfig],
+                  prepared: PreparedSft) -> dict[str, dict[str, Any]]:
         """The base model zero-shot and, when the training responses are labels, the
-        majority answer (:func:`~entrena.tasks.llm_sft.evaluation.majority_answer_baseline`,
-        on validation and test, every row).
-
-        Returns:
-            ``{"zero_shot": …, "majority_answer": {"answer", <split>: {"exact_match"},
-            "time_s"}}`` (``majority_answer`` only for labels).
-        """
-        from entrena.tasks.llm_sft.evaluation import majority_answer_baseline
-
-        found = self._zero_shot(loaded, prepared)
-        started = time.perf_counter()
-        majority = majority_answer_baseline(
-            prepared.splits.train.responses,
-            {role: split.responses for role, split in prepared.splits.roles()
-             if role != "train"})
-        if majority is not None:
-            found["majority_answer"] = {**majority, "time_s": time.perf_counter() - started}
-            log.info("the responses are labels: the majority answer %r is a baseline",
-                     majority["answer"])
-        return found
-
-    def _zero_shot(self, loaded: Any, prepared: PreparedSft) -> dict[str, dict[str, Any]]:
-        """The base model zero-shot: greedy generations from the same prompts, as many new
-        tokens as the tuned model generates (``max_new_tokens``), scored as the model is, on
-        the split the verdict reads (test, else validation).
-
-        Proportionate: the prompts are drawn in a seeded random order, a batch at a time,
-        until the 95% Wilson interval of the exact match is at most
-        ±:data:`ZERO_SHOT_HALF_WIDTH` (after at least :data:`ZERO_SHOT_MIN_PROMPTS`) or the
-        split is used up: a base model that never answers in the trained form (exact match
-        0) is settled after ~48 prompts instead of the whole split. Returns
-        ``{"zero_shot": {<split>: {"exact_match", "eos_share", "prompts",
-        "exact_match_ci95"}, "max_new_tokens", "time_s"}}``.
-        """
-        import numpy as np
-        import torch
-
-        from entrena.tasks.llm_sft.evaluation import (
-            generation_scores,
-            normalise_answer,
-            wilson_interval,
-        )
-        from entrena.tasks.llm_sft.model import (
-            _pad_id,
-            build_language_model,
-            greedy_generate,
-        )
-        from entrena.tasks.significance import with_rows
-
-        started = time.perf_counter()
-        cfg = loaded.config
-        tokenizer = prepared.tokenizer
-        torch.manual_seed(cfg.train.seed)  # a built architecture: the run's initial weights
-        base = build_language_model(
-            pretrained=weights_source(loaded, self.model_sources(loaded)),
-            architecture=cfg.model.architecture.model_dump() if cfg.model.architecture
-            else None, tokenizer=tokenizer, dropout=0.0).eval()
-        eval_batch = cfg.train.eval_batch_size or 2 * cfg.train.batch_size
-        role, split = ("test", prepared.splits.test) if prepared.splits.test is not None \
-            else ("validation", prepared.splits.validation)
-        order = np.random.default_rng(cfg.train.seed).permutation(len(split))
-        eos, pad = int(tokenizer.eos_token_id), _pad_id(tokenizer)
-        generated: list[np.ndarray] = []
-        result: dict[str, Any] = {}
-        for begin in range(0, len(order), eval_batch):
-            chunk = order[begin:begin + eval_batch]
-            chunk = chunk[np.argsort([split.prompt_lengths[i] for i in chunk], kind="stable")]
-            prompts = [torch.from_numpy(split.input_ids[i][:split.prompt_lengths[i]])
-                       for i in chunk]
-            out = greedy_generate(base, prompts, max_new_tokens=prepared.max_new_tokens,
-                                  eos_token_id=eos, pad_token_id=pad).numpy()
-            generated.extend(out[row] for row in range(len(chunk)))
-            used = order[:len(generated)]
-            width = max(len(g) for g in generated)
-            stacked = np.full((len(generated), width), -1, dtype=np.int64)
-            for row, ids in enumerate(generated):
-                stacked[row, :len(ids)] = ids
-            references = [split.responses[i] for i in used]
-            result, texts = generation_scores(stacked, references, tokenizer, eos)
-            n = len(generated)
-            low, high = wilson_interval(round(result["exact_match"] * n), n)
-            result.update(prompts=n, exact_match_ci95=[low, high])
-            if n >= ZERO_SHOT_MIN_PROMPTS and (high - low) / 2 <= ZERO_SHOT_HALF_WIDTH:
-                break
-        del base
-        if generated:  # the drawn prompts' match flags, for the paired comparison
-            matches = [normalise_answer(t) == normalise_answer(r)
-                       for t, r in zip(texts, references, strict=True)]
-            result = with_rows(result, np.ones(len(matches), dtype=np.int64),
-                               np.asarray(matches, dtype=np.int64), index=used)
-        if len(generated) < len(split):
-            log.info("zero-shot baseline: %d of %d %s prompts (exact match %.3f, 95%% "
-                     "interval %.3f-%.3f: settled)", len(generated), len(split), role,
-                     result["exact_match"], *result["exact_match_ci95"])
-        return {"zero_shot": {role: result, "max_new_tokens": prepared.max_new_tokens,
-                              "time_s": time.perf_counter() - started}}
+        majority answer (:func:`~entrena.tasks.llm_sft.baselines.sft_baselines`)."""
+        return sft_baselines(loaded, prepared, self.model_sources(loaded))
 
     @staticmethod
     def forward_share(model: Any) -> float:
@@ -290,7 +197,8 @@ class LlmSftTask:
         """
         lm = getattr(model, "lm", model)
         config = getattr(lm, "config", None)
-        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        text = (config.get_text_config() if config is not None
+                and hasattr(config, "get_text_config") else config)
         depth = int(getattr(text, "num_hidden_layers", 0) or 0)
         layers = {name.split(".layers.", 1)[1].split(".", 1)[0]
                   for name, p in lm.named_parameters() if p.requires_grad and ".layers." in name}
@@ -307,7 +215,7 @@ class LlmSftTask:
 
         save_sft_model(model, prepared.tokenizer, directory, prepared.model_meta)
 
-    def load_model(self, directory: Path) -> tuple[Any, dict[str, Any]]:
+    def load_model(self, directory: Path) -> tuple[SftModel, dict[str, Any]]:
         """``(model in eval mode, meta)``; ``meta["tokenizer"]`` holds the tokenizer."""
         from entrena.tasks.llm_sft.model import load_sft_model
 
@@ -324,7 +232,7 @@ class LlmSftTask:
         target[:, -2:] = 1
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "target_mask": target}
 
-    def planning(self, loaded: Any, sources: dict[str, str],
+    def planning(self, loaded: LoadedConfig[LlmSftConfig], sources: dict[str, str],
                  prepared: PreparedSft) -> PlanningSpec:
         """Token lengths per split; the model's profile from the LLM formulas
         (:func:`~entrena.planning.llm_profile.llm_profile`, the shape read from the
@@ -336,7 +244,7 @@ class LlmSftTask:
 
         return sft_planning(self, loaded, sources, prepared)
 
-    def write_bundle(self, run: Any, request: Any) -> dict[str, Any]:
+    def write_bundle(self, run: RunModel, request: ExportRequest) -> dict[str, Any]:
         """The merged model as GGUF or a Hugging Face folder, with its parity check
         (:func:`entrena.tasks.llm_sft.export.write_llm_bundle`)."""
         from entrena.tasks.llm_sft.export import write_llm_bundle
@@ -351,7 +259,8 @@ class LlmSftTask:
 
         return ChatSession
 
-    def predict(self, location: Any, data: Path, output: Path, options: Any) -> dict[str, Any]:
+    def predict(self, location: ModelLocation, data: Path, output: Path,
+                options: PredictOptions) -> dict[str, Any]:
         """Generate a response for each row of ``data`` into ``output``
         (:func:`entrena.tasks.llm_sft.predict.predict_chats`)."""
         from entrena.tasks.llm_sft.predict import predict_chats
@@ -392,3 +301,7 @@ def packing_decision(setting: str | bool, lengths: Any, plan: list[list[int]]) -
 
 def _reference_width(prepared: PreparedSft) -> int:
     return max(int(split.response_lengths.max()) for _, split in prepared.splits.roles())
+
+
+if TYPE_CHECKING:  # mypy checks the class against the protocol, with its own types
+    _CHECKED: Task[LlmSftConfig, PreparedSft] = LlmSftTask()

@@ -202,8 +202,10 @@ def fit_example(tokenizer: Any, example: SftExample, max_length: int, *,
         cut = True
         if template is not None:
             fields = [c for c in template_fields(template) if isinstance(row.get(c), str)]
-            longest = max(fields, key=lambda c: len(row[c]), default=None)
-            text = row[longest] if longest else ""
+            if not fields:
+                break  # no text column left to cut
+            longest = max(fields, key=lambda c: len(row[c]))
+            text = row[longest]
         else:
             users = [m for m in messages if m["role"] == "user"]
             text = users[-1]["content"] if users else ""
