@@ -167,3 +167,41 @@ def test_the_answers_summary_is_no_curve_of_the_report():
     events = [{"type": "eval", "step": s, "validation": {
         "exact_match": 0.5, "answers": {"rows": 10, "commonest": "great"}}} for s in (1, 2)]
     assert validation_series(events) == {"exact_match": ([1, 2], [0.5, 0.5])}
+
+
+def test_the_zero_shot_answers_are_scored_against_their_own_references(tmp_path,
+                                                                     smol_tokenizer,  # noqa: F811
+                                                                     monkeypatch):
+    """A base model that answers every prompt right (an oracle standing in for greedy
+    generation) scores 1.0, whatever the prompts' lengths: each batch is generated sorted by
+    length, and each answer must be matched with its own prompt's reference (a fresh user
+    found a model scoring 1.0 on test and 0.125 as its own zero-shot baseline)."""
+    import numpy as np
+
+    from entrena.tasks.llm_sft import baselines
+    from test_llm_sft import prepare
+
+    rows = chats(24)
+    for i, row in enumerate(rows):  # prompts of many lengths, in no order
+        row["messages"][0]["content"] += " really" * ((i * 7) % 11)
+    write_jsonl(tmp_path / "train.jsonl", rows)
+    test_rows = chats(16, start=100)
+    for i, row in enumerate(test_rows):
+        row["messages"][0]["content"] += " truly" * ((i * 5) % 9)
+    write_jsonl(tmp_path / "test.jsonl", test_rows)
+    loaded, task, prepared = prepare(tmp_path, smol_tokenizer,
+                                     data={"test": str(tmp_path / "test.jsonl")},
+                                     train={"eval_batch_size": 8})
+    split = prepared.splits.test
+    answers = {tuple(split.input_ids[i][:split.prompt_lengths[i]].tolist()):
+               split.input_ids[i][split.prompt_lengths[i]:] for i in range(len(split))}
+
+    def oracle(model, prompts, *, max_new_tokens, eos_token_id, pad_token_id):
+        out = [answers[tuple(p.tolist())] for p in prompts]
+        width = max(len(a) for a in out)
+        return torch.from_numpy(np.stack([np.pad(a, (0, width - len(a)),
+                                                 constant_values=pad_token_id) for a in out]))
+
+    monkeypatch.setattr("entrena.tasks.llm_sft.model.greedy_generate", oracle)
+    found = baselines.zero_shot_baseline(loaded, prepared, task.model_sources(loaded))
+    assert found["zero_shot"]["test"]["exact_match"] == 1.0

@@ -110,6 +110,7 @@ def zero_shot_baseline(loaded: LoadedConfig[LlmSftConfig], prepared: PreparedSft
     order = np.random.default_rng(cfg.train.seed).permutation(len(split))
     eos, pad = int(tokenizer.eos_token_id), padding_id(tokenizer)
     generated: list[np.ndarray] = []
+    used: list[int] = []  # the split's row of each generated answer, in generation order
     result: dict[str, Any] = {}
     for begin in range(0, len(order), eval_batch):
         chunk = order[begin:begin + eval_batch]
@@ -119,7 +120,7 @@ def zero_shot_baseline(loaded: LoadedConfig[LlmSftConfig], prepared: PreparedSft
         out = greedy_generate(base, prompts, max_new_tokens=prepared.max_new_tokens,
                               eos_token_id=eos, pad_token_id=pad).numpy()
         generated.extend(out[row] for row in range(len(chunk)))
-        used = order[:len(generated)]
+        used.extend(int(i) for i in chunk)  # sorted by length, as generated
         width = max(len(g) for g in generated)
         stacked = np.full((len(generated), width), -1, dtype=np.int64)
         for row, ids in enumerate(generated):
