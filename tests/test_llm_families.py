@@ -428,6 +428,7 @@ def _t5_folder(directory: Path) -> Path:
              "llm-sft trains decoder-only causal language models"),
     ("t5", "holds an encoder-decoder model, T5ForConditionalGeneration"),
     ("no_template", "has no chat template.*set data.chat_template"),
+    ("no_weights", "has a config.json but no weights .*an interrupted download or copy"),
 ])
 def test_a_folder_that_is_not_a_chat_ready_causal_lm_exits_2_with_one_line(
         case, message, families, tmp_path):
@@ -438,6 +439,11 @@ def test_a_folder_that_is_not_a_chat_ready_causal_lm_exits_2_with_one_line(
         folder = _bert_folder(tmp_path)
     elif case == "t5":
         folder = _t5_folder(tmp_path)
+    elif case == "no_weights":  # a download cut short: config and tokenizer, no weights
+        folder = tmp_path / "partial-llama"
+        shutil.copytree(families("llama"), folder)
+        for weights in folder.glob("*.safetensors"):
+            weights.unlink()
     else:
         folder = tmp_path / "base-llama"
         shutil.copytree(families("llama"), folder)

@@ -339,13 +339,18 @@ def check_llm_source(name: str, base_dir: Path | None, key: str = "model.name", 
     return resolved
 
 
+WEIGHT_FILES = ("*.safetensors", "model.safetensors.index.json", "pytorch_model*.bin")
+"""What a Hugging Face model folder holds its weights in (transformers' file names)."""
+
+
 def check_causal_lm(folder: Path, name: str, key: str = "model.name") -> None:
     """Refuse a model folder that is not a decoder-only causal LM, from its ``config.json``
     (nothing loaded): an encoder-decoder (T5, BART), or a model whose architectures name no
-    causal-LM head (a BERT fill-mask or classification folder).
+    causal-LM head (a BERT fill-mask or classification folder); or one without weight files
+    (an interrupted download), before any data is read or any file written.
 
     Raises:
-        ConfigError: Not a causal LM, or an unreadable ``config.json``.
+        ConfigError: Not a causal LM, no weights, or an unreadable ``config.json``.
     """
     import json
 
@@ -372,6 +377,11 @@ def check_causal_lm(folder: Path, name: str, key: str = "model.name") -> None:
             not architectures and not head.endswith("ForCausalLM")):
         raise ConfigError(f"{key} = {name!r}: {folder} holds {what}, not a causal language "
                           f"model; {fix}")
+    if not any(next(folder.glob(pattern), None) for pattern in WEIGHT_FILES):
+        raise ConfigError(f"{key} = {name!r}: {folder} has a config.json but no weights (none "
+                          f"of {', '.join(WEIGHT_FILES)}): an interrupted download or copy? "
+                          f"copy the model's weight files into it, or point {key} to a "
+                          f"complete folder")
 
 
 def resolve_llm_source(name: str, base_dir: Path | None, cache_root: Path,
