@@ -164,6 +164,19 @@ def test_a_step_below_the_threshold_exits_3_and_keeps_the_bundle(trained, tmp_pa
     assert report["parity"]["steps"][0]["passed"] is False
 
 
+def test_a_chat_run_exports_to_gguf_without_format(trained, tmp_path):
+    """`entrena export RUN` on a chat run: GGUF, its task's first format (not ONNX, which
+    it cannot export to); a K-quant's fallback types are named on the closing line."""
+    pytest.importorskip("llama_cpp", reason=RUNTIME_REASON)
+    _, run_dir = trained
+    done = invoke("export", run_dir, "--quantize", "q4_k_m", "--parity-prompts", "4",
+                  "--threads", "1", "--output", tmp_path / "b")
+    assert done.exit_code == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "b" / "export.json").read_text())
+    assert report["format"] == "gguf" and report["quantization"]["fallback"]
+    assert "where rows are not multiples of 256" in done.stderr
+
+
 _FRESH_PROCESS = """
 import json, sys
 from llama_cpp import Llama

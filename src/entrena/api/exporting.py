@@ -69,7 +69,21 @@ def _check_options(fmt_name: str, quantize: str | None, opset: int | None) -> An
     return fmt
 
 
-def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None,
+def _default_format(run: str | Path) -> str:
+    """The run's task's first export format (``onnx`` where the run cannot be read: the
+    export then says why, as with any format)."""
+    from entrena.errors import EntrenaError
+    from entrena.exporting.bundle import locate_run
+    from entrena.tasks.registry import get_task, model_files
+
+    try:
+        return get_task(locate_run(run, model_files=model_files).config.get("task")
+                        ).export_formats[0]
+    except EntrenaError:
+        return "onnx"
+
+
+def export(run: str | Path, *, format: str | None = None, quantize: str | None = None,
            opset: int | None = None, output: str | Path | None = None,
            parity_data: str | Path | None = None, atol: float = 1e-4,
            min_label_agreement: float = 0.99, max_accuracy_drop: float = 0.01,
@@ -88,7 +102,8 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
         format: ``onnx`` (dynamo exporter, dynamic batch and sequence axes) or
             ``torchscript`` (``torch.jit.trace``; a ``torch.export`` program when that fails);
             for a chat model (a task whose model generates text) ``gguf`` (llama.cpp, with an Ollama
-            ``Modelfile``) or ``hf`` (the merged model as a Hugging Face folder).
+            ``Modelfile``) or ``hf`` (the merged model as a Hugging Face folder). Default: the
+            run's task's first format (``onnx``; ``gguf`` for a chat model).
         quantize: ``"int8"``: ONNX Runtime dynamic quantisation (ONNX only); ``f16``,
             ``q8_0`` (default) or ``q4_k_m`` for ``gguf`` (llama.cpp's quantiser).
         opset: ONNX opset (default 18); must be one the installed exporter writes.
@@ -128,7 +143,7 @@ def export(run: str | Path, *, format: str = "onnx", quantize: str | None = None
     from entrena.tasks.registry import get_task, model_files
     from entrena.tracking.base import wants_mlflow_model
 
-    fmt = _check_options(format, quantize, opset)
+    fmt = _check_options(format or _default_format(run), quantize, opset)
     quantize = quantize if quantize is not None else fmt.default_quantization
     if ollama is not None:
         from entrena.exporting.ollama import check_ollama_name

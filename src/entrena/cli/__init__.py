@@ -247,9 +247,10 @@ ThreadsOpt = Annotated[int | None, typer.Option(
 
 @app.command()
 def export(run: RunArg,
-           format_: Annotated[str, typer.Option(
+           format_: Annotated[str | None, typer.Option(
                "--format", help="onnx or torchscript; a chat model (a language-model task): gguf "
-               "(llama.cpp / Ollama) or hf (merged Hugging Face folder).")] = "onnx",
+               "(llama.cpp / Ollama) or hf (merged Hugging Face folder). Default: onnx; gguf "
+               "for a chat model.")] = None,
            quantize: Annotated[str | None, typer.Option(
                "--quantize", help="int8: ONNX Runtime dynamic quantisation (ONNX only); "
                "gguf: f16, q8_0 (default) or q4_k_m.")] = None,
@@ -358,7 +359,20 @@ def _chat_parity_line(result: Any) -> str:
             f"{parity['prompts']} prompts, exact match {parity['exact_match_pytorch']:.3f} "
             f"(PyTorch) / {parity[f'exact_match_{fmt}']:.3f} ({fmt}), "
             f"{speed['pytorch']['tokens_per_s']:.0f} / {speed[fmt]['tokens_per_s']:.0f} tokens/s, "
-            f"model file {report['size_bytes']['model_file'] / 1e6:.1f} MB: {result.bundle_dir}")
+            f"model file {report['size_bytes']['model_file'] / 1e6:.1f} MB{_fallback(report)}: "
+            f"{result.bundle_dir}")
+
+
+def _fallback(report: dict[str, Any]) -> str:
+    """What llama.cpp wrote instead of the asked quantisation (K-quants need rows that are
+    multiples of 256 values), for the closing line."""
+    quantization = report.get("quantization") or {}
+    fallback = quantization.get("fallback") or []
+    if not fallback:
+        return ""
+    types = quantization.get("tensor_types", {})
+    return (f" (llama.cpp wrote {', '.join(f'{t} {types.get(t, 0)}' for t in fallback)} "
+            f"where rows are not multiples of 256: quantization.tensor_types)")
 
 
 @app.command()
