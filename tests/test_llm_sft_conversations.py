@@ -165,3 +165,15 @@ def test_an_empty_response_column_is_named_with_its_rows(tmp_path, smol_tokenize
         prepare(tmp_path, smol_tokenizer, data={
             "train": str(tmp_path / "train.csv"), "response_column": "score",
             "prompt_template": "Review: {review}", "on_bad_rows": "error"})
+
+
+def test_a_leakage_check_that_drops_every_training_prompt_says_so(tmp_path,
+                                                                 smol_tokenizer):  # noqa: F811
+    """A test file holding every training prompt (and more: not a copy, which is refused
+    apart): the leakage check (drop) names itself
+    and the fix, rather than 'no example left after the checks'."""
+    write_jsonl(tmp_path / "train.jsonl", chats(8))
+    write_jsonl(tmp_path / "test.jsonl", chats(10))  # every training row, and more
+    with pytest.raises(DataError, match=r"all 6 training prompts also occur in validation or "
+                                        r"test \(data.checks.leakage: drop left none\)"):
+        prepare(tmp_path, smol_tokenizer, data={"test": str(tmp_path / "test.jsonl")})

@@ -227,7 +227,8 @@ def _select_rows(raw: dict[str, Any], rendered: dict[str, list[str]], specs: dic
     and ``leakage`` check records and counts to ``report``.
 
     Raises:
-        DataError: Fewer than 2 training examples to split a validation set from.
+        DataError: Fewer than 2 training examples to split a validation set from, or the
+            leakage check dropped every training example.
     """
     from entrena.data.hygiene import check_record
 
@@ -269,6 +270,11 @@ def _select_rows(raw: dict[str, Any], rendered: dict[str, list[str]], specs: dic
     report["splits"]["train"]["leaked_rows"] = count
     if count and checks.leakage == "drop":
         index["train"] = index["train"][~leaked]
+        if len(index["train"]) == 0:
+            raise DataError(f"data.train: {specs['train']}: all {count} training prompts also "
+                            f"occur in validation or test (data.checks.leakage: drop left "
+                            f"none); give held-out files with other prompts, or set "
+                            f"data.checks.leakage: warn to keep them")
     index["train"] = _subsample(index["train"], data.max_train_samples, seed)
     for role in ("validation", "test"):
         if role in index:
