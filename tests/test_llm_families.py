@@ -501,3 +501,21 @@ def test_a_base_model_takes_the_chat_template_of_the_config(families, tmp_path):
     llama = FAMILIES["llama"].template
     _, _, _, prepared = _prepared(tmp_path, folder, data={"chat_template": llama})
     assert prepared.tokenizer.eos_token == "<|eot_id|>"
+
+
+def test_a_max_length_past_the_models_context_is_warned_about(families, tmp_path, caplog):
+    """The tiny folders hold 512 positions (``max_position_embeddings``): a model.max_length
+    of 1024 trains positions the model never saw, and the run says so."""
+    from entrena.tasks.registry import get_task, load_config
+
+    write_jsonl(tmp_path / "train.jsonl", chats(8))
+    loaded = load_config(family_config(tmp_path, families("qwen3"),
+                                       model={"max_length": 1024}))
+    with caplog.at_level("WARNING", logger="entrena"):
+        get_task("llm-sft").model_sources(loaded)
+    assert "model.max_length = 1024 is longer than the 512 positions" in caplog.text
+    caplog.clear()
+    loaded = load_config(family_config(tmp_path, families("qwen3")))
+    with caplog.at_level("WARNING", logger="entrena"):
+        get_task("llm-sft").model_sources(loaded)
+    assert "max_position_embeddings" not in caplog.text

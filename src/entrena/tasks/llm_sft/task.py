@@ -45,6 +45,28 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def _warn_beyond_context(source: str, max_length: int) -> None:
+    """Warn when ``model.max_length`` is longer than the context the model was trained for
+    (``max_position_embeddings`` of a local folder's ``config.json``): positions past it
+    were never seen in pretraining, and llama.cpp warns of a context overflow."""
+    import json
+
+    path = Path(source) / "config.json"
+    if not path.is_file():
+        return
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    config = config.get("text_config") or config
+    limit = config.get("max_position_embeddings")
+    if isinstance(limit, int) and max_length > limit:
+        log.warning("model.max_length = %d is longer than the %d positions %s was trained for "
+                    "(max_position_embeddings): longer examples reach positions the model "
+                    "never saw; set model.max_length to at most %d", max_length, limit,
+                    Path(source).name, limit)
+
+
 class LlmSftTask:
     """Supervised fine-tuning of a causal LM on prompt → response chats (module docstring)."""
 
@@ -87,6 +109,7 @@ class LlmSftTask:
         sources: dict[str, str] = {}
         if model.architecture is None:
             sources["weights"] = check_llm_source(model.name or "", loaded.base_dir)
+            _warn_beyond_context(sources["weights"], model.max_length)
         if model.tokenizer is None and model.name is None:
             raise ConfigError("model.tokenizer: a model built from model.architecture needs a "
                               "tokenizer; set model.tokenizer: smollm2-135m")
