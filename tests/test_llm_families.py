@@ -519,3 +519,31 @@ def test_a_max_length_past_the_models_context_is_warned_about(families, tmp_path
     with caplog.at_level("WARNING", logger="entrena"):
         get_task("llm-sft").model_sources(loaded)
     assert "max_position_embeddings" not in caplog.text
+
+
+def test_an_adapter_refuses_a_base_folder_that_changed_since_training(
+        families, tmp_path, smol_tokenizer):  # noqa: F811 (the fixture)
+    """A LoRA run remembers its base folder's fingerprint: the same folder loads; another
+    model of the same shape put in its place (a fresh user's swap answered garbage with
+    exit 0) is refused with the fix."""
+    import shutil
+
+    import entrena
+    from entrena.errors import DataError
+    from entrena.tasks.llm_sft.model import load_sft_model
+
+    base = tmp_path / "base"
+    shutil.copytree(families("qwen3"), base)
+    write_jsonl(tmp_path / "train.jsonl", chats(8))
+    result = entrena.train(family_config(tmp_path, base, train={"max_steps": 1}),
+                           run_dir=tmp_path / "run")
+    model_dir = result.run_dir / "model"
+    meta = json.loads((model_dir / "entrena_model.json").read_text())
+    assert meta["base_fingerprint"].startswith("sha256:")
+    load_sft_model(model_dir)  # unchanged: loads
+    other = family_folder("qwen3", tmp_path / "other", smol_tokenizer, seed=7)
+    for weights in base.glob("*.safetensors"):
+        shutil.copyfile(other / weights.name, weights)
+    with pytest.raises(DataError, match="is not the one it was trained on .* put the original "
+                                        "base back there, or train again"):
+        load_sft_model(model_dir)

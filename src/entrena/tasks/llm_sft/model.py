@@ -504,6 +504,34 @@ def build_sft_model(*, pretrained: str | None, architecture: dict[str, Any] | No
     return model.train()
 
 
+FINGERPRINT_BYTES = 1 << 20
+"""Bytes read from each end of a weight file for :func:`folder_fingerprint`."""
+
+
+def folder_fingerprint(folder: Path) -> str:
+    """A SHA-256 over a model folder's ``config.json`` and, per weight file, its name, size
+    and first and last :data:`FINGERPRINT_BYTES` (a safetensors header alone is equal for
+    two models of one shape; the tensor bytes at both ends are not). Reads ~2 MiB per weight
+    file, so a saved adapter checks its base in milliseconds, where hashing a 16 GB base would
+    take a minute; a change confined to the middle of a file goes unseen."""
+    import hashlib
+
+    from entrena.tasks.llm_sft.sources import WEIGHT_FILES
+
+    digest = hashlib.sha256()
+    config = folder / "config.json"
+    digest.update(config.read_bytes() if config.is_file() else b"")
+    files = sorted({p for pattern in WEIGHT_FILES for p in folder.glob(pattern)})
+    for path in files:
+        size = path.stat().st_size
+        digest.update(f"{path.name}:{size}".encode())
+        with path.open("rb") as handle:
+            digest.update(handle.read(FINGERPRINT_BYTES))
+            handle.seek(max(0, size - FINGERPRINT_BYTES))
+            digest.update(handle.read(FINGERPRINT_BYTES))
+    return f"sha256:{digest.hexdigest()}"
+
+
 def save_sft_model(model: SftModel, tokenizer: Any, directory: Path,
                    meta: dict[str, Any]) -> None:
     """Write the model folder (see the module docstring). Overwrites ``directory``.
@@ -524,6 +552,8 @@ def save_sft_model(model: SftModel, tokenizer: Any, directory: Path,
             # save_pretrained of the base under PEFT writes the adapted layers' names;
             # the adapter is applied again on load, so the plain base is what is needed.
             meta["base_model"] = BASE_DIR
+        elif Path(str(meta["base_model"])).is_dir():
+            meta["base_fingerprint"] = folder_fingerprint(Path(str(meta["base_model"])))
     save_tokenizer(tokenizer, directory)
     (directory / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
@@ -532,7 +562,8 @@ def load_sft_model(directory: str | Path) -> tuple[SftModel, Any, dict[str, Any]
     """``(model in eval mode, tokenizer, meta)`` from a saved model folder.
 
     Raises:
-        DataError: The base model folder an adapter was trained on is gone.
+        DataError: The base model folder an adapter was trained on is gone, or changed
+            since (:func:`folder_fingerprint`).
     """
     from transformers import AutoModelForCausalLM
 
@@ -552,8 +583,14 @@ def load_sft_model(directory: str | Path) -> tuple[SftModel, Any, dict[str, Any]
         base_dir = base_dir if base_dir.is_absolute() else directory / base_dir
         if not (base_dir / "config.json").is_file():
             raise DataError(f"{directory}: the adapter's base model {base_dir} is missing; "
-                            f"convert it again (entrena train with the same model.name does) or "
-                            f"copy it back")
+                            f"copy it back (a base entrena converted from a GGUF file or an "
+                            f"Ollama model: entrena train with the same model.name converts it "
+                            f"again)")
+        if meta.get("base_fingerprint") and \
+                folder_fingerprint(base_dir) != meta["base_fingerprint"]:
+            raise DataError(f"{directory}: the adapter's base model {base_dir} is not the one "
+                            f"it was trained on (its config.json or weights changed since); "
+                            f"put the original base back there, or train again from this one")
         base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
         lm = PeftModel.from_pretrained(base, directory / ADAPTER_DIR)
     model = SftModel(lm, eos_token_id=tokenizer.eos_token_id, pad_token_id=padding_id(tokenizer),
