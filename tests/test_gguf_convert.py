@@ -130,3 +130,24 @@ def test_an_architecture_the_converter_lacks_is_refused(tmp_path, tree,
                                         "export --format hf"):
         convert_hf_folder(folder, tmp_path / "m.gguf", tree=tree)
     assert not (tmp_path / "m.gguf").exists()
+
+
+def test_a_gemma_attention_scale_llama_cpp_ignores_is_refused_before_converting():
+    """llama.cpp scales Gemma's attention by 1/sqrt(head_dim) (by hidden/heads at 27B's
+    layer count) and never reads query_pre_attn_scalar: a model that sets it otherwise would
+    fail parity at 0.000 (a fresh user's tiny Gemma 3 did), so the export refuses it first."""
+    from transformers import Gemma2Config, Gemma3TextConfig
+
+    from entrena.errors import DataError
+    from entrena.tasks.llm_sft.export import check_llama_cpp_computes_alike
+
+    shape = {"hidden_size": 64, "num_attention_heads": 4, "head_dim": 16,
+             "num_hidden_layers": 2}
+    check_llama_cpp_computes_alike(Gemma3TextConfig(**shape, query_pre_attn_scalar=16))
+    with pytest.raises(DataError, match="query_pre_attn_scalar = 256, and llama.cpp by 16 "
+                                        ".*export --format hf"):
+        check_llama_cpp_computes_alike(Gemma3TextConfig(**shape, query_pre_attn_scalar=256))
+    # Gemma 2 27B's published shape: 46 layers, hidden 4608 / 32 heads = 144, head_dim 128
+    check_llama_cpp_computes_alike(Gemma2Config(
+        hidden_size=4608, num_attention_heads=32, head_dim=128, num_hidden_layers=46,
+        query_pre_attn_scalar=144, num_key_value_heads=16, intermediate_size=64))

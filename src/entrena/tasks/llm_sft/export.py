@@ -205,6 +205,39 @@ def gguf_model_name(name: str, model_type: str) -> str:
     return name
 
 
+_GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62, "gemma3_text": 62}
+"""Layer counts llama.cpp reads as Gemma 2 / Gemma 3 27B (``src/models/gemma2.cpp``,
+``gemma3.cpp``: the only size whose attention scale is ``1/sqrt(hidden / heads)``)."""
+
+
+def check_llama_cpp_computes_alike(config: Any) -> None:
+    """Refuse, before converting, a model whose settings llama.cpp's runtime ignores, so its
+    GGUF would compute otherwise than PyTorch: Gemma 2/3 attention scaled by
+    ``query_pre_attn_scalar``, which llama.cpp never reads (it scales by
+    ``1/sqrt(head_dim)``, or ``1/sqrt(hidden / heads)`` at 27B's layer count; llama.cpp
+    0.3.36's ``src/models/gemma3.cpp``). A fresh user's tiny Gemma 3 with the transformers
+    default (256) against a head width of 16 failed parity at 0.000.
+
+    Raises:
+        DataError: Such a model (exit 2), with the fix.
+    """
+    model_type = str(getattr(config, "model_type", ""))
+    config = getattr(config, "text_config", None) or config
+    scalar = getattr(config, "query_pre_attn_scalar", None)
+    if model_type not in _GEMMA_27B_LAYERS or scalar is None:
+        return
+    head_dim = getattr(config, "head_dim", None) or \
+        config.hidden_size // config.num_attention_heads
+    expected = (config.hidden_size / config.num_attention_heads
+                if config.num_hidden_layers == _GEMMA_27B_LAYERS[model_type] else head_dim)
+    if float(scalar) != float(expected):
+        raise DataError(f"this {model_type} model scales attention by query_pre_attn_scalar = "
+                        f"{scalar}, and llama.cpp by {expected:g} (head_dim, as every published "
+                        f"Gemma but 27B): its GGUF would answer otherwise than PyTorch; set "
+                        f"query_pre_attn_scalar = {expected:g} in the base model's config.json "
+                        f"before training, or export --format hf")
+
+
 def _write_gguf(merged: Any, tokenizer: Any, work: Path, request: Any, stop: tuple[str, int],
                 context_tokens: int, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Convert (llama.cpp's converter → f16) and quantise into ``work/model.gguf``, with the
@@ -291,6 +324,8 @@ def write_llm_bundle(run: Any, request: Any) -> dict[str, Any]:
     if request.threads:
         torch.set_num_threads(int(request.threads))
     model, tokenizer, meta = load_sft_model(run.paths.model)
+    if fmt == "gguf":
+        check_llama_cpp_computes_alike(model.causal_lm.config)
     examples, dataset = parity_examples(run, request.parity_data, meta, request.parity_prompts)
     limit, budget = int(meta["max_length"]), int(meta["max_new_tokens"])
     rendered = [tokenize_example(tokenizer, e, limit, template=meta.get("prompt_template"))
