@@ -161,7 +161,12 @@ def test_a_step_below_the_threshold_exits_3_and_keeps_the_bundle(trained, tmp_pa
         in done.stderr
     report = json.loads((tmp_path / "b" / "export.json").read_text())
     assert report["parity"]["passed"] is False
-    assert report["parity"]["steps"][0]["passed"] is False
+    step = report["parity"]["steps"][0]
+    assert step["passed"] is False
+    shown = step["disagreeing_answers"]  # decoded: the cut answer lacks its stop token
+    assert len(shown) == 3 and shown[0]["prompt"] == 0
+    assert shown[0]["pytorch"].endswith("<|im_end|>") and shown[0]["f16"] + "<|im_end|>" \
+        == shown[0]["pytorch"]
 
 
 def test_a_chat_run_exports_to_gguf_without_format(trained, tmp_path):

@@ -46,6 +46,8 @@ MIN_AGREEMENT = 0.95
 JUDGED = ("f16", "q8_0", "hf")
 """The exports held to :data:`MIN_AGREEMENT` against the step before them (``hf``: the
 ``--format hf`` folder); ``q4_k_m`` is reported."""
+DISAGREEING_SHOWN = 3
+"""Disagreeing answers a parity step shows decoded (``disagreeing_answers``)."""
 GGUF_FILE = "model.gguf"
 MODELFILE = "Modelfile"
 _META_KEYS = ("format", "prompt_template", "response_column", "prompt_column",
@@ -91,7 +93,8 @@ def _scores(answers: Any, references: list[str], tokenizer: Any, eos: int) -> di
 def _comparison(source: str, target: str, judged: bool, before: Any, after: Any,
                 references: list[str], tokenizer: Any, eos: int) -> dict[str, Any]:
     """One parity step: the greedy answers of ``target`` against those of ``source`` (the
-    share of prompts with equal ids) and each one's exact match against the references."""
+    share of prompts with equal ids) and each one's exact match against the references; the
+    first :data:`DISAGREEING_SHOWN` answers that differ, decoded (special tokens kept)."""
     same = [a == b for a, b in zip(before.ids, after.ids, strict=True)]
     before_scores = _scores(before, references, tokenizer, eos)
     after_scores = _scores(after, references, tokenizer, eos)
@@ -103,6 +106,10 @@ def _comparison(source: str, target: str, judged: bool, before: Any, after: Any,
             f"eos_share_{source}": before_scores["eos_share"],
             f"eos_share_{target}": after_scores["eos_share"],
             "disagreeing_prompts": [i for i, s in enumerate(same) if not s][:20],
+            "disagreeing_answers": [  # the first few, decoded: what differs, at a glance
+                {"prompt": i, source: tokenizer.decode(before.ids[i]),
+                 target: tokenizer.decode(after.ids[i])}
+                for i in [i for i, s in enumerate(same) if not s][:DISAGREEING_SHOWN]],
             "criteria": (f"agreement >= {MIN_AGREEMENT}" if judged else
                          f"reported only ({target}: no threshold; read exact_match_drop)"),
             "passed": agreement >= MIN_AGREEMENT if judged else True}
