@@ -139,7 +139,7 @@ def test_a_gemma_attention_scale_llama_cpp_ignores_is_refused_before_converting(
     from transformers import Gemma2Config, Gemma3TextConfig
 
     from entrena.errors import DataError
-    from entrena.tasks.llm_sft.export import check_llama_cpp_computes_alike
+    from entrena.exporting.llama_converter import check_llama_cpp_computes_alike
 
     shape = {"hidden_size": 64, "num_attention_heads": 4, "head_dim": 16,
              "num_hidden_layers": 2}

@@ -201,57 +201,13 @@ def _checked_gguf(path: Path, chat_template: str, stop: tuple[str, int]) -> dict
             "tokenizer_model": value("tokenizer.ggml.model")}
 
 
-def gguf_model_name(name: str, model_type: str) -> str:
-    """``general.name`` of the exported file: the run's name, with ``phi3`` added for a Phi-3
-    model whose name lacks it — llama.cpp strips the whitespace after Phi-3's turn markers
-    only when ``general.name`` holds "phi3" or "phi-3" (``llama-vocab.cpp``; measured: a tiny
-    Phi-3 named ``model`` answered 0 of 6 prompts as PyTorch, 6 of 6 named ``phi3-tuned``)."""
-    lowered = name.lower()
-    if model_type == "phi3" and "phi3" not in lowered and "phi-3" not in lowered:
-        return f"{name}-phi3"
-    return name
-
-
-_GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62, "gemma3_text": 62}
-"""Layer counts llama.cpp reads as Gemma 2 / Gemma 3 27B (``src/models/gemma2.cpp``,
-``gemma3.cpp``: the only size whose attention scale is ``1/sqrt(hidden / heads)``)."""
-
-
-def check_llama_cpp_computes_alike(config: Any) -> None:
-    """Refuse, before converting, a model whose settings llama.cpp's runtime ignores, so its
-    GGUF would compute otherwise than PyTorch: Gemma 2/3 attention scaled by
-    ``query_pre_attn_scalar``, which llama.cpp never reads (it scales by
-    ``1/sqrt(head_dim)``, or ``1/sqrt(hidden / heads)`` at 27B's layer count; llama.cpp
-    0.3.36's ``src/models/gemma3.cpp``). A fresh user's tiny Gemma 3 with the transformers
-    default (256) against a head width of 16 failed parity at 0.000.
-
-    Raises:
-        DataError: Such a model (exit 2), with the fix.
-    """
-    model_type = str(getattr(config, "model_type", ""))
-    config = getattr(config, "text_config", None) or config
-    scalar = getattr(config, "query_pre_attn_scalar", None)
-    if model_type not in _GEMMA_27B_LAYERS or scalar is None:
-        return
-    head_dim = getattr(config, "head_dim", None) or \
-        config.hidden_size // config.num_attention_heads
-    expected = (config.hidden_size / config.num_attention_heads
-                if config.num_hidden_layers == _GEMMA_27B_LAYERS[model_type] else head_dim)
-    if float(scalar) != float(expected):
-        raise DataError(f"this {model_type} model scales attention by query_pre_attn_scalar = "
-                        f"{scalar}, and llama.cpp by {expected:g} (head_dim, as every published "
-                        f"Gemma but 27B): its GGUF would answer otherwise than PyTorch; set "
-                        f"query_pre_attn_scalar = {expected:g} in the base model's config.json "
-                        f"before training, or export --format hf")
-
-
 def _write_gguf(merged: Any, tokenizer: Any, work: Path, request: Any, stop: tuple[str, int],
                 context_tokens: int, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Convert (llama.cpp's converter → f16) and quantise into ``work/model.gguf``, with the
     Modelfile; returns the manifest's GGUF part and the generators to check (``f16`` and
     the shipped quantisation), each loaded when first asked for."""
     from entrena.exporting.gguf_reader import tensor_types
-    from entrena.exporting.llama_converter import convert_hf_folder, converter_tree
+    from entrena.exporting.llama_converter import convert_hf_folder, converter_tree, gguf_model_name
     from entrena.exporting.llama_runtime import MAIN_TYPES, quantize_gguf
     from entrena.exporting.modelfile import chat_structure, render_modelfile
     from entrena.exporting.ollama import gguf_adds_bos
@@ -332,6 +288,8 @@ def write_llm_bundle(run: Any, request: Any) -> dict[str, Any]:
         torch.set_num_threads(int(request.threads))
     model, tokenizer, meta = load_sft_model(run.paths.model)
     if fmt == "gguf":
+        from entrena.exporting.llama_converter import check_llama_cpp_computes_alike
+
         check_llama_cpp_computes_alike(model.causal_lm.config)
     examples, dataset = parity_examples(run, request.parity_data, meta, request.parity_prompts)
     limit, budget = int(meta["max_length"]), int(meta["max_new_tokens"])
