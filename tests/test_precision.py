@@ -83,3 +83,35 @@ def test_the_cpu_peak_is_measured_and_cached_per_dtype(tmp_path, dtype):
     peak, source = cpu_peak_flops_measured(tmp_path, 1, dtype)
     assert peak > 0 and source.startswith(f"measured: {dtype} ")
     assert cpu_peak_flops_measured(tmp_path, 1, dtype) == (peak, source)
+
+
+@pytest.mark.parametrize(("environ", "limit"), [
+    ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, "avx2"),
+    ({"DNNL_MAX_CPU_ISA": "avx512_core_bf16"}, "avx512_core_bf16"),
+    ({"ONEDNN_MAX_CPU_ISA": "AVX10_1_512_AMX", "DNNL_MAX_CPU_ISA": "AVX2"}, "avx10_1_512_amx"),
+    ({"ONEDNN_MAX_CPU_ISA": "DEFAULT"}, None),
+    ({"ONEDNN_MAX_CPU_ISA": "AVX9000"}, None),
+    ({}, None),
+])
+def test_the_onednn_isa_limit_is_read_from_the_environment(environ, limit):
+    assert detection.onednn_isa_limit(environ) == limit
+
+
+def test_a_onednn_limit_hides_the_bf16_kernels_it_forbids():
+    amx_cpu = {"avx2": True, "fma": True, "avx512f": True, "avx512_bf16": True,
+               "avx512_vnni": True, "amx_tile": True, "amx_bf16": True, "amx_int8": True}
+    assert detection.limit_features(amx_cpu, None) == amx_cpu
+    under_avx2 = detection.limit_features(amx_cpu, "avx2")
+    assert [k for k, v in under_avx2.items() if v] == ["avx2", "fma"]
+    under_bf16 = detection.limit_features(amx_cpu, "avx512_core_bf16")
+    assert under_bf16["avx512_bf16"] and not under_bf16["amx_bf16"]
+    assert detection.limit_features(amx_cpu, "avx512_core_amx") == amx_cpu
+    # a limit never turns on what the CPU lacks
+    assert not detection.limit_features({"amx_bf16": False}, "avx512_core_amx")["amx_bf16"]
+
+
+def test_under_onednn_avx2_this_cpu_has_no_fast_bf16(monkeypatch):
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    cpu = detection.detect_cpu()
+    assert cpu.isa_limit == "avx2" and not cpu.bf16_fast
+    assert not any(cpu.features.get(k) for k in ("avx512f", "avx512_bf16", "amx_bf16"))

@@ -29,3 +29,21 @@ def test_a_requested_count_is_kept_and_a_measured_one_fits_the_machine():
     measured = choose_threads()
     assert 1 <= measured.threads <= measured.usable_cpus and measured.busy_cpus is not None
     assert "usable core" in measured.describe()
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="Linux only")
+def test_torch_threads_default_to_the_cores_this_process_may_use():
+    import os
+
+    import torch
+
+    from entrena.engine.backend import configure_threads
+
+    before_ids, before_threads = os.sched_getaffinity(0), torch.get_num_threads()
+    try:
+        os.sched_setaffinity(0, {min(before_ids)})
+        assert configure_threads(None) == 1  # `taskset -c 0`: one thread, not one per core
+        assert configure_threads(3) == 3  # train.num_threads is kept as given
+    finally:
+        os.sched_setaffinity(0, before_ids)
+        torch.set_num_threads(before_threads)

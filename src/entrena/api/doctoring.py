@@ -44,8 +44,10 @@ class DoctorReport:
                       f"logical){freq}")
         bf16 = ("yes (precision auto: bf16-mixed for models of 1 M+ linear weights)"
                 if m.cpu.bf16_fast else "no")
-        table.add_row("CPU features", f"{features}; torch kernels: {m.cpu.torch_capability}; "
-                      f"fast bf16: {bf16}")
+        limit = (f" (ONEDNN_MAX_CPU_ISA={m.cpu.isa_limit.upper()} hides the rest)"
+                 if m.cpu.isa_limit else "")
+        table.add_row("CPU features", f"{features}{limit}; torch kernels: "
+                      f"{m.cpu.torch_capability}; fast bf16: {bf16}")
         table.add_row("RAM", f"{format_bytes(m.memory['total_bytes'] or 0)} total, "
                       f"{format_bytes(m.memory['available_bytes'] or 0)} available")
         for gpu in m.gpus:

@@ -13,7 +13,7 @@ freely between sessions:
 - ``train.max_time``: a time budget (raising it to continue a stopped run is the point);
 - ``train.num_threads``: CPU threads. With a different thread count a CPU run is no longer
   bitwise identical to an uninterrupted one, but it is the same computation, and the
-  default (``null``: all physical cores) changes with the machine without the config changing.
+  default (``null``: the usable cores) changes with the machine without the config changing.
 
 Standard library only.
 """

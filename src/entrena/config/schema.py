@@ -297,7 +297,8 @@ class TrainConfig(StrictModel):
     group_by_length: bool = True
     """Batch examples of similar token length together to cut padding."""
     num_threads: Annotated[int, Field(ge=1)] | None = None
-    """CPU threads for torch; default: all physical cores."""
+    """CPU threads for torch; default: the cores this process may use (CPU affinity, cgroup
+    quota, physical cores)."""
     compile: Literal["auto", True, False] = "auto"
     """`torch.compile` the model (inductor; the first steps of each new shape pay the
     compilation): `auto` compiles when the measured speed-up on this kind of device and

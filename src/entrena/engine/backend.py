@@ -39,14 +39,17 @@ def seed_everything(seed: int) -> None:
 
 
 def configure_threads(num_threads: int | None) -> int:
-    """Set torch's intra-op threads (default: physical cores) and return the number used."""
-    if num_threads is None:
-        try:
-            import psutil
+    """Set torch's intra-op threads and return the number used.
 
-            num_threads = psutil.cpu_count(logical=False) or torch.get_num_threads()
-        except ImportError:  # pragma: no cover
-            num_threads = torch.get_num_threads()
+    Default: the cores this process may use (:func:`entrena.hardware.threads.usable_cpus`:
+    its CPU affinity, a cgroup quota, the physical cores). The physical core count alone
+    oversubscribed ``taskset -c 0`` or ``docker --cpus 2`` runs: two threads on one allowed core
+    ran the demo's steps with each thread busy half the time.
+    """
+    if num_threads is None:
+        from entrena.hardware.threads import usable_cpus
+
+        num_threads = usable_cpus()[0]
     torch.set_num_threads(max(1, int(num_threads)))
     return torch.get_num_threads()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import importlib.metadata
 import importlib.util
+import math
 import os
 import platform
 import shutil
@@ -23,7 +24,8 @@ from entrena.errors import ResourceError
 
 __all__ = ["Machine", "CpuInfo", "GpuInfo", "detect_machine", "detect_cpu", "detect_gpus",
            "cuda_library_bytes", "LIBRARIES", "CPU_BF16_MIN_LINEAR_PARAMETERS",
-           "cpu_bf16_pays", "resolve_accelerator"]
+           "cpu_bf16_pays", "resolve_accelerator", "ONEDNN_ISA_MASKS", "onednn_isa_limit",
+           "limit_features"]
 
 LIBRARIES = ("torch", "lightning-fabric", "transformers", "tokenizers", "safetensors", "numpy",
              "pandas", "pyarrow", "scikit-learn", "mlflow", "pydantic", "onnx", "onnxruntime",
@@ -32,6 +34,47 @@ LIBRARIES = ("torch", "lightning-fabric", "transformers", "tokenizers", "safeten
 
 _CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16",
               "amx_int8")
+
+ONEDNN_ISA_MASKS = {
+    "sse41": 0x1, "avx": 0x3, "avx2": 0x7, "avx2_vnni": 0xF, "avx2_vnni_2": 0x1F,
+    "avx512_core": 0x27, "avx512_core_vnni": 0x67, "avx512_core_bf16": 0xE7,
+    "avx10_1_512": 0x1EF, "avx512_core_fp16": 0x1EF, "avx10_1_512_amx": 0xFEF,
+    "avx512_core_amx": 0xFEF, "avx10_1_512_amx_fp16": 0x1FEF, "avx512_core_amx_fp16": 0x1FEF,
+}
+"""oneDNN's ``dnnl_cpu_isa_t`` bit masks (oneDNN developer guide, "enum dnnl_cpu_isa_t"):
+an instruction set is allowed under a ``ONEDNN_MAX_CPU_ISA`` limit when all its bits are in
+the limit's. torch's bf16 matrix products go through oneDNN: under ``ONEDNN_MAX_CPU_ISA=AVX2``
+a bf16 1024² product ran at 1 GFLOP/s against 416 without it on an Intel Xeon with AMX (fp32,
+through MKL, unchanged), so a limited oneDNN must not count as native bf16."""
+
+_FLAG_NEEDS_ISA = {"avx512f": 0x27, "avx512_vnni": 0x67, "avx512_bf16": 0xE7,
+                   "amx_tile": 0xFEF, "amx_bf16": 0xFEF, "amx_int8": 0xFEF}
+"""The oneDNN instruction set each CPU flag's kernels need (``ONEDNN_ISA_MASKS`` values)."""
+
+
+def onednn_isa_limit(environ: dict[str, str] | None = None) -> str | None:
+    """The instruction-set ceiling a user set for oneDNN, lower case, or ``None``.
+
+    Reads ``ONEDNN_MAX_CPU_ISA`` (or its older name ``DNNL_MAX_CPU_ISA``); ``DEFAULT``/``ALL``
+    and names oneDNN does not know (which it ignores) are no limit.
+    """
+    env = os.environ if environ is None else environ
+    value = (env.get("ONEDNN_MAX_CPU_ISA") or env.get("DNNL_MAX_CPU_ISA") or "").strip().lower()
+    return value if value in ONEDNN_ISA_MASKS else None
+
+
+def limit_features(features: dict[str, bool], limit: str | None) -> dict[str, bool]:
+    """``features`` with the flags whose oneDNN kernels ``limit`` forbids turned off.
+
+    Args:
+        features: CPU flag → present (:attr:`CpuInfo.features`).
+        limit: A :data:`ONEDNN_ISA_MASKS` key, or ``None`` (no limit: ``features`` as given).
+    """
+    if limit is None:
+        return dict(features)
+    mask = ONEDNN_ISA_MASKS[limit]
+    return {name: present and (_FLAG_NEEDS_ISA.get(name, 0) & mask) == _FLAG_NEEDS_ISA.get(name, 0)
+            for name, present in features.items()}
 
 
 CPU_BF16_MIN_LINEAR_PARAMETERS = 1_000_000
@@ -67,17 +110,20 @@ class CpuInfo:
 
     Attributes:
         model: Marketing name (``/proc/cpuinfo`` model name, else ``platform.processor()``).
-        cores: Physical cores usable by this process (``psutil``; capped by CPU affinity).
+        cores: Physical cores usable by this process (``psutil``; capped by CPU affinity and
+            a cgroup quota, rounded up).
         logical_cores: Logical CPUs (hardware threads) visible to the OS.
         frequency_mhz: Nominal (or current, when that is all the OS reports) clock in MHz.
         features: Instruction-set extensions that matter for training (AVX2, FMA, AVX-512,
             AVX-512 BF16/VNNI, AMX), ``True``/``False``; empty where the OS does not say.
+            Those above a ``ONEDNN_MAX_CPU_ISA`` limit are ``False`` (:func:`limit_features`).
         torch_capability: What torch's CPU kernels dispatch to (``AVX2``, ``AVX512``,
             ``DEFAULT``…), from ``torch.backends.cpu.get_cpu_capability()``.
         bf16_fast: Whether bf16 matrix maths is native (AVX-512 BF16 or AMX), so bf16
             autocast on this CPU is faster than fp32 for large enough models
             (:func:`cpu_bf16_pays`).
         cpu_quota: CPUs granted by a cgroup quota (containers), or ``None`` when unlimited.
+        isa_limit: The ``ONEDNN_MAX_CPU_ISA`` ceiling in force (``"avx2"``), or ``None``.
     """
 
     model: str
@@ -88,6 +134,7 @@ class CpuInfo:
     torch_capability: str | None = None
     bf16_fast: bool = False
     cpu_quota: float | None = None
+    isa_limit: str | None = None
 
 
 @dataclass
@@ -204,7 +251,12 @@ def detect_cpu() -> CpuInfo:
         physical = min(physical, affinity)
     except (AttributeError, OSError):  # not Linux
         pass
-    features = {name: name in flags for name in _CPU_FLAGS} if flags else {}
+    quota = _cpu_quota()
+    if quota:
+        physical = min(physical, max(1, math.ceil(quota)))
+    isa_limit = onednn_isa_limit()
+    features = limit_features({name: name in flags for name in _CPU_FLAGS} if flags else {},
+                              isa_limit)
     capability = None
     try:
         import torch
@@ -215,7 +267,7 @@ def detect_cpu() -> CpuInfo:
     bf16_fast = bool(features.get("avx512_bf16") or features.get("amx_bf16"))
     return CpuInfo(model=model, cores=int(physical), logical_cores=int(logical),
                    frequency_mhz=frequency, features=features, torch_capability=capability,
-                   bf16_fast=bf16_fast, cpu_quota=_cpu_quota())
+                   bf16_fast=bf16_fast, cpu_quota=quota, isa_limit=isa_limit)
 
 
 def _nvml() -> dict[str, Any]:

@@ -144,7 +144,7 @@ def find_problems(machine: Machine, env: Mapping[str, str] | None = None) -> lis
         problems.append(Problem(
             "few_threads", "warning",
             f"torch uses {threads} thread(s) on {cores} physical cores{cause}; `entrena train` "
-            f"sets train.num_threads (default: all physical cores), other tools do not",
+            f"sets train.num_threads (default: the usable cores), other tools do not",
             "unset OMP_NUM_THREADS" if omp else
             f"export OMP_NUM_THREADS={cores}, or set train.num_threads in the config"))
     order = {"error": 0, "warning": 1}

@@ -47,7 +47,7 @@ class RunShape:
         eval_batches: Number of evaluation batches over the whole fit (for per-step costs).
         accelerator: ``train.accelerator`` (``cpu`` keeps this machine's option on its CPU
             even when it has a GPU).
-        threads: CPU threads the fit uses (``train.num_threads``; ``None``: all physical
+        threads: CPU threads the fit uses (``train.num_threads``; ``None``: the usable
             cores), for this CPU's nominal peak.
         undo_copy: The divergence guard keeps a copy of the weights and optimizer state
             (``train.divergence_factor`` set).

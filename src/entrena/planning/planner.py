@@ -48,7 +48,7 @@ def run_shape(*, train_lengths: Sequence[int], eval_lengths: Sequence[int],
         devices: ``train.devices`` (``auto`` counts as 1).
         seed / group_by_length: ``train.seed`` and ``train.group_by_length``.
         accelerator: ``train.accelerator``.
-        threads: ``train.num_threads`` (``None``: all physical cores).
+        threads: ``train.num_threads`` (``None``: the usable cores).
         undo_copy: ``train.divergence_factor`` is set (the loop keeps a step of undo).
         batch_width: A batch's padded width from its longest example's length (the task's
             :attr:`~entrena.tasks.base.PlanningSpec.batch_width`); ``None``: that length.
