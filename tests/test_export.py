@@ -397,9 +397,9 @@ def test_opset_the_exporter_does_not_support(tiny_run, tmp_path):
                         "onnx, torchscript, gguf, hf; did you mean 'onnx'?"),
     ({"format": "ONNX"}, "--format 'ONNX' is not an export format; available formats are: "
                          "onnx, torchscript, gguf, hf; did you mean 'onnx'?"),
-    ({"format": "gguf", "quantize": "Q8_0"}, "--quantize 'Q8_0' is not a quantisation of "
-                                            "--format gguf; use one of: f16, q8_0, q4_k_m "
-                                            "(did you mean 'q8_0'?)"),
+    ({"format": "gguf", "quantize": "q8"}, "--quantize 'q8' is not a quantisation of "
+                                          "--format gguf; use one of: f16, q8_0, q4_k_m "
+                                          "(did you mean 'q8_0'?)"),
     ({"format": "torchscript", "quantize": "int8"},
      "--quantize 'int8' is not available for --format torchscript; use --format onnx"),
     ({"format": "torchscript", "opset": 18}, "--opset applies to --format onnx only"),
@@ -413,6 +413,15 @@ def test_bad_export_options_fail_before_reading_the_run(tmp_path, options, messa
 
     with pytest.raises(ConfigError, match="^" + re.escape(message)):
         entrena.export(tmp_path / "not-even-a-run", **options)
+
+
+@pytest.mark.parametrize("quantize", ["Q4_K_M", "Q8_0", " F16 "])
+def test_llama_cpps_spelling_of_a_quantisation_is_taken(tmp_path, quantize):
+    # llama.cpp's llama-quantize and Ollama write Q4_K_M; before, it was refused.
+    from entrena.errors import DataError
+
+    with pytest.raises(DataError, match="not-even-a-run"):
+        entrena.export(tmp_path / "not-even-a-run", format="gguf", quantize=quantize)
 
 
 @pytest.mark.parametrize("args, message", [

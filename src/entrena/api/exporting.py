@@ -143,6 +143,8 @@ def export(run: str | Path, *, format: str | None = None, quantize: str | None =
     from entrena.tasks.registry import get_task, model_files
     from entrena.tracking.base import wants_mlflow_model
 
+    if quantize is not None:  # llama.cpp spells them Q8_0, Q4_K_M; ONNX users write INT8
+        quantize = quantize.strip().lower()
     fmt = _check_options(format or _default_format(run), quantize, opset)
     quantize = quantize if quantize is not None else fmt.default_quantization
     if ollama is not None:

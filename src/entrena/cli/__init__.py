@@ -253,7 +253,7 @@ def export(run: RunArg,
                "for a chat model.")] = None,
            quantize: Annotated[str | None, typer.Option(
                "--quantize", help="int8: ONNX Runtime dynamic quantisation (ONNX only); "
-               "gguf: f16, q8_0 (default) or q4_k_m.")] = None,
+               "gguf: f16, q8_0 (default) or q4_k_m (any case).")] = None,
            opset: Annotated[int | None, typer.Option(
                "--opset", help="ONNX opset (default 18).", show_default=False)] = None,
            output: Annotated[Path | None, typer.Option(
