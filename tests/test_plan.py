@@ -147,6 +147,29 @@ def test_cli_catalog_file_with_a_missing_or_negative_number_exits_2(tiny_config,
     assert "offers.aws-p3.2xlarge.usd_per_hour_spot: is missing a number" in result.stderr
 
 
+def test_a_cpu_fit_plans_its_time_from_the_memory_measurements_step_until_timed(
+        tiny_config, config_file, tmp_path, caplog):
+    # Before, the plan (and a budget's refusal) came from the catalog's efficiency until the
+    # fit's own steps were timed: 4x too slow on an Intel Xeon held to AVX2, which refused
+    # the demo's 6-minute budget. The memory measurement's step is timed instead.
+    import logging
+
+    config = dict(tiny_config, train={**tiny_config["train"], "max_steps": 2})
+    caplog.set_level(logging.INFO, logger="entrena")
+    for name in ("measured", "cached"):
+        caplog.clear()
+        train(config_file(dict(config, name=name)))
+        plan_line = next(r.getMessage() for r in caplog.records
+                         if r.getMessage().startswith("plan: peak memory"))
+        assert "by the memory measurement's step until the fit's first steps are timed" \
+            in plan_line, plan_line
+    entries = list((tmp_path / ".entrena-cache" / "profiles").glob("memory-*.json"))
+    assert len(entries) == 1  # measured once, read back by the second run
+    timing = json.loads(entries[0].read_text())["memory_step_timing"]
+    rate, (batch, tokens, seconds) = timing
+    assert rate > 0 and seconds > 0 and batch == config["train"]["batch_size"] and tokens > 0
+
+
 def test_train_writes_plan_json_and_plan_vs_actual(tiny_config, config_file, tmp_path):
     config = dict(tiny_config)
     config["train"] = {**config["train"], "max_epochs": 1}

@@ -26,6 +26,10 @@ __all__ = ["FIT_PEAK_FIELD", "cache_root", "cached_profile", "memory_cache_path"
 log = logging.getLogger("entrena")
 
 _MEMORY_FIELDS = ("train_step_bytes", "eval_step_bytes", "memory_shapes")
+_TIMING_FIELD = "memory_step_timing"
+"""The entry's ``[flops_per_s, [batch, tokens, seconds]]`` of the measurement's training step
+(a CPU's first estimate of a step's time, :attr:`Calibration.source` ``"memory
+measurement"``)."""
 FIT_PEAK_FIELD = "fit_peak_above_base_bytes"
 """The step-memory cache entry's record of the largest fit's peak above its base, bytes."""
 
@@ -109,10 +113,15 @@ def cached_memory(path: Path | None, device: str, precision: str,
         return None
     try:
         saved = json.loads(path.read_text())
-        return Calibration(device=device, precision=precision, flops_per_s=None,
-                           step_overhead_s=0.0, probe_s=0.0, steps=0, shapes=[],
-                           base_rss_bytes=base_rss, memory_cached=True,
+        timed = saved.get(_TIMING_FIELD)  # [flops_per_s, [B, T, seconds]] of its step
+        rate, shape = (float(timed[0]), [float(v) for v in timed[1]]) if timed else (None, None)
+        return Calibration(device=device, precision=precision, flops_per_s=rate,
+                           step_overhead_s=0.0, probe_s=0.0, steps=1 if shape else 0,
+                           shapes=[shape] if shape else [], base_rss_bytes=base_rss,
+                           memory_cached=True,
+                           source="memory measurement" if rate else "probe",
                            fit_peak_above_base_bytes=saved.get(FIT_PEAK_FIELD),
+                           memory_step_s=shape[2] if shape else None,
                            **{k: saved[k] for k in _MEMORY_FIELDS})
     except (OSError, ValueError, TypeError, KeyError):
         return None  # a damaged or outdated entry is measured again
@@ -126,8 +135,10 @@ def cache_memory(path: Path | None, memory: Calibration) -> None:
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path, {k: getattr(memory, k) for k in _MEMORY_FIELDS},
-                          durable=False)
+        entry = {k: getattr(memory, k) for k in _MEMORY_FIELDS}
+        if memory.source == "memory measurement" and memory.flops_per_s and memory.shapes:
+            entry[_TIMING_FIELD] = [memory.flops_per_s, memory.shapes[0]]
+        write_json_atomic(path, entry, durable=False)
     except OSError:
         log.debug("could not cache the step memory in %s", path, exc_info=True)
 

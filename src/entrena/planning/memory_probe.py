@@ -21,15 +21,18 @@ freed by earlier steps cannot hide what this one needs.
 from __future__ import annotations
 
 import gc
+import time
 from typing import Any
 
 __all__ = ["StepMemory", "measure_step_memory"]
 
 
 class StepMemory(dict):
-    """``{"train_step_bytes", "eval_step_bytes", "train_shape", "eval_shape"}``: bytes of
-    memory the step added above what was resident before it (``eval_step_bytes`` ``None``
-    without an evaluation batch), and the ``[batch_size, tokens]`` measured."""
+    """``{"train_step_bytes", "eval_step_bytes", "train_shape", "eval_shape",
+    "train_step_s", "eval_step_s"}``: bytes of memory the step added above what was resident
+    before it (``eval_step_bytes`` ``None`` without an evaluation batch), the ``[batch_size,
+    tokens]`` measured, and the wall seconds of the forward and backward pass at the whole
+    longest training batch and of the evaluation batch (first calls at those shapes)."""
 
 
 def _shape(batch: dict[str, Any]) -> list[int]:
@@ -115,9 +118,20 @@ def measure_step_memory(model: Any, train_batch: dict[str, Any],
                                              enabled=dtype is not None):
             model(**inputs(eval_batch))
 
+    seconds: dict[str, float] = {}
+
+    def timed(name: str, run: Any) -> Any:
+        def wrapped() -> None:
+            begin = time.perf_counter()
+            run()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            seconds[name] = time.perf_counter() - begin
+        return wrapped
+
     was_training = model.training
     model.train()
-    train_bytes = _rise(device, lambda: train_step(train_batch))
+    train_bytes = _rise(device, timed("train", lambda: train_step(train_batch)))
     model.zero_grad(set_to_none=True)
     train_shape = _shape(train_batch)
     shorter = _cut(train_batch, also_at_tokens)
@@ -129,8 +143,9 @@ def measure_step_memory(model: Any, train_batch: dict[str, Any],
     eval_bytes = None
     if eval_batch is not None:
         model.eval()
-        eval_bytes = _rise(device, eval_step)
+        eval_bytes = _rise(device, timed("eval", eval_step))
     model.train(was_training)
     return StepMemory(train_step_bytes=train_bytes, eval_step_bytes=eval_bytes,
                       train_shape=train_shape,
-                      eval_shape=_shape(eval_batch) if eval_batch is not None else None)
+                      eval_shape=_shape(eval_batch) if eval_batch is not None else None,
+                      train_step_s=seconds.get("train"), eval_step_s=seconds.get("eval"))

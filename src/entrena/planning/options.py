@@ -246,6 +246,9 @@ def local_option(machine: Machine, catalog: Catalog, profile: ModelProfile, shap
         option.time_source = (
             f"probe: {calibration.steps} real steps on this machine "
             f"({calibration.probe_s:.1f}s)" if calibration.source == "probe" else
+            f"the memory measurement's step at the longest batch on this machine "
+            f"({calibration.shapes[0][2]:.1f}s), until the fit's own steps are timed"
+            if calibration.source == "memory measurement" else
             f"the fit's own first steps: {calibration.steps} optimizer steps on this machine")
     elif peak and efficiency:
         per_op = catalog.efficiency.get(f"{device}_seconds_per_op")

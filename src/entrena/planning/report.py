@@ -118,6 +118,8 @@ def render_plan(doc: dict[str, Any]) -> Any:
         lines.append(Text(
             (f"probe: {calibration['steps']} steps in {calibration['probe_s']:.1f}s, "
              if calibration.get("source", "probe") == "probe"
+             else "timed on the memory measurement's step at the longest batch: "
+             if calibration.get("source") == "memory measurement"
              else f"timed on the fit's first {calibration['steps']} optimizer steps: ")
             + f"{calibration['flops_per_s'] / 1e9:.1f} GFLOP/s achieved"
             + (f" ({efficiency:.0%} of nominal peak)" if efficiency else "")

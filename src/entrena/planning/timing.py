@@ -111,7 +111,9 @@ class Calibration:
         device: ``cpu`` or ``cuda``.
         precision: The precision probed.
         flops_per_s: Achieved training FLOP/s, R; ``None`` when only memory was measured
-            (``entrena train`` times its own first steps instead: :func:`calibration_from_steps`).
+            (``entrena train`` times its own first steps instead: :func:`calibration_from_steps`)
+            on a GPU; on a CPU the memory measurement's step gives a first R (``source``
+            ``"memory measurement"``) until then.
         step_overhead_s: Fixed seconds per step, α (≥ 0).
         probe_s: Wall time of the whole probe, set-up included: the seconds planning cost
             (with the fit's own steps timed, the memory measurement's alone).
@@ -123,8 +125,16 @@ class Calibration:
             added (gradients included; :mod:`entrena.planning.memory_probe`), or ``None``.
         eval_step_bytes: Memory one evaluation batch (no gradients) added, or ``None``.
         memory_shapes: ``{"train": [B, T], "eval": [B, T] | None}`` measured, or ``None``.
-        source: ``"probe"`` (steps of a copy of the model, untimed warm-up first) or
-            ``"training steps"`` (the fit's own optimizer steps after its first).
+        source: ``"probe"`` (steps of a copy of the model, untimed warm-up first),
+            ``"training steps"`` (the fit's own optimizer steps after its first) or
+            ``"memory measurement"`` (R from the one forward and backward pass of the memory
+            measurement at the longest batch, α 0: a CPU fit's estimate before its own steps
+            are timed, which the catalog's efficiency alone missed by 4x on an Intel Xeon
+            held to AVX2).
+        memory_step_s: Wall seconds of the memory measurement's forward and backward pass at
+            the longest training batch (``shapes[0]`` when ``source`` is the memory
+            measurement), or ``None``.
+        memory_eval_s: Wall seconds of its evaluation batch, or ``None``.
         memory_cached: The memory figures come from an earlier run's measurement of the
             same model, batch shape, precision and machine (``entrena train``'s cache).
         fit_peak_above_base_bytes: How far above its base the largest earlier fit of that
@@ -147,6 +157,8 @@ class Calibration:
     source: str = "probe"
     memory_cached: bool = False
     fit_peak_above_base_bytes: float | None = None
+    memory_step_s: float | None = None
+    memory_eval_s: float | None = None
 
     @property
     def timed(self) -> bool:
@@ -286,10 +298,23 @@ def probe(model: Any, batches: Sequence[dict[str, Any]], flops: Sequence[float],
     shapes = [[int(b["labels"].shape[0]),
                int(b["input_ids"].shape[1]) if "input_ids" in b else 1, float(s)]
               for b, s in zip(batches, seconds, strict=False)]
+    memory_step_s = memory.get("train_step_s") if memory else None
+    source = "probe"
+    if not timed and memory_step_s and device == "cpu":
+        # a CPU's first step at a shape costs about what later ones do (0.94-1.02x per
+        # padded token, docs/benchmarks-journal.md "first-step"); a GPU's pays for its
+        # kernel selection (1.6 s against 0.02 s), so there the fit's own steps decide
+        rate, source = flops[-1] / memory_step_s, "memory measurement"
+        last = batches[-1]
+        shapes = [[int(last["labels"].shape[0]),
+                   int(last["input_ids"].shape[1]) if "input_ids" in last else 1,
+                   float(memory_step_s)]]
     return Calibration(device=device, precision=precision, flops_per_s=rate,
                        step_overhead_s=alpha, probe_s=time.perf_counter() - started,
-                       steps=(len(warm) + len(batches) * max(1, repeats)) if timed else 0,
-                       shapes=shapes,
+                       steps=(len(warm) + len(batches) * max(1, repeats)) if timed
+                       else len(shapes),
+                       shapes=shapes, source=source, memory_step_s=memory_step_s,
+                       memory_eval_s=memory.get("eval_step_s") if memory else None,
                        peak_flops=peak_flops, base_rss_bytes=base_rss_bytes,
                        train_step_bytes=memory["train_step_bytes"] if memory else None,
                        eval_step_bytes=memory["eval_step_bytes"] if memory else None,

@@ -237,7 +237,10 @@ def plan_run(loaded: LoadedConfig, sources: dict[str, str], prepared: Prepared, 
     log.info("plan: peak memory %s (%s); %s per epoch of training steps%s",
              format_bytes(local["peak_memory_bytes"] or 0), measured,
              format_duration(epoch) if epoch is not None else "time unknown",
-             " by the catalog until the first steps are timed" if plan.needs_timing else "")
+             ("" if not plan.needs_timing else
+              " by the memory measurement's step until the fit's first steps are timed"
+              if calibration.get("source") == "memory measurement" else
+              " by the catalog until the first steps are timed"))
     return plan
 
 

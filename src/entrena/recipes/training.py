@@ -307,7 +307,8 @@ def _set_up(loaded: LoadedConfig, sources: dict[str, str], prepared: Prepared) -
                              deterministic=tcfg.deterministic, num_nodes=tcfg.num_nodes,
                              strategy=tcfg.strategy,
                              cpu_bf16=auto_cpu_bf16(model, tcfg.precision))
-    log.info("device %s, precision %s, %d CPU threads", backend.device, backend.precision, threads)
+    log.info("device %s, precision %s, %d CPU thread%s", backend.device, backend.precision,
+             threads, "" if threads == 1 else "s")
     if backend.accelerator == "cpu":  # before any step writes them (engine/mapped.py)
         _note(copy_mapped_weights(model))
     attention = getattr(cfg.model, "attn_implementation", None)
