@@ -24,6 +24,7 @@ import importlib.metadata
 import logging
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,15 @@ class EntrenaChatModel(ChatModel):
     ``entrena chat`` gives): ``temperature``, ``top_p`` and ``top_k`` do not change it. The
     model is loaded once (:meth:`load_context`); one answer is generated at a time per worker
     (a lock: MLflow's server runs a worker's requests on threads)."""
+
+    def __init__(self) -> None:
+        # MLflow 3 deprecates ChatModel for ResponsesAgent (an agent's interface, not a chat
+        # model's) and warns whenever one is created: at every chat export and every served
+        # model's load, addressed to a user who never wrote one. Silenced for that one.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"``mlflow\.pyfunc\.model\.ChatModel``",
+                                    category=FutureWarning)
+            super().__init__()
 
     def load_context(self, context: Any) -> None:
         """Load the model and tokenizer once (MLflow calls this once per server worker)."""
