@@ -4,9 +4,11 @@ with a slow data source (input-bound) and batches padded to the maximum length."
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import numpy as np
+import pytest
 import torch
 
 from entrena.callbacks.diagnosis import diagnose, window_findings
@@ -32,6 +34,23 @@ def test_a_fixed_size_profile_counts_each_example_once_whatever_its_tokens(tmp_p
                             precision="32-true", threads=1, cache_dir=tmp_path, every_steps=0,
                             emit=None, peak_memory=lambda: None)
     assert useful_flops(monitor.lengths, monitor.formula) == 2 * (10 + 100 + 1)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")
+def test_the_threads_finding_counts_the_cores_this_process_may_use(tmp_path):
+    # Before: under `taskset -c 0` on a 2-core machine, a 1-thread fit was told to "set
+    # train.num_threads: 2" (psutil's core count, not the process's).
+    from entrena.recipes.efficiency import build_monitor
+
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(before)})
+        monitor = build_monitor(plan=None, lengths=np.array([8]), accelerator="cpu",
+                                precision="32-true", threads=1, cache_dir=tmp_path,
+                                every_steps=0, emit=None, peak_memory=lambda: None)
+    finally:
+        os.sched_setaffinity(0, before)
+    assert monitor.cores == 1
 
 
 class SlowSource(FakeSource):

@@ -78,13 +78,13 @@ def build_monitor(*, plan: dict[str, Any] | None, lengths: np.ndarray, accelerat
     except Exception as exc:  # noqa: BLE001 - a missing peak only costs the MFU figure
         log.debug("no device peak: %s", exc, exc_info=True)
         peak, source = None, f"unknown ({type(exc).__name__})"
-    import psutil
+    from entrena.hardware.threads import usable_cpus
 
     return EfficiencyMonitor(
         lengths=lengths, flops_formula=formula, peak_flops_per_s=peak, peak_source=source,
         device=accelerator, threads=threads, memory_capacity_bytes=_capacity_bytes(accelerator),
         peak_memory=peak_memory, memory_now=memory_now, every_steps=every_steps, emit=emit,
-        cores=psutil.cpu_count(logical=False))
+        cores=usable_cpus()[0])  # not the machine's: `taskset -c 0` may give one core
 
 
 def efficiency_metrics(state: TrainState, monitor: EfficiencyMonitor, *, precision: str,
