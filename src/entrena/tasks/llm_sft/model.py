@@ -26,13 +26,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from entrena.core.console import quiet_transformers
 from entrena.errors import ConfigError
-from entrena.tasks.llm_sft.tokenizer import (
-    build_tokenizer,
-    padding_id,
-    quiet_transformers,
-    save_tokenizer,
-)
+from entrena.tasks.llm_sft.tokenizer import build_tokenizer, padding_id, save_tokenizer
 
 if TYPE_CHECKING:
     from transformers.cache_utils import DynamicCache

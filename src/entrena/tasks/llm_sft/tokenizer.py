@@ -8,34 +8,16 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+from entrena.core.console import quiet_transformers
 from entrena.errors import ConfigError
 
-__all__ = ["SENTENCEPIECE_FILE", "build_tokenizer", "padding_id", "quiet_transformers",
-           "save_tokenizer"]
+__all__ = ["SENTENCEPIECE_FILE", "build_tokenizer", "padding_id", "save_tokenizer"]
 
 log = logging.getLogger("entrena")
-
-
-def quiet_transformers() -> None:
-    """transformers' and PEFT's warnings, logs and progress bars off (entrena logs what
-    matters), and the tokenizers library single-threaded unless set."""
-    import warnings
-
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    warnings.filterwarnings("ignore", category=FutureWarning, module=r"(transformers|peft)\.")
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-    except ImportError:  # pragma: no cover - older transformers
-        pass
 
 
 def build_tokenizer(source: str, chat_template: str | None = None,

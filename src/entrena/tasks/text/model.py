@@ -9,13 +9,13 @@ The saved model folder holds the fine-tuned encoder in Hugging Face format (``co
 from __future__ import annotations
 
 import json
-import logging
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+from entrena.core.console import quiet_transformers
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -76,23 +76,11 @@ class TextClassifier(nn.Module):
         return self.head(self.dropout(pooled))
 
 
-def _quiet_transformers() -> None:
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-    except ImportError:  # pragma: no cover - older transformers
-        pass
-
-
 def build_tokenizer(source: str) -> Any:
     """Load a tokenizer from a model directory or hub id (fast tokenizer when available)."""
     from transformers import AutoTokenizer
 
-    _quiet_transformers()
+    quiet_transformers()
     return AutoTokenizer.from_pretrained(source)
 
 
@@ -126,7 +114,7 @@ def build_classifier(*, num_labels: int, pretrained: str | None,
     """
     from transformers import AutoModel
 
-    _quiet_transformers()
+    quiet_transformers()
     config, original = _encoder_config(pretrained, architecture, vocab_size, pad_token_id,
                                        attention_dropout)
     if architecture is not None:
@@ -203,7 +191,7 @@ def meta_classifier(*, num_labels: int, pretrained: str | None,
     """
     from transformers import AutoModel
 
-    _quiet_transformers()
+    quiet_transformers()
     config, _ = _encoder_config(pretrained, architecture, vocab_size, pad_token_id,
                                 attention_dropout)
     with torch.device("meta"):
@@ -280,7 +268,7 @@ def load_classifier(directory: str | Path) -> tuple[TextClassifier, Any, dict[st
     from safetensors.torch import load_file
     from transformers import AutoModel
 
-    _quiet_transformers()
+    quiet_transformers()
     directory = Path(directory)
     meta = json.loads((directory / META_FILE).read_text())
     encoder = AutoModel.from_pretrained(directory, add_pooling_layer=False)
